@@ -1,0 +1,1 @@
+"""pgq: the command line over pgq_core and pgq_tui."""

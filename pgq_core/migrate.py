@@ -1,0 +1,77 @@
+"""Versioned, idempotent schema migrations, safe to run from many processes at once."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+_FILE = re.compile(r"^(\d{4})_\w+\.sql$")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL text) of every migration shipped, in order."""
+    found = []
+    for entry in files("pgq_core").joinpath("migrations").iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text()))
+    return sorted(found)
+
+
+def latest_version() -> int:
+    return migrations()[-1][0]
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
+    """Bring `schema` to the latest version; returns the versions applied (empty: up to date).
+
+    One transaction under an advisory lock keyed on the schema name: a second process waits,
+    then finds nothing left to do.
+    """
+    ident = sql.Identifier(schema)
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgq migrate ' || %s))", [schema])
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_version ("
+                " version int PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        row = conn.execute(
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(ident)
+        ).fetchone()
+        current = int(row[0]) if row else 0
+        for version, name, text in migrations():
+            if version <= current:
+                continue
+            conn.execute(sql.SQL(text).format(schema=ident))  # type: ignore[arg-type]
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_version (version, name) VALUES (%s, %s)").format(
+                    ident
+                ),
+                [version, name],
+            )
+            applied.append(version)
+    return applied
+
+
+def schema_version(conn: psycopg.Connection[Any], schema: str = "pgq") -> int:
+    """0 when the schema has never been migrated."""
+    row = conn.execute(
+        "SELECT to_regclass(format('%%I.schema_version', %s::text)) IS NOT NULL", [schema]
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    return int(found[0]) if found else 0

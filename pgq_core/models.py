@@ -1,0 +1,120 @@
+"""Plain records the queue hands out. None of them holds a connection."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+STATUSES = ("ready", "running", "done", "dead")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job: what a handler gets. `fence` is the token every write must carry."""
+
+    id: int
+    queue: str
+    payload: Any
+    fence: int
+    attempts: int
+    max_attempts: int
+    lease_until: datetime
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The outcome of a batch write: which members were applied and which had a stale fence."""
+
+    applied: list[int]
+    lost: list[int]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    expiring: int
+    dead: int
+    done: int
+    completed: int
+    oldest_due_seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: int
+    queue: str
+    worker: str | None
+    fence: int
+    attempts: int
+    max_attempts: int
+    lease_until: datetime
+    seconds_left: float
+    lease_seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as listed by `jobs`: everything but the payload."""
+
+    id: int
+    queue: str
+    status: str
+    attempts: int
+    max_attempts: int
+    fence: int
+    run_at: datetime
+    lease_until: datetime | None
+    worker: str | None
+    last_error: str | None
+    queued_at: datetime
+    finished_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One row of a job's fence history."""
+
+    at: datetime
+    event: str
+    fence: int
+    worker: str | None
+    detail: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    id: int
+    queue: str
+    status: str
+    payload: Any
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    lease_until: datetime | None
+    fence: int
+    last_error: str | None
+    queued_at: datetime
+    worker: str | None
+    claimed_at: datetime | None
+    lease_seconds: float | None
+    finished_at: datetime | None
+    history: list[JobEvent] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,197 @@
+"""Each queue operation as data: a named statement, its parameters, and how to read its rows.
+
+The sync `Queue` and the async `AsyncQueue` both run these, so the two can never drift apart:
+neither holds SQL or decides anything on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE = timedelta(seconds=30)
+#: Retry delay is min(cap, base * 2**attempts) seconds, less up to `jitter` of it at random.
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 3600.0
+BACKOFF_JITTER = 0.25
+REAP_BATCH = 1000
+PRUNE_BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    """One round trip: run statement `name` with `params`, turn the rows into `T`."""
+
+    name: str
+    params: Mapping[str, Any]
+    read: Callable[[Rows], T]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now."""
+
+    queue: str
+    payload: Any
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+
+def _ids(rows: Rows) -> list[int]:
+    return [int(r[0]) for r in rows]
+
+
+def _settled(ids: Sequence[int]) -> Callable[[Rows], Settled]:
+    def read(rows: Rows) -> Settled:
+        applied = {int(r[0]) for r in rows}
+        return Settled(
+            applied=[i for i in ids if i in applied], lost=[i for i in ids if i not in applied]
+        )
+
+    return read
+
+
+def _check_spec(spec: JobSpec) -> None:
+    if not spec.queue:
+        raise ValueError("queue name must not be empty")
+    if spec.max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
+
+
+def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
+    specs = list(specs)
+    for spec in specs:
+        _check_spec(spec)
+    return Op(
+        "enqueue",
+        {
+            "queues": [s.queue for s in specs],
+            "payloads": [Jsonb(s.payload) for s in specs],
+            "run_ats": [s.run_at for s in specs],
+            "delays": [s.delay for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+        },
+        _ids,
+    )
+
+
+def claim(queue: str, limit: int, lease: timedelta, worker: str) -> Op[list[Job]]:
+    def read(rows: Rows) -> list[Job]:
+        return [Job(*r) for r in rows]
+
+    return Op("claim", {"queue": queue, "limit": limit, "lease": lease, "worker": worker}, read)
+
+
+def heartbeat(held: Sequence[tuple[int, int]]) -> Op[Settled]:
+    ids = [i for i, _ in held]
+    return Op("heartbeat", {"ids": ids, "fences": [f for _, f in held]}, _settled(ids))
+
+
+def complete(held: Sequence[tuple[int, int]], worker: str | None) -> Op[Settled]:
+    ids = [i for i, _ in held]
+    return Op(
+        "complete", {"ids": ids, "fences": [f for _, f in held], "worker": worker}, _settled(ids)
+    )
+
+
+def fail(
+    held: Sequence[tuple[int, int, str]],
+    worker: str | None,
+    *,
+    base: float = BACKOFF_BASE,
+    cap: float = BACKOFF_CAP,
+    jitter: float = BACKOFF_JITTER,
+) -> Op[Settled]:
+    ids = [i for i, _, _ in held]
+    return Op(
+        "fail",
+        {
+            "ids": ids,
+            "fences": [f for _, f, _ in held],
+            "errors": [e for _, _, e in held],
+            "worker": worker,
+            "base": base,
+            "cap": cap,
+            "jitter": jitter,
+        },
+        _settled(ids),
+    )
+
+
+def release(held: Sequence[tuple[int, int]], worker: str | None, reason: str) -> Op[Settled]:
+    ids = [i for i, _ in held]
+    return Op(
+        "release",
+        {"ids": ids, "fences": [f for _, f in held], "worker": worker, "reason": reason},
+        _settled(ids),
+    )
+
+
+def record_stale(lost: Sequence[tuple[int, int]], worker: str | None, action: str) -> Op[None]:
+    """History rows for writes that matched nothing: (job id, the stale fence it carried)."""
+    return Op(
+        "record_stale",
+        {
+            "ids": [i for i, _ in lost],
+            "events": ["stale"] * len(lost),
+            "fences": [f for _, f in lost],
+            "workers": [worker] * len(lost),
+            "details": [f"{action} rejected: stale fence"] * len(lost),
+        },
+        lambda rows: None,
+    )
+
+
+def reap(limit: int = REAP_BATCH) -> Op[list[tuple[int, str]]]:
+    return Op("reap", {"limit": limit}, lambda rows: [(int(r[0]), str(r[1])) for r in rows])
+
+
+def requeue(ids: Sequence[int], actor: str | None) -> Op[list[int]]:
+    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _ids)
+
+
+def requeue_dead(queue: str | None, actor: str | None) -> Op[list[int]]:
+    return Op("requeue_queue", {"queue": queue, "actor": actor}, _ids)
+
+
+def kill(ids: Sequence[int], actor: str | None, reason: str = "killed by operator") -> Op[list[int]]:
+    return Op("kill", {"ids": list(ids), "actor": actor, "reason": reason}, _ids)
+
+
+def prune(older_than: timedelta, limit: int = PRUNE_BATCH) -> Op[int]:
+    return Op("prune", {"older_than": older_than, "limit": limit}, lambda rows: int(rows[0][0]))
+
+
+def stats(soon: timedelta = timedelta(seconds=10)) -> Op[list[QueueStats]]:
+    return Op("stats", {"soon": soon}, lambda rows: [QueueStats(*r) for r in rows])
+
+
+def leases(limit: int = 100) -> Op[list[Lease]]:
+    return Op("leases", {"limit": limit}, lambda rows: [Lease(*r) for r in rows])
+
+
+def jobs(queue: str | None = None, status: str | None = None, limit: int = 50) -> Op[list[JobRow]]:
+    return Op(
+        "jobs",
+        {"queue": queue, "status": status, "limit": limit},
+        lambda rows: [JobRow(*r) for r in rows],
+    )
+
+
+def job(job_id: int) -> Op[JobDetail | None]:
+    return Op("job", {"id": job_id}, lambda rows: JobDetail(*rows[0]) if rows else None)
+
+
+def history(job_id: int) -> Op[list[JobEvent]]:
+    return Op("history", {"id": job_id}, lambda rows: [JobEvent(*r) for r in rows])

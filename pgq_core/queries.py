@@ -1,0 +1,32 @@
+"""Loads the named statements of `queries.sql`, the one home of the queue's SQL."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib.resources import files
+
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def _raw() -> dict[str, str]:
+    text = files("pgq_core").joinpath("queries.sql").read_text()
+    parts = _NAME.split(text)
+    named: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        named[name] = "\n".join(lines).rstrip().rstrip(";")
+    return named
+
+
+def names() -> list[str]:
+    return sorted(_raw())
+
+
+@cache
+def query(name: str, schema: str) -> sql.Composed:
+    """The statement `name` with `{schema}` bound to the quoted schema identifier."""
+    return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]

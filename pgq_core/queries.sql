@@ -1,0 +1,258 @@
+-- Every statement pgq runs against the queue, by name. The whole protocol is on this page.
+-- {schema} is the quoted schema identifier; %(name)s are bound parameters.
+-- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
+-- matches zero rows, and the caller treats that as a lost lease.
+-- Each transition writes its fence-history row in the same statement.
+
+-- name: enqueue
+-- Insert many jobs in one round trip (arrays, not one INSERT per job).
+WITH new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m
+    FROM unnest(%(queues)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
+                %(delays)s::interval[], %(max_attempts)s::int[]) AS t(q, p, r, d, m)
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence)
+  SELECT id, 'enqueued', fence FROM new_jobs
+)
+SELECT id FROM new_jobs ORDER BY id;
+
+-- name: claim
+-- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1.
+WITH claimed AS (
+  UPDATE {schema}.jobs
+     SET status       = 'running',
+         attempts     = attempts + 1,
+         fence        = fence + 1,
+         lease_until  = now() + %(lease)s::interval,
+         lease_length = %(lease)s::interval,
+         claimed_at   = now(),
+         worker       = %(worker)s
+   WHERE id IN (
+     SELECT id FROM {schema}.jobs
+      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY run_at
+      LIMIT %(limit)s
+      FOR UPDATE SKIP LOCKED
+   )
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'claimed', fence, %(worker)s FROM claimed
+)
+SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
+
+-- name: heartbeat
+-- Extend the leases of many held jobs; the rows not returned are lost.
+UPDATE {schema}.jobs j
+   SET lease_until = now() + j.lease_length
+  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+ WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+RETURNING j.id, j.lease_until;
+
+-- name: complete
+-- Settle many held jobs as done; the rows not returned are lost.
+WITH settled AS (
+  UPDATE {schema}.jobs j
+     SET status = 'done', lease_until = NULL, finished_at = now()
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'completed', fence, %(worker)s FROM settled
+)
+SELECT id FROM settled;
+
+-- name: fail
+-- Settle many held jobs as failed: retry after exponential backoff with jitter and a cap,
+-- or dead at max_attempts; the rows not returned are lost.
+WITH settled AS (
+  UPDATE {schema}.jobs j
+     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
+                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
+                                   %(base)s::float8 * power(2, j.attempts))
+                                   * (1 - %(jitter)s::float8 * random())) END,
+         lease_until = NULL,
+         last_error  = t.error,
+         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[]) AS t(id, fence, error)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.status, j.run_at, t.error
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at || ')' END
+    FROM settled
+)
+SELECT id, status, run_at FROM settled;
+
+-- name: release
+-- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
+WITH released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s FROM released
+)
+SELECT id FROM released;
+
+-- name: record_stale
+-- A worker reports a write of its that matched nothing: its fence was stale.
+INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+SELECT * FROM unnest(%(ids)s::bigint[], %(events)s::text[], %(fences)s::bigint[],
+                     %(workers)s::text[], %(details)s::text[]);
+
+-- name: reap
+-- The seed's reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
+-- concurrent reapers (and a worker settling its job) never wait on each other.
+WITH reaped AS (
+  UPDATE {schema}.jobs
+     SET status      = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+         run_at      = now(),
+         lease_until = NULL,
+         last_error  = CASE WHEN attempts >= max_attempts
+                            THEN 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+                            ELSE last_error END,
+         finished_at = CASE WHEN attempts >= max_attempts THEN now() END
+   WHERE id IN (
+     SELECT id FROM {schema}.jobs
+      WHERE status = 'running' AND lease_until < now()
+      LIMIT %(limit)s
+      FOR UPDATE SKIP LOCKED
+   )
+  RETURNING id, fence, status, worker
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'reaped' END, fence, worker,
+         'lease expired'
+    FROM reaped
+)
+SELECT id, status FROM reaped ORDER BY id;
+
+-- name: requeue_ids
+-- Operator: dead jobs back to ready with a fresh set of attempts.
+WITH requeued AS (
+  UPDATE {schema}.jobs
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+   WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+)
+SELECT id FROM requeued ORDER BY id;
+
+-- name: requeue_queue
+-- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement.
+WITH requeued AS (
+  UPDATE {schema}.jobs
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+   WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+)
+SELECT id FROM requeued ORDER BY id;
+
+-- name: kill
+-- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
+-- its next write and gives the job up.
+WITH killed AS (
+  UPDATE {schema}.jobs
+     SET status = 'dead', fence = fence + 1, lease_until = NULL, finished_at = now(),
+         last_error = %(reason)s
+   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'running')
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'killed', fence, %(actor)s, %(reason)s FROM killed
+)
+SELECT id FROM killed ORDER BY id;
+
+-- name: prune
+-- Delete up to `limit` done jobs finished before the cutoff, with their history.
+WITH victims AS (
+  SELECT id FROM {schema}.jobs
+   WHERE status = 'done' AND finished_at < now() - %(older_than)s::interval
+   ORDER BY finished_at
+   LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims) RETURNING id
+), history AS (
+  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone;
+
+-- name: stats
+-- Per queue: ready (due now), scheduled, running, expiring soon, dead, done. Reads the partial
+-- indexes and queue_counts only; never scans done rows.
+WITH ready AS (
+  SELECT queue,
+         count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now())  AS scheduled,
+         extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+           AS oldest_due_seconds
+    FROM {schema}.jobs WHERE status = 'ready' GROUP BY queue
+), running AS (
+  SELECT queue, count(*) AS running,
+         count(*) FILTER (WHERE lease_until < now() + %(soon)s::interval) AS expiring
+    FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
+), dead AS (
+  SELECT queue, count(*) AS dead FROM {schema}.jobs WHERE status = 'dead' GROUP BY queue
+), counts AS (
+  SELECT queue, sum(done)::bigint AS done, sum(completed)::bigint AS completed
+    FROM {schema}.queue_counts GROUP BY queue
+), queues AS (
+  SELECT queue FROM ready UNION SELECT queue FROM running
+  UNION SELECT queue FROM dead UNION SELECT queue FROM counts
+)
+SELECT q.queue,
+       coalesce(r.ready, 0), coalesce(r.scheduled, 0), coalesce(ru.running, 0),
+       coalesce(ru.expiring, 0), coalesce(d.dead, 0), coalesce(c.done, 0),
+       coalesce(c.completed, 0), r.oldest_due_seconds
+  FROM queues q
+  LEFT JOIN ready r USING (queue) LEFT JOIN running ru USING (queue)
+  LEFT JOIN dead d USING (queue) LEFT JOIN counts c USING (queue)
+ ORDER BY q.queue;
+
+-- name: leases
+-- Running jobs, the lease closest to expiry first.
+SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
+       extract(epoch FROM lease_until - now())::float8 AS seconds_left,
+       extract(epoch FROM lease_length)::float8 AS lease_seconds
+  FROM {schema}.jobs
+ WHERE status = 'running'
+ ORDER BY lease_until
+ LIMIT %(limit)s;
+
+-- name: jobs
+-- Browse jobs by queue and status, newest first (dead: most recently dead first).
+SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+       last_error, queued_at, finished_at
+  FROM {schema}.jobs
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(status)s::text IS NULL OR status = %(status)s::text)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: job
+-- One job, every column.
+SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, fence,
+       last_error, queued_at, worker, claimed_at,
+       extract(epoch FROM lease_length)::float8, finished_at
+  FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: history
+-- One job's fence history, oldest first.
+SELECT at, event, fence, worker, detail
+  FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
