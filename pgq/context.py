@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from datetime import date, datetime, timedelta
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 import psycopg
@@ -15,6 +17,10 @@ from pgq_core import PgqError, Queue, Target, migrate, resolve
 from pgq_core.config import first_line, scrub
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
 
 
 @dataclass
@@ -44,23 +50,79 @@ def settings(ctx: click.Context) -> Settings:
     return obj
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"pgq: error: {message}", err=True)
+def fail(message: str, code: int = EXIT_RUNTIME) -> NoReturn:
+    click.echo(f"pgq: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class OneLineError(click.ClickException):
+    """A click error shown as `pgq: error: <message>` (click's own shows usage over 3+ lines)."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"pgq: error: {one_line(self.format_message())}", err=True)
+
+
+class OneLineUsageError(OneLineError):
+    exit_code = EXIT_USAGE
+
+
+def _one_line_click_error(exc: click.ClickException) -> OneLineError:
+    message = exc.format_message()
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message = f"{message} (see '{exc.ctx.command_path} --help')"
+    usage = isinstance(exc, click.UsageError) or exc.exit_code == EXIT_USAGE
+    return OneLineUsageError(message) if usage else OneLineError(message)
+
+
 class PgqGroup(click.Group):
-    """Turns every expected failure into `pgq: error: <one line>` and exit 1, never a traceback."""
+    """Turns every expected failure into `pgq: error: <one line>`, never a traceback.
+
+    Usage errors exit 2, pgq and database errors exit 1. Passwords are scrubbed from every
+    message. An unexpected exception is shown as one line too; PGQ_DEBUG=1 re-raises it.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except OneLineError:
+            raise
+        except click.ClickException as exc:
+            raise _one_line_click_error(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except OneLineError:
+            raise
+        except click.ClickException as exc:
+            raise _one_line_click_error(exc) from None
+        except (click.exceptions.Exit, click.Abort):
+            raise
         except PgqError as exc:
             fail(_clean(ctx, str(exc)))
         except psycopg.OperationalError as exc:
             fail(f"database unavailable: {_clean(ctx, first_line(str(exc)))}")
         except psycopg.Error as exc:
             fail(f"database error: {_clean(ctx, first_line(str(exc)))}")
+        except Exception as exc:
+            if os.environ.get("PGQ_DEBUG"):
+                raise
+            detail = _clean(ctx, first_line(str(exc)))
+            fail(f"unexpected {type(exc).__name__}: {detail} (PGQ_DEBUG=1 shows the traceback)")
 
 
 def _clean(ctx: click.Context, text: str) -> str:
@@ -72,5 +134,19 @@ def _clean(ctx: click.Context, text: str) -> str:
     return text
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, default=str, indent=2))
+    """Datetimes as ISO 8601, durations as seconds."""
+    click.echo(json.dumps(data, default=_json_default, indent=2))
+
+
+def unique(ids: Sequence[int]) -> list[int]:
+    """The ids in their given order, each once."""
+    return list(dict.fromkeys(ids))

@@ -58,7 +58,7 @@ def mask(dsn: str) -> str:
         params["password"] = "***"
     if dsn.startswith(("postgres://", "postgresql://")) and "password" not in params:
         return dsn
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
 
 
 def describe(dsn: str) -> str:

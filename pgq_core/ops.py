@@ -52,11 +52,14 @@ def _ids(rows: Rows) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def _settled(ids: Sequence[int]) -> Callable[[Rows], Settled]:
+def _settled(held: Sequence[tuple[int, int]]) -> Callable[[Rows], Settled]:
+    """Rows are (id, fence) of the members applied; every other member was stale."""
+
     def read(rows: Rows) -> Settled:
-        applied = {int(r[0]) for r in rows}
+        applied = {(int(r[0]), int(r[1])) for r in rows}
         return Settled(
-            applied=[i for i in ids if i in applied], lost=[i for i in ids if i not in applied]
+            applied=[i for i, f in held if (i, f) in applied],
+            lost=[i for i, f in held if (i, f) not in applied],
         )
 
     return read
@@ -94,14 +97,16 @@ def claim(queue: str, limit: int, lease: timedelta, worker: str) -> Op[list[Job]
 
 
 def heartbeat(held: Sequence[tuple[int, int]]) -> Op[Settled]:
-    ids = [i for i, _ in held]
-    return Op("heartbeat", {"ids": ids, "fences": [f for _, f in held]}, _settled(ids))
+    return Op(
+        "heartbeat", {"ids": [i for i, _ in held], "fences": [f for _, f in held]}, _settled(held)
+    )
 
 
 def complete(held: Sequence[tuple[int, int]], worker: str | None) -> Op[Settled]:
-    ids = [i for i, _ in held]
     return Op(
-        "complete", {"ids": ids, "fences": [f for _, f in held], "worker": worker}, _settled(ids)
+        "complete",
+        {"ids": [i for i, _ in held], "fences": [f for _, f in held], "worker": worker},
+        _settled(held),
     )
 
 
@@ -113,11 +118,10 @@ def fail(
     cap: float = BACKOFF_CAP,
     jitter: float = BACKOFF_JITTER,
 ) -> Op[Settled]:
-    ids = [i for i, _, _ in held]
     return Op(
         "fail",
         {
-            "ids": ids,
+            "ids": [i for i, _, _ in held],
             "fences": [f for _, f, _ in held],
             "errors": [e for _, _, e in held],
             "worker": worker,
@@ -125,16 +129,20 @@ def fail(
             "cap": cap,
             "jitter": jitter,
         },
-        _settled(ids),
+        _settled([(i, f) for i, f, _ in held]),
     )
 
 
 def release(held: Sequence[tuple[int, int]], worker: str | None, reason: str) -> Op[Settled]:
-    ids = [i for i, _ in held]
     return Op(
         "release",
-        {"ids": ids, "fences": [f for _, f in held], "worker": worker, "reason": reason},
-        _settled(ids),
+        {
+            "ids": [i for i, _ in held],
+            "fences": [f for _, f in held],
+            "worker": worker,
+            "reason": reason,
+        },
+        _settled(held),
     )
 
 
@@ -165,7 +173,9 @@ def requeue_dead(queue: str | None, actor: str | None) -> Op[list[int]]:
     return Op("requeue_queue", {"queue": queue, "actor": actor}, _ids)
 
 
-def kill(ids: Sequence[int], actor: str | None, reason: str = "killed by operator") -> Op[list[int]]:
+def kill(
+    ids: Sequence[int], actor: str | None, reason: str = "killed by operator"
+) -> Op[list[int]]:
     return Op("kill", {"ids": list(ids), "actor": actor, "reason": reason}, _ids)
 
 

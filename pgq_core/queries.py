@@ -29,4 +29,4 @@ def names() -> list[str]:
 @cache
 def query(name: str, schema: str) -> sql.Composed:
     """The statement `name` with `{schema}` bound to the quoted schema identifier."""
-    return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
+    return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema))

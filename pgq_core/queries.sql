@@ -49,7 +49,7 @@ UPDATE {schema}.jobs j
    SET lease_until = now() + j.lease_length
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
  WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-RETURNING j.id, j.lease_until;
+RETURNING j.id, j.fence, j.lease_until;
 
 -- name: complete
 -- Settle many held jobs as done; the rows not returned are lost.
@@ -63,7 +63,7 @@ WITH settled AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
   SELECT id, 'completed', fence, %(worker)s FROM settled
 )
-SELECT id FROM settled;
+SELECT id, fence FROM settled;
 
 -- name: fail
 -- Settle many held jobs as failed: retry after exponential backoff with jitter and a cap,
@@ -87,7 +87,7 @@ WITH settled AS (
          CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at || ')' END
     FROM settled
 )
-SELECT id, status, run_at FROM settled;
+SELECT id, fence, status, run_at FROM settled;
 
 -- name: release
 -- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
@@ -102,7 +102,7 @@ WITH released AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, 'released', fence, %(worker)s, %(reason)s FROM released
 )
-SELECT id FROM released;
+SELECT id, fence FROM released;
 
 -- name: record_stale
 -- A worker reports a write of its that matched nothing: its fence was stale.

@@ -119,7 +119,8 @@ class Queue:
         ids: list[int] = []
         with target.transaction():
             for chunk in _chunks(specs):
-                ids += self.run(ops.enqueue(chunk), target)
+                chunk_ids: list[int] = self.run(ops.enqueue(chunk), target)
+                ids.extend(chunk_ids)
         return ids
 
     # lease holders
@@ -161,7 +162,9 @@ class Queue:
     ) -> Settled:
         return self.run(ops.release(held, worker, reason))
 
-    def record_stale(self, lost: Sequence[tuple[int, int]], worker: str | None, action: str) -> None:
+    def record_stale(
+        self, lost: Sequence[tuple[int, int]], worker: str | None, action: str
+    ) -> None:
         if lost:
             self.run(ops.record_stale(lost, worker, action))
 
@@ -178,9 +181,7 @@ class Queue:
     def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return self.run(ops.kill(ids, operator_id(), reason))
 
-    def prune_batches(
-        self, older_than: timedelta, batch: int = ops.PRUNE_BATCH
-    ) -> Iterator[int]:
+    def prune_batches(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> Iterator[int]:
         """Deletes in bounded batches, yielding each batch's count, until nothing is left."""
         while deleted := self.run(ops.prune(older_than, batch)):
             yield deleted
@@ -265,7 +266,8 @@ class AsyncQueue:
         ids: list[int] = []
         async with target.transaction():
             for chunk in _chunks(specs):
-                ids += await self.run(ops.enqueue(chunk), target)
+                chunk_ids: list[int] = await self.run(ops.enqueue(chunk), target)
+                ids.extend(chunk_ids)
         return ids
 
     async def claim(

@@ -1,0 +1,61 @@
+"""pgq_core stands alone, and every statement it runs lives in queries.sql."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgq_core import queries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_importing_pgq_core_loads_no_tui_or_textual() -> None:
+    code = (
+        "import sys, pgq_core, pgq_core.queue, pgq_core.migrate;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pgq_tui', 'pgq')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_import_linter_contract_holds() -> None:
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    if not Path(exe).exists():
+        pytest.skip("import-linter is not installed")
+    done = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "KEPT" in done.stdout
+
+
+def test_every_op_names_a_statement_in_queries_sql() -> None:
+    tree = ast.parse((ROOT / "pgq_core" / "ops.py").read_text())
+    used = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "Op"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert used, "found no Op(...) calls"
+    assert used <= set(queries.names())
+    assert set(queries.names()) - used == set(), "queries.sql has statements nothing runs"
+
+
+def test_no_sql_outside_the_sql_home_in_pgq_core() -> None:
+    allowed = {"queries.py", "migrate.py", "fenced.py", "queue.py"}
+    for path in (ROOT / "pgq_core").rglob("*.py"):
+        if path.name in allowed:
+            continue
+        text = path.read_text()
+        for keyword in ("UPDATE {", "INSERT INTO", "DELETE FROM", "SELECT id"):
+            assert keyword not in text, (
+                f"{path.name} holds SQL ({keyword!r}); put it in queries.sql"
+            )

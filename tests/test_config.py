@@ -1,0 +1,59 @@
+"""Where the database comes from, and that no password is ever shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgq_core import PgqError
+from pgq_core.config import check_schema, describe, mask, resolve, scrub
+from pgq_core.durations import parse_duration
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://alice:s3cret@db.example:5433/app",
+        "host=db.example user=alice password=s3cret dbname=app",
+        "postgres://alice:s3cret@db.example/app?sslmode=require",
+    ],
+)
+def test_no_password_survives_mask_or_describe(dsn: str) -> None:
+    assert "s3cret" not in mask(dsn)
+    assert "s3cret" not in describe(dsn)
+    assert "db.example" in describe(dsn)
+
+
+def test_scrub_removes_the_password_from_error_text() -> None:
+    text = 'connection to "db" failed: password "s3cret" rejected'
+    assert "s3cret" not in scrub(text, "postgresql://u:s3cret@db/x")
+
+
+def test_explicit_dsn_wins_and_a_bad_one_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGQ_DSN", "postgresql://env@h/db")
+    assert resolve("postgresql://flag@h/db", None).dsn == "postgresql://flag@h/db"
+    assert resolve(None, None).dsn == "postgresql://env@h/db"
+    monkeypatch.setenv("PGQ_SCHEMA", "other")
+    assert resolve(None, None).schema == "other"
+    with pytest.raises(PgqError) as err:
+        resolve("host=h password=s3cret bogus_option=1", None)
+    assert "s3cret" not in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "has space", "x" * 59, 'q"uote'])
+def test_bad_schema_names_are_refused(name: str) -> None:
+    with pytest.raises(PgqError):
+        check_schema(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("5m", 300), ("1h30m", 5400), ("7d", 604800), ("250ms", 0.25), ("12", 12)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5x", "-3", "1h 2q"])
+def test_bad_durations_raise_a_clear_error(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)

@@ -1,0 +1,115 @@
+"""Migrations, and the seed's table kept exactly as the seed wrote it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import secrets
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgq_core import migrate
+from pgq_core.migrate import latest_version, schema_version
+
+SEED_COLUMNS = {
+    "id": ("bigint", "nextval"),
+    "queue": ("text", None),
+    "payload": ("jsonb", None),
+    "status": ("text", "'ready'::text"),
+    "run_at": ("timestamp with time zone", "now()"),
+    "attempts": ("integer", "0"),
+    "max_attempts": ("integer", "5"),
+    "lease_until": ("timestamp with time zone", None),
+    "fence": ("bigint", "0"),
+    "last_error": ("text", None),
+}
+
+
+def test_jobs_keeps_the_seed_columns_types_defaults_and_indexes(schema: str, conn: Any) -> None:
+    cols = {
+        name: (dtype, default)
+        for name, dtype, default in conn.execute(
+            "SELECT column_name, data_type, column_default FROM information_schema.columns"
+            " WHERE table_schema = %s AND table_name = 'jobs'",
+            [schema],
+        )
+    }
+    for name, (dtype, default) in SEED_COLUMNS.items():
+        assert cols[name][0] == dtype, name
+        if default is None:
+            assert cols[name][1] is None, name
+        else:
+            assert default in cols[name][1], name
+    indexes = dict(
+        conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = %s AND tablename = 'jobs'",
+            [schema],
+        ).fetchall()
+    )
+    assert "(queue, run_at) WHERE (status = 'ready'::text)" in indexes["jobs_ready_idx"]
+    assert "(lease_until) WHERE (status = 'running'::text)" in indexes["jobs_lease_idx"]
+
+
+def test_the_seeds_own_sql_runs_unchanged_against_the_table(schema: str, conn: Any) -> None:
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    conn.execute("INSERT INTO jobs (queue, payload) VALUES ('seed', '{}')")
+    claimed = conn.execute(
+        """UPDATE jobs
+SET status      = 'running',
+    attempts    = attempts + 1,
+    fence       = fence + 1,
+    lease_until = now() + interval '30 seconds'
+WHERE id IN (
+  SELECT id FROM jobs
+  WHERE queue = %s AND status = 'ready' AND run_at <= now()
+  ORDER BY run_at
+  LIMIT 10
+  FOR UPDATE SKIP LOCKED
+)
+RETURNING id, payload, fence""",
+        ["seed"],
+    ).fetchall()
+    assert len(claimed) == 1 and claimed[0][2] == 1
+    done = conn.execute(
+        "UPDATE jobs SET status = 'done', lease_until = NULL"
+        " WHERE id = %s AND fence = %s AND status = 'running'",
+        [claimed[0][0], claimed[0][2]],
+    )
+    assert done.rowcount == 1
+
+
+def test_migrate_is_idempotent_and_versioned(dsn: str) -> None:
+    name = f"t_{secrets.token_hex(5)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            assert schema_version(conn, name) == 0
+            assert migrate(conn, name) == list(range(1, latest_version() + 1))
+            assert migrate(conn, name) == []
+            assert schema_version(conn, name) == latest_version()
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def _migrate_in_child(dsn: str, name: str, out: Any) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        out.put(migrate(conn, name))
+
+
+def test_two_processes_migrating_at_once_apply_each_version_once(dsn: str) -> None:
+    name = f"t_{secrets.token_hex(5)}"
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_migrate_in_child, args=(dsn, name, out)) for _ in range(3)]
+    try:
+        for p in procs:
+            p.start()
+        results = sorted((out.get(timeout=60) for _ in procs), key=len)
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        assert results == [[], [], list(range(1, latest_version() + 1))]
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
