@@ -121,7 +121,7 @@ def test_stale_fence_cannot_complete_fail_or_heartbeat(queue: Queue, conn: Any) 
 def test_worker_a_pauses_b_takes_over_a_wakes_up_only_b_result_lands(
     queue: Queue, dsn: str, conn: Any
 ) -> None:
-    """The seed's story; the seed's `reports` table is fenced the seed's way and via fenced_write."""
+    """The seed's story; its `reports` table is fenced the seed's way and via fenced_write."""
     reports = sql.Identifier(queue.schema, "reports")
     conn.execute(
         sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, body text, fence bigint NOT NULL)").format(
