@@ -1,15 +1,45 @@
-"""`pgq`: the command line over pgq_core (queue operations) and pgq_tui (the dashboard)."""
+"""`pgq`: the command line over pgq_core (queue operations) and pgq_tui (the dashboard).
+
+Every command reaches the database through pgq_core's `Queue`; none holds SQL. Commands that
+print data take `--json`; bad input is one `pgq: error: ...` line (exit 2 for usage, 1 for
+runtime failures), never a traceback.
+"""
 
 from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import IO, Any
 
 import click
 import psycopg
 from rich.console import Console
+from rich.json import JSON
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
+from pgq_core import JobDetail, JobNotFound, JobSpec, Queue, parse_duration
 from pgq_core import migrate as run_migrate
+from pgq_core.models import STATUSES
+from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH
 
-from .context import PgqGroup, Settings, echo_json, settings
+from .context import PgqGroup, Settings, echo_json, fail, settings, unique
+
+#: Files with at least this many jobs get a progress bar (on a terminal).
+PROGRESS_THRESHOLD = 5000
+#: Jobs per `enqueue_many` call while a file is enqueued (all inside one transaction).
+ENQUEUE_STEP = 5000
 
 
 @click.group(cls=PgqGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,13 +49,157 @@ from .context import PgqGroup, Settings, echo_json, settings
     help="PostgreSQL server to use (or PGQ_DSN). Default: the embedded server under PGQ_HOME.",
 )
 @click.option(
-    "--schema", envvar="PGQ_SCHEMA", default=None, help="Schema of the queue (or PGQ_SCHEMA; default pgq)."
+    "--schema",
+    envvar="PGQ_SCHEMA",
+    default=None,
+    help="Schema of the queue (or PGQ_SCHEMA; default pgq).",
 )
 @click.version_option(package_name="pgq")
 @click.pass_context
 def main(ctx: click.Context, dsn: str | None, schema: str | None) -> None:
     """A job queue in one PostgreSQL table, with leases, fencing tokens and a dashboard."""
     ctx.obj = Settings(dsn, schema)
+
+
+# ---------------------------------------------------------------------------- parameter types
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """ISO 8601; a time without an offset is local time."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"not an ISO 8601 time: {value!r} (use e.g. 2030-01-31T09:00:00+00:00)", ctx, param
+        ) from None
+    return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+def _jsonb_problem(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would reject a parsed JSON value, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "jsonb cannot hold \\u0000"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string holds a lone UTF-16 surrogate"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "number out of range"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_payload(text: str) -> Any:
+    """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at column {exc.colno}") from None
+    problem = _jsonb_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def read_payload_lines(stream: IO[str], name: str) -> list[Any]:
+    """Every non-blank line of a JSON-lines stream; BadParameter naming the first bad line."""
+    payloads: list[Any] = []
+    number = 0
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                payloads.append(parse_payload(line))
+            except ValueError as exc:
+                raise click.BadParameter(
+                    f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
+                    param_hint="'--file'",
+                ) from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(
+            f"{name}: line {number + 1} is not UTF-8 text; nothing was enqueued",
+            param_hint="'--file'",
+        ) from None
+    return payloads
+
+
+# ---------------------------------------------------------------------------- output helpers
+
+
+def _console() -> Console:
+    return Console(soft_wrap=False)
+
+
+def _progress(total_hint: bool) -> Progress:
+    """A progress display on stderr, only when stderr is a terminal (never in pipes or --json)."""
+    err = Console(stderr=True)
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total_hint:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _span(value: timedelta) -> str:
+    """A duration the way an operator writes it: 7d, 1h30m, 45s."""
+    seconds = value.total_seconds()
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{int(count)}{unit}")
+    if seconds or not parts:
+        parts.append(f"{seconds:g}s")
+    return "".join(parts)
+
+
+def _ids_text(ids: Sequence[int], limit: int = 20) -> str:
+    shown = ", ".join(map(str, ids[:limit]))
+    return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@contextmanager
+def _queue(ctx: click.Context) -> Iterator[Queue]:
+    with settings(ctx).queue() as q:
+        yield q
+
+
+# ---------------------------------------------------------------------------- schema and stats
 
 
 @main.command()
@@ -46,7 +220,7 @@ def migrate(ctx: click.Context) -> None:
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Ready, scheduled, running, expiring, dead and done jobs per queue."""
-    with settings(ctx).queue() as q:
+    with _queue(ctx) as q:
         rows = q.stats()
     if as_json:
         echo_json([r.to_dict() for r in rows])
@@ -57,7 +231,329 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
         table.add_row(
-            r.queue, str(r.ready), str(r.scheduled), str(r.running), str(r.expiring),
+            escape(r.queue), str(r.ready), str(r.scheduled), str(r.running), str(r.expiring),
             str(r.dead), str(r.done), oldest,
         )
-    Console().print(table)
+    _console().print(table)
+
+
+# ---------------------------------------------------------------------------- enqueue
+
+
+@main.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
+@click.option(
+    "--file", "-f", "file", type=click.File("r", encoding="utf-8"),
+    help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
+)
+@click.option("--delay", callback=_duration, help="Due after this long, e.g. 30s, 5m, 1h.")
+@click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
+@click.option(
+    "--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+    help="Attempts before the job is dead.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
+@click.pass_context
+def enqueue(
+    ctx: click.Context,
+    queue_name: str,
+    payload: str | None,
+    file: IO[str] | None,
+    delay: timedelta | None,
+    run_at: datetime | None,
+    max_attempts: int,
+    as_json: bool,
+) -> None:
+    """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file."""
+    if not queue_name.strip():
+        raise click.BadParameter("queue name must not be empty", param_hint="'QUEUE'")
+    if payload is not None and file is not None:
+        raise click.UsageError("give PAYLOAD_JSON or --file, not both")
+    if delay is not None and run_at is not None:
+        raise click.UsageError("give --delay or --run-at, not both")
+
+    if file is None:
+        try:
+            value = parse_payload(payload) if payload is not None else {}
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"not valid JSON ({exc})", param_hint="'PAYLOAD_JSON'"
+            ) from None
+        with _queue(ctx) as q:
+            job_id = q.enqueue(
+                queue_name, value, delay=delay, run_at=run_at, max_attempts=max_attempts
+            )
+        if as_json:
+            echo_json([job_id])
+        else:
+            click.echo(f"enqueued job {job_id} on {queue_name}")
+        return
+
+    name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
+    payloads = read_payload_lines(file, name)
+    specs = [
+        JobSpec(queue_name, p, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        for p in payloads
+    ]
+    ids = _enqueue_all(ctx, specs)
+    if as_json:
+        echo_json(ids)
+    elif ids:
+        click.echo(
+            f"enqueued {_plural(len(ids), 'job')} on {queue_name} (ids {ids[0]}..{ids[-1]})"
+        )
+    else:
+        click.echo(f"{name}: no jobs (only blank lines); nothing enqueued")
+
+
+def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
+    """All specs in one transaction: a failure part-way leaves nothing enqueued."""
+    ids: list[int] = []
+    if not specs:
+        return ids
+    with _queue(ctx) as q, _progress(total_hint=True) as progress:
+        task = progress.add_task(
+            "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
+        )
+        with q.conn.transaction():
+            for start in range(0, len(specs), ENQUEUE_STEP):
+                step = specs[start : start + ENQUEUE_STEP]
+                ids += q.enqueue_many(step)
+                progress.advance(task, len(step))
+    return ids
+
+
+# ---------------------------------------------------------------------------- browsing
+
+
+@main.command()
+@click.option("--queue", "-q", "queue_name", help="Only this queue.")
+@click.option("--status", "-s", type=click.Choice(STATUSES), help="Only jobs in this status.")
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+    help="At most this many jobs, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def jobs(
+    ctx: click.Context, queue_name: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """List jobs, newest first (payloads are shown by `pgq show`)."""
+    with _queue(ctx) as q:
+        rows = q.jobs(queue_name, status, limit)
+    if as_json:
+        echo_json([r.to_dict() for r in rows])
+        return
+    if not rows:
+        click.echo("no jobs")
+        return
+    table = Table()
+    for col in ("id", "queue", "status", "attempts", "fence", "run at", "worker", "last error"):
+        table.add_column(
+            col,
+            justify="right" if col in ("id", "attempts", "fence") else "left",
+            no_wrap=col in ("id", "status", "attempts", "fence", "run at"),
+        )
+    for r in rows:
+        error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
+        table.add_row(
+            str(r.id), escape(r.queue), r.status, f"{r.attempts}/{r.max_attempts}", str(r.fence),
+            _when(r.run_at), escape(r.worker or ""), escape(error),
+        )
+    _console().print(table)
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object (history included).")
+@click.pass_context
+def show(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Every column of one job, its payload and its fence history."""
+    with _queue(ctx) as q:
+        detail = q.job(job_id)
+    if as_json:
+        echo_json(detail.to_dict())
+        return
+    _print_detail(detail)
+
+
+def _print_detail(d: JobDetail) -> None:
+    console = _console()
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold")
+    fields.add_column()
+    lease = "" if d.lease_seconds is None else f"{d.lease_seconds:g}s"
+    for label, value in (
+        ("id", str(d.id)),
+        ("queue", d.queue),
+        ("status", d.status),
+        ("attempts", f"{d.attempts} of {d.max_attempts}"),
+        ("fence", str(d.fence)),
+        ("run at", _when(d.run_at)),
+        ("queued at", _when(d.queued_at)),
+        ("worker", d.worker or ""),
+        ("claimed at", _when(d.claimed_at)),
+        ("lease", lease),
+        ("lease until", _when(d.lease_until)),
+        ("finished at", _when(d.finished_at)),
+        ("last error", d.last_error or ""),
+    ):
+        fields.add_row(label, escape(value))
+    console.print(fields)
+    console.print("[bold]payload[/bold]")
+    console.print(JSON(json.dumps(d.payload)))
+    history = Table(title="fence history", title_justify="left")
+    for col in ("at", "event", "fence", "worker", "detail"):
+        history.add_column(col, justify="right" if col == "fence" else "left")
+    for e in d.history:
+        history.add_row(
+            _when(e.at), e.event, str(e.fence), escape(e.worker or ""), escape(e.detail or "")
+        )
+    console.print(history)
+
+
+# ---------------------------------------------------------------------------- operators
+
+
+def _statuses(q: Queue, ids: Sequence[int]) -> dict[int, str]:
+    """Current status of each id; exits with one error line naming the ids that do not exist."""
+    found: dict[int, str] = {}
+    missing: list[int] = []
+    for job_id in ids:
+        try:
+            found[job_id] = q.job(job_id).status
+        except JobNotFound:
+            missing.append(job_id)
+    if missing:
+        label = "job id" if len(missing) == 1 else "job ids"
+        fail(f"no {label} {_ids_text(missing)}; nothing was changed")
+    return found
+
+
+def _report(
+    verb: str, done: list[int], skipped: dict[int, str], why: str, as_json: bool
+) -> None:
+    if as_json:
+        echo_json(
+            {verb: done, f"not_{verb}": [{"id": i, "status": s} for i, s in skipped.items()]}
+        )
+        return
+    if done:
+        click.echo(f"{verb} {_plural(len(done), 'job')}: {_ids_text(done)}")
+    else:
+        click.echo(f"{verb} no jobs")
+    if skipped:
+        listed = ", ".join(f"{i} ({s})" for i, s in list(skipped.items())[:20])
+        more = f", … ({len(skipped) - 20} more)" if len(skipped) > 20 else ""
+        click.echo(f"not {verb} ({why}): {listed}{more}")
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, type=int, metavar="[JOB_ID]...")
+@click.option("--queue", "-q", "queue_name", help="Requeue the dead jobs of this queue.")
+@click.option("--all-queues", is_flag=True, help="Requeue the dead jobs of every queue.")
+@click.option("--dead", is_flag=True, help="Required with --queue/--all-queues: what to requeue.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was (not) requeued as JSON.")
+@click.pass_context
+def requeue(
+    ctx: click.Context,
+    job_ids: tuple[int, ...],
+    queue_name: str | None,
+    all_queues: bool,
+    dead: bool,
+    as_json: bool,
+) -> None:
+    """Dead jobs back to ready with fresh attempts: by id, or every dead job of a queue."""
+    by_queue = queue_name is not None or all_queues
+    if job_ids and by_queue:
+        raise click.UsageError("give job ids or --queue/--all-queues, not both")
+    if queue_name is not None and all_queues:
+        raise click.UsageError("give --queue or --all-queues, not both")
+    if by_queue and not dead:
+        raise click.UsageError("--queue/--all-queues need --dead (only dead jobs are requeued)")
+    if not job_ids and not by_queue:
+        raise click.UsageError("give job ids, or --queue Q --dead, or --all-queues --dead")
+
+    with _queue(ctx) as q:
+        if by_queue:
+            requeued = q.requeue_dead(queue_name)
+            if as_json:
+                echo_json({"requeued": requeued, "not_requeued": []})
+            else:
+                where = "every queue" if all_queues else f"queue {queue_name}"
+                click.echo(f"requeued {_plural(len(requeued), 'dead job')} of {where}")
+            return
+        ids = unique(job_ids)
+        _statuses(q, ids)
+        requeued = q.requeue(ids)
+        skipped = _statuses(q, [i for i in ids if i not in set(requeued)])
+    _report("requeued", requeued, skipped, "not dead", as_json)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, type=int, required=True, metavar="JOB_ID...")
+@click.option(
+    "--reason", default="killed by operator", show_default=True, help="Recorded as last_error."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was (not) killed as JSON.")
+@click.pass_context
+def kill(ctx: click.Context, job_ids: tuple[int, ...], reason: str, as_json: bool) -> None:
+    """Ready or running jobs to dead; a worker still running one loses its lease (fence + 1)."""
+    if not reason.strip():
+        raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
+    ids = unique(job_ids)
+    with _queue(ctx) as q:
+        _statuses(q, ids)
+        killed = q.kill(ids, reason)
+        skipped = _statuses(q, [i for i in ids if i not in set(killed)])
+    _report("killed", killed, skipped, "already finished", as_json)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the reaped jobs as JSON.")
+@click.pass_context
+def reap(ctx: click.Context, as_json: bool) -> None:
+    """Expired leases back to ready (or dead at max attempts), in batches until none is left."""
+    reaped: list[tuple[int, str]] = []
+    with _queue(ctx) as q:
+        while batch := q.reap(REAP_BATCH):
+            reaped += batch
+    if as_json:
+        echo_json([{"id": i, "status": s} for i, s in reaped])
+        return
+    if not reaped:
+        click.echo("no expired leases")
+        return
+    ready = [i for i, s in reaped if s == "ready"]
+    dead = [i for i, s in reaped if s == "dead"]
+    click.echo(f"reaped {_plural(len(reaped), 'job')}")
+    if ready:
+        click.echo(f"  ready again: {_ids_text(ready)}")
+    if dead:
+        click.echo(f"  dead (out of attempts): {_ids_text(dead)}")
+
+
+@main.command()
+@click.option(
+    "--older-than", required=True, callback=_duration,
+    help="Delete done jobs finished longer ago than this, e.g. 7d.",
+)
+@click.option(
+    "--batch", type=click.IntRange(min=1), default=PRUNE_BATCH, show_default=True,
+    help="Rows deleted per statement (keeps each transaction short).",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"deleted": N}.')
+@click.pass_context
+def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) -> None:
+    """Delete old done jobs and their history, in bounded batches."""
+    deleted = 0
+    with _queue(ctx) as q, _progress(total_hint=False) as progress:
+        task = progress.add_task("pruning: 0 deleted")
+        for count in q.prune_batches(older_than, batch):
+            deleted += count
+            progress.update(task, description=f"pruning: {deleted} deleted")
+    if as_json:
+        echo_json({"deleted": deleted})
+    else:
+        click.echo(f"pruned {_plural(deleted, 'done job')} older than {_span(older_than)}")
