@@ -113,9 +113,12 @@ class Queue:
     def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
     ) -> list[int]:
-        """All or nothing: every chunk is written in one transaction."""
+        """All or nothing: up to ENQUEUE_CHUNK jobs go in one statement (one round trip); more
+        are written chunk by chunk inside one transaction."""
         specs = list(specs)
         target = conn or self.conn
+        if len(specs) <= ENQUEUE_CHUNK:
+            return self.run(ops.enqueue(specs), target)
         ids: list[int] = []
         with target.transaction():
             for chunk in _chunks(specs):
@@ -263,6 +266,8 @@ class AsyncQueue:
     ) -> list[int]:
         specs = list(specs)
         target = conn or self.conn
+        if len(specs) <= ENQUEUE_CHUNK:
+            return await self.run(ops.enqueue(specs), target)
         ids: list[int] = []
         async with target.transaction():
             for chunk in _chunks(specs):

@@ -471,3 +471,20 @@ def test_history_records_every_transition_with_fence_and_worker(queue: Queue, co
     ]
     detail = queue.job(job_id)
     assert detail.status == "done" and len(detail.history) == 6
+
+
+def test_enqueue_many_beyond_one_chunk_is_all_or_nothing(queue: Queue, conn: Any) -> None:
+    good = [JobSpec("big", {"n": i}) for i in range(6000)]
+    assert len(queue.enqueue_many(good)) == 6000
+    bad = [JobSpec("big", {"n": i}) for i in range(6000)]
+    bad[5500] = JobSpec("big", {"n": "x"})  # in the second chunk: the first must roll back too
+    ident = sql.Identifier(queue.schema)
+    conn.execute(
+        sql.SQL("ALTER TABLE {}.jobs ADD CONSTRAINT small_n CHECK ((payload->>'n') <> 'x')").format(
+            ident
+        )
+    )
+    with pytest.raises(psycopg.errors.CheckViolation):
+        queue.enqueue_many(bad)
+    count = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(ident)).fetchone()
+    assert count == (6000,)
