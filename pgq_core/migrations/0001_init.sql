@@ -76,6 +76,11 @@ BEGIN
       ON CONFLICT (queue, shard) DO UPDATE
         SET done = c.done + excluded.done, completed = c.completed + excluded.completed;
   ELSIF TG_OP = 'UPDATE' THEN
+    -- Claims and heartbeats (running afterwards, never done before) need neither count nor hint.
+    IF NOT EXISTS (SELECT 1 FROM new_rows WHERE status <> 'running')
+       AND NOT EXISTS (SELECT 1 FROM old_rows WHERE status = 'done') THEN
+      RETURN NULL;
+    END IF;
     PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)
       FROM (SELECT DISTINCT n.queue FROM new_rows n JOIN old_rows o ON o.id = n.id
              WHERE n.status = 'ready' AND n.run_at <= now() AND o.status <> 'ready') q;
