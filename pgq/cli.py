@@ -231,8 +231,14 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
         table.add_row(
-            escape(r.queue), str(r.ready), str(r.scheduled), str(r.running), str(r.expiring),
-            str(r.dead), str(r.done), oldest,
+            escape(r.queue),
+            str(r.ready),
+            str(r.scheduled),
+            str(r.running),
+            str(r.expiring),
+            str(r.dead),
+            str(r.done),
+            oldest,
         )
     _console().print(table)
 
@@ -244,13 +250,19 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
 @click.option(
-    "--file", "-f", "file", type=click.File("r", encoding="utf-8"),
+    "--file",
+    "-f",
+    "file",
+    type=click.File("r", encoding="utf-8"),
     help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
 )
 @click.option("--delay", callback=_duration, help="Due after this long, e.g. 30s, 5m, 1h.")
 @click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
 @click.option(
-    "--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
     help="Attempts before the job is dead.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
@@ -300,9 +312,7 @@ def enqueue(
     if as_json:
         echo_json(ids)
     elif ids:
-        click.echo(
-            f"enqueued {_plural(len(ids), 'job')} on {queue_name} (ids {ids[0]}..{ids[-1]})"
-        )
+        click.echo(f"enqueued {_plural(len(ids), 'job')} on {queue_name} (ids {ids[0]}..{ids[-1]})")
     else:
         click.echo(f"{name}: no jobs (only blank lines); nothing enqueued")
 
@@ -331,7 +341,11 @@ def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
 @click.option("--queue", "-q", "queue_name", help="Only this queue.")
 @click.option("--status", "-s", type=click.Choice(STATUSES), help="Only jobs in this status.")
 @click.option(
-    "--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+    "--limit",
+    "-n",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
     help="At most this many jobs, newest first.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
@@ -358,8 +372,14 @@ def jobs(
     for r in rows:
         error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
         table.add_row(
-            str(r.id), escape(r.queue), r.status, f"{r.attempts}/{r.max_attempts}", str(r.fence),
-            _when(r.run_at), escape(r.worker or ""), escape(error),
+            str(r.id),
+            escape(r.queue),
+            r.status,
+            f"{r.attempts}/{r.max_attempts}",
+            str(r.fence),
+            _when(r.run_at),
+            escape(r.worker or ""),
+            escape(error),
         )
     _console().print(table)
 
@@ -431,13 +451,9 @@ def _statuses(q: Queue, ids: Sequence[int]) -> dict[int, str]:
     return found
 
 
-def _report(
-    verb: str, done: list[int], skipped: dict[int, str], why: str, as_json: bool
-) -> None:
+def _report(verb: str, done: list[int], skipped: dict[int, str], why: str, as_json: bool) -> None:
     if as_json:
-        echo_json(
-            {verb: done, f"not_{verb}": [{"id": i, "status": s} for i, s in skipped.items()]}
-        )
+        echo_json({verb: done, f"not_{verb}": [{"id": i, "status": s} for i, s in skipped.items()]})
         return
     if done:
         click.echo(f"{verb} {_plural(len(done), 'job')}: {_ids_text(done)}")
@@ -536,11 +552,16 @@ def reap(ctx: click.Context, as_json: bool) -> None:
 
 @main.command()
 @click.option(
-    "--older-than", required=True, callback=_duration,
+    "--older-than",
+    required=True,
+    callback=_duration,
     help="Delete done jobs finished longer ago than this, e.g. 7d.",
 )
 @click.option(
-    "--batch", type=click.IntRange(min=1), default=PRUNE_BATCH, show_default=True,
+    "--batch",
+    type=click.IntRange(min=1),
+    default=PRUNE_BATCH,
+    show_default=True,
     help="Rows deleted per statement (keeps each transaction short).",
 )
 @click.option("--json", "as_json", is_flag=True, help='Print {"deleted": N}.')

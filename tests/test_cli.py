@@ -1,0 +1,587 @@
+"""The `pgq` command line on a real server: every command's happy path, checked in the
+database, and every bad input, which must be one `pgq: error:` line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from psycopg import sql
+
+from pgq.cli import main
+from pgq_core import Queue
+
+LEASE = timedelta(seconds=30)
+UNREACHABLE = "postgresql://pgq:s3cret@127.0.0.1:1/pgq?connect_timeout=3"
+ENV = {"PGQ_DSN": None, "PGQ_SCHEMA": None, "PGQ_DEBUG": None, "COLUMNS": "160"}
+
+Pgq = Callable[..., Result]
+
+
+@pytest.fixture
+def pgq(dsn: str, schema: str) -> Pgq:
+    """Runs `pgq --dsn <dsn> --schema <schema> ARGS...` in-process."""
+    runner = CliRunner(env=ENV)
+
+    def run(*args: str, input: str | None = None) -> Result:
+        return runner.invoke(
+            main, ["--dsn", dsn, "--schema", schema, *args], input=input, prog_name="pgq"
+        )
+
+    return run
+
+
+def ok(result: Result) -> str:
+    assert result.exception is None, result.output
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def error_line(result: Result, code: int, *fragments: str) -> str:
+    """The run failed with exactly one `pgq: error:` line on stderr and nothing on stdout."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pgq: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+def q(schema: str, text: str) -> sql.Composed:
+    return sql.SQL(text).format(s=sql.Identifier(schema))
+
+
+def scalar(conn: psycopg.Connection[Any], schema: str, text: str, *params: Any) -> Any:
+    found = conn.execute(q(schema, text), params).fetchone()
+    assert found is not None
+    return found[0]
+
+
+def count_jobs(conn: psycopg.Connection[Any], schema: str) -> int:
+    return int(scalar(conn, schema, "SELECT count(*) FROM {s}.jobs"))
+
+
+def status_of(queue: Queue, job_id: int) -> str:
+    return queue.job(job_id).status
+
+
+def dead_job(queue: Queue, name: str = "mail") -> int:
+    job_id = queue.enqueue(name, {})
+    queue.kill([job_id])
+    return job_id
+
+
+def done_job(queue: Queue, name: str = "mail") -> int:
+    job_id = queue.enqueue(name, {})
+    [job] = queue.claim(name, 1, LEASE, "w")
+    queue.complete(job.id, job.fence)
+    return job_id
+
+
+# ---------------------------------------------------------------------------- migrate, stats
+
+
+def test_migrate_creates_the_schema_then_reports_up_to_date(dsn: str, conn: Any) -> None:
+    name = f"t_{secrets.token_hex(5)}"
+    runner = CliRunner(env=ENV)
+    try:
+        first = ok(runner.invoke(main, ["--dsn", dsn, "--schema", name, "migrate"]))
+        again = ok(runner.invoke(main, ["--dsn", dsn, "--schema", name, "migrate"]))
+        assert first.strip() == f"schema {name}: applied version(s) 1"
+        assert again.strip() == f"schema {name}: up to date"
+        assert scalar(conn, name, "SELECT count(*) FROM {s}.jobs") == 0
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_stats_counts_each_status_per_queue(pgq: Pgq, queue: Queue) -> None:
+    queue.enqueue("mail", {})
+    queue.enqueue("mail", {})
+    queue.claim("mail", 1, LEASE, "w")
+    dead_job(queue)
+    done_job(queue)
+    queue.enqueue("sms", {}, delay=timedelta(hours=1))
+
+    rows = {r["queue"]: r for r in json.loads(ok(pgq("stats", "--json")))}
+    assert set(rows) == {"mail", "sms"}
+    mail = rows["mail"]
+    assert (mail["ready"], mail["running"], mail["dead"], mail["done"]) == (1, 1, 1, 1)
+    assert (rows["sms"]["ready"], rows["sms"]["scheduled"]) == (0, 1)
+
+    table = ok(pgq("stats"))
+    assert "mail" in table and "sms" in table and "dead" in table
+
+
+# ---------------------------------------------------------------------------- enqueue
+
+
+def test_enqueue_one_payload_with_max_attempts(pgq: Pgq, queue: Queue) -> None:
+    [job_id] = json.loads(
+        ok(pgq("enqueue", "mail", '{"to": "a@example.com"}', "--max-attempts", "3", "--json"))
+    )
+    job = queue.job(job_id)
+    assert (job.queue, job.payload, job.max_attempts, job.status) == (
+        "mail",
+        {"to": "a@example.com"},
+        3,
+        "ready",
+    )
+    assert [e.event for e in job.history] == ["enqueued"]
+
+
+def test_enqueue_without_payload_enqueues_an_empty_object(pgq: Pgq, queue: Queue) -> None:
+    out = ok(pgq("enqueue", "mail"))
+    job_id = int(out.split()[2])
+    assert out.strip() == f"enqueued job {job_id} on mail"
+    assert queue.job(job_id).payload == {}
+
+
+def test_enqueue_any_json_value(pgq: Pgq, queue: Queue) -> None:
+    ids = [
+        json.loads(ok(pgq("enqueue", "m", text, "--json")))[0]
+        for text in ('"hi"', "42", "[1, 2]", "null")
+    ]
+    assert [queue.job(i).payload for i in ids] == ["hi", 42, [1, 2], None]
+
+
+def test_enqueue_delay_and_run_at_schedule_the_job(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    [delayed] = json.loads(ok(pgq("enqueue", "mail", "{}", "--delay", "1h", "--json")))
+    due_in = scalar(conn, schema, "SELECT run_at - now() FROM {s}.jobs WHERE id = %s", delayed)
+    assert timedelta(minutes=59) < due_in <= timedelta(hours=1)
+
+    [fixed] = json.loads(
+        ok(pgq("enqueue", "mail", "{}", "--run-at", "2030-01-31T09:00:00+00:00", "--json"))
+    )
+    assert queue.job(fixed).run_at == datetime(2030, 1, 31, 9, tzinfo=UTC)
+
+    [local] = json.loads(ok(pgq("enqueue", "mail", "--run-at", "2030-01-31T09:00:00", "--json")))
+    assert queue.job(local).run_at == datetime(2030, 1, 31, 9).astimezone()
+    assert queue.claim("mail", 10, LEASE, "w") == []
+
+
+def test_enqueue_file_skips_blank_lines_and_keeps_order(
+    pgq: Pgq, queue: Queue, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"n": 1}\n\n   \n{"n": 2}\n{"n": 3}')
+    ids = json.loads(
+        ok(pgq("enqueue", "mail", "--file", str(jobs), "--max-attempts", "2", "--json"))
+    )
+    assert len(ids) == 3
+    assert [queue.job(i).payload for i in ids] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert {queue.job(i).max_attempts for i in ids} == {2}
+
+    out = ok(pgq("enqueue", "mail", "--file", str(jobs)))
+    assert out.startswith("enqueued 3 jobs on mail (ids ")
+
+
+def test_enqueue_file_from_stdin(pgq: Pgq, conn: Any, schema: str) -> None:
+    out = ok(pgq("enqueue", "mail", "--file", "-", input='{"a": 1}\n{"b": 2}\n'))
+    assert out.startswith("enqueued 2 jobs")
+    assert count_jobs(conn, schema) == 2
+
+
+def test_enqueue_empty_file_enqueues_nothing(pgq: Pgq, conn: Any, schema: str) -> None:
+    out = ok(pgq("enqueue", "mail", "--file", "-", input="\n\n"))
+    assert "nothing enqueued" in out
+    assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_big_file_is_one_transaction(
+    pgq: Pgq, conn: Any, schema: str, tmp_path: Path
+) -> None:
+    """12 000 lines go in in several steps; a database error in a late step leaves nothing."""
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(f'{{"n": {n}}}\n' for n in range(12_000)))
+    assert json.loads(ok(pgq("enqueue", "bulk", "--file", str(big), "--json")))[-1] > 0
+    assert count_jobs(conn, schema) == 12_000
+    conn.execute(q(schema, "DELETE FROM {s}.jobs"))
+
+    conn.execute(
+        q(
+            schema,
+            """
+        CREATE FUNCTION {s}.refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.payload ? 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_boom BEFORE INSERT ON {s}.jobs
+          FOR EACH ROW EXECUTE FUNCTION {s}.refuse_boom();
+    """,
+        )
+    )
+    lines = [f'{{"n": {n}}}\n' for n in range(12_000)]
+    lines[11_000] = '{"boom": true}\n'
+    big.write_text("".join(lines))
+    error_line(pgq("enqueue", "bulk", "--file", str(big)), 1, "database error", "boom refused")
+    assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_bad_payload_json(pgq: Pgq, conn: Any, schema: str) -> None:
+    error_line(pgq("enqueue", "mail", "{to: 1}"), 2, "PAYLOAD_JSON", "not valid JSON")
+    error_line(pgq("enqueue", "mail", "NaN"), 2, "not valid JSON")
+    error_line(pgq("enqueue", "mail", '{"a": "\\u0000"}'), 2, "\\u0000")
+    error_line(pgq("enqueue", "mail", "1e999"), 2, "out of range")
+    assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_bad_line_names_it_and_enqueues_nothing(
+    pgq: Pgq, conn: Any, schema: str, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"n": 1}\n{"n": 2}\n\n{"n": 3,}\n{"n": 5}\n')
+    line = error_line(pgq("enqueue", "mail", "--file", str(jobs)), 2, "line 4", "jobs.jsonl")
+    assert "nothing was enqueued" in line
+    error_line(pgq("enqueue", "mail", "--file", "-", input='{}\n{"a": NaN}\n'), 2, "line 2")
+    assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_file_that_is_not_text(pgq: Pgq, tmp_path: Path) -> None:
+    binary = tmp_path / "jobs.bin"
+    binary.write_bytes(b'{"n": 1}\n\xff\xfe\x00\n')
+    error_line(pgq("enqueue", "mail", "--file", str(binary)), 2, "not UTF-8")
+    error_line(pgq("enqueue", "mail", "--file", str(tmp_path / "missing")), 2, "missing")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["mail", "{}", "--file", "-"], ["PAYLOAD_JSON or --file"]),
+        (["mail", "--delay", "5x"], ["--delay", "not a duration: '5x'"]),
+        (["mail", "--delay", "-5s"], ["--delay", "not a duration: '-5s'"]),
+        (["mail", "--run-at", "tomorrow"], ["--run-at", "ISO 8601"]),
+        (["mail", "--delay", "1s", "--run-at", "2030-01-01"], ["--delay or --run-at"]),
+        (["mail", "--max-attempts", "0"], ["--max-attempts", "0 is not in the range"]),
+        (["mail", "--max-attempts", "x"], ["--max-attempts"]),
+        (["", "{}"], ["queue name must not be empty"]),
+        ([], ["Missing argument 'QUEUE'"]),
+    ],
+)
+def test_enqueue_usage_errors(
+    pgq: Pgq, conn: Any, schema: str, args: list[str], fragments: list[str]
+) -> None:
+    error_line(pgq("enqueue", *args, input="{}\n"), 2, *fragments)
+    assert count_jobs(conn, schema) == 0
+
+
+# ---------------------------------------------------------------------------- jobs, show
+
+
+def test_jobs_filters_by_queue_and_status_newest_first(pgq: Pgq, queue: Queue) -> None:
+    first = queue.enqueue("mail", {})
+    second = queue.enqueue("mail", {})
+    other = queue.enqueue("sms", {})
+    [claimed] = queue.claim("mail", 1, LEASE, "w-1")
+    assert claimed.id == first
+
+    listed = json.loads(ok(pgq("jobs", "--json")))
+    assert [r["id"] for r in listed] == [other, second, first]
+    running = json.loads(ok(pgq("jobs", "--queue", "mail", "--status", "running", "--json")))
+    assert [(r["id"], r["status"], r["worker"], r["fence"]) for r in running] == [
+        (first, "running", "w-1", 1)
+    ]
+    datetime.fromisoformat(running[0]["lease_until"])
+    assert [r["id"] for r in json.loads(ok(pgq("jobs", "-q", "mail", "--json")))] == [second, first]
+    assert [r["id"] for r in json.loads(ok(pgq("jobs", "--limit", "1", "--json")))] == [other]
+    assert json.loads(ok(pgq("jobs", "--status", "dead", "--json"))) == []
+
+    table = ok(pgq("jobs", "--queue", "mail"))
+    assert "w-1" in table and "running" in table and "sms" not in table
+    assert ok(pgq("jobs", "--status", "done")).strip() == "no jobs"
+
+
+def test_jobs_bad_options(pgq: Pgq) -> None:
+    error_line(pgq("jobs", "--status", "finished"), 2, "--status", "'finished' is not one of")
+    error_line(pgq("jobs", "--limit", "0"), 2, "--limit", "(see 'pgq jobs --help')")
+
+
+def test_show_every_column_payload_and_history(pgq: Pgq, queue: Queue) -> None:
+    job_id = queue.enqueue("mail", {"to": "a@example.com", "tags": [1, 2]}, max_attempts=4)
+    [job] = queue.claim("mail", 1, LEASE, "w-1")
+    queue.fail(job.id, job.fence, "smtp down")
+    queue.kill([job_id], "operator gave up")
+
+    detail = json.loads(ok(pgq("show", str(job_id), "--json")))
+    assert set(detail) >= {
+        "id",
+        "queue",
+        "status",
+        "payload",
+        "run_at",
+        "attempts",
+        "max_attempts",
+        "lease_until",
+        "fence",
+        "last_error",
+        "queued_at",
+        "worker",
+        "claimed_at",
+        "lease_seconds",
+        "finished_at",
+        "history",
+    }
+    assert (detail["status"], detail["attempts"], detail["max_attempts"], detail["fence"]) == (
+        "dead",
+        1,
+        4,
+        2,
+    )
+    assert detail["payload"] == {"to": "a@example.com", "tags": [1, 2]}
+    assert detail["last_error"] == "operator gave up"
+    assert detail["lease_seconds"] == 30
+    assert [(e["event"], e["fence"]) for e in detail["history"]] == [
+        ("enqueued", 0),
+        ("claimed", 1),
+        ("failed", 1),
+        ("killed", 2),
+    ]
+
+    human = ok(pgq("show", str(job_id)))
+    assert '"to": "a@example.com"' in human
+    assert '  "tags": [' in human
+    for text in ("fence history", "claimed", "failed", "killed", "operator gave up", "w-1"):
+        assert text in human
+
+
+def test_show_unknown_job(pgq: Pgq) -> None:
+    error_line(pgq("show", "424242"), 1, "no job with id 424242")
+    error_line(pgq("show", "abc"), 2, "JOB_ID")
+
+
+# ---------------------------------------------------------------------------- requeue, kill
+
+
+def test_requeue_ids_reports_the_ones_that_were_not_dead(pgq: Pgq, queue: Queue) -> None:
+    dead = dead_job(queue)
+    ready = queue.enqueue("mail", {})
+    out = ok(pgq("requeue", str(dead), str(ready), str(dead)))
+    assert f"requeued 1 job: {dead}" in out
+    assert f"not requeued (not dead): {ready} (ready)" in out
+    job = queue.job(dead)
+    assert (job.status, job.attempts, job.history[-1].event) == ("ready", 0, "requeued")
+
+    again = json.loads(ok(pgq("requeue", str(dead), "--json")))
+    assert again == {"requeued": [], "not_requeued": [{"id": dead, "status": "ready"}]}
+
+
+def test_requeue_dead_jobs_of_one_queue_then_of_all(pgq: Pgq, queue: Queue) -> None:
+    mail = [dead_job(queue, "mail"), dead_job(queue, "mail")]
+    sms = dead_job(queue, "sms")
+    assert ok(pgq("requeue", "--queue", "mail", "--dead")).strip() == (
+        "requeued 2 dead jobs of queue mail"
+    )
+    assert [status_of(queue, i) for i in [*mail, sms]] == ["ready", "ready", "dead"]
+
+    assert json.loads(ok(pgq("requeue", "--all-queues", "--dead", "--json")))["requeued"] == [sms]
+    assert status_of(queue, sms) == "ready"
+    assert "requeued 0 dead jobs" in ok(pgq("requeue", "--all-queues", "--dead"))
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["1", "--queue", "mail", "--dead"], "not both"),
+        (["1", "--all-queues", "--dead"], "not both"),
+        (["--queue", "mail"], "need --dead"),
+        (["--queue", "mail", "--all-queues", "--dead"], "--queue or --all-queues"),
+        ([], "give job ids"),
+        (["x"], "JOB_ID"),
+    ],
+)
+def test_requeue_usage_errors(pgq: Pgq, queue: Queue, args: list[str], fragment: str) -> None:
+    dead = dead_job(queue)
+    error_line(pgq("requeue", *args), 2, fragment)
+    assert status_of(queue, dead) == "dead"
+
+
+def test_requeue_unknown_id_changes_nothing(pgq: Pgq, queue: Queue) -> None:
+    dead = dead_job(queue)
+    error_line(pgq("requeue", str(dead), "424242"), 1, "no job id 424242", "nothing was changed")
+    assert status_of(queue, dead) == "dead"
+
+
+def test_kill_ready_and_running_jobs_but_not_finished_ones(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    ready = queue.enqueue("mail", {})
+    running = queue.enqueue("mail", {}, delay=timedelta(seconds=0))
+    [held] = queue.claim("mail", 1, LEASE, "w")
+    done = done_job(queue, "other")
+    result = json.loads(
+        ok(pgq("kill", str(ready), str(running), str(done), "--reason", "bad data", "--json"))
+    )
+    assert result == {
+        "killed": sorted([ready, running]),
+        "not_killed": [{"id": done, "status": "done"}],
+    }
+    for job_id in (ready, running):
+        job = queue.job(job_id)
+        assert (job.status, job.last_error, job.history[-1].event) == ("dead", "bad data", "killed")
+    assert queue.job(held.id).fence == held.fence + 1
+    assert status_of(queue, done) == "done"
+
+    out = ok(pgq("kill", str(ready)))
+    assert "killed no jobs" in out and f"{ready} (dead)" in out
+
+
+def test_kill_errors(pgq: Pgq, queue: Queue) -> None:
+    ready = queue.enqueue("mail", {})
+    error_line(pgq("kill", str(ready), "424242"), 1, "no job id 424242")
+    assert status_of(queue, ready) == "ready"
+    error_line(pgq("kill"), 2, "Missing argument")
+    error_line(pgq("kill", str(ready), "--reason", " "), 2, "reason must not be empty")
+    assert status_of(queue, ready) == "ready"
+
+
+# ---------------------------------------------------------------------------- reap, prune
+
+
+def test_reap_returns_expired_leases(pgq: Pgq, queue: Queue, conn: Any, schema: str) -> None:
+    retry = queue.enqueue("mail", {})
+    last = queue.enqueue("mail", {}, max_attempts=1)
+    live = queue.enqueue("mail", {})
+    queue.claim("mail", 3, LEASE, "w")
+    conn.execute(
+        q(
+            schema,
+            "UPDATE {s}.jobs SET lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
+        ),
+        [[retry, last]],
+    )
+    out = ok(pgq("reap"))
+    assert "reaped 2 jobs" in out
+    assert f"ready again: {retry}" in out and f"dead (out of attempts): {last}" in out
+    assert [status_of(queue, i) for i in (retry, last, live)] == ["ready", "dead", "running"]
+    assert json.loads(ok(pgq("reap", "--json"))) == []
+    assert ok(pgq("reap")).strip() == "no expired leases"
+
+
+def test_prune_deletes_old_done_jobs_in_batches(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    old = [done_job(queue) for _ in range(5)]
+    recent = done_job(queue)
+    ready = queue.enqueue("mail", {})
+    conn.execute(
+        q(schema, "UPDATE {s}.jobs SET finished_at = now() - interval '8 days' WHERE id = ANY(%s)"),
+        [old],
+    )
+    out = ok(pgq("prune", "--older-than", "7d", "--batch", "2"))
+    assert out.strip() == "pruned 5 done jobs older than 7d"
+    remaining = [r[0] for r in conn.execute(q(schema, "SELECT id FROM {s}.jobs ORDER BY id"))]
+    assert remaining == [recent, ready]
+    assert (
+        scalar(conn, schema, "SELECT count(*) FROM {s}.job_events WHERE job_id = ANY(%s)", old) == 0
+    )
+    assert json.loads(ok(pgq("prune", "--older-than", "7d", "--json"))) == {"deleted": 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--older-than", "7 days"], "not a duration: '7 days'"),
+        (["--older-than", "7d", "--batch", "0"], "--batch"),
+        ([], "Missing option '--older-than'"),
+    ],
+)
+def test_prune_usage_errors(pgq: Pgq, queue: Queue, args: list[str], fragment: str) -> None:
+    done = done_job(queue)
+    error_line(pgq("prune", *args), 2, fragment)
+    assert status_of(queue, done) == "done"
+
+
+# ---------------------------------------------------------------------------- servers, schemas
+
+
+@pytest.mark.parametrize(
+    "args", [["stats"], ["jobs"], ["enqueue", "mail", "{}"], ["show", "1"], ["migrate"]]
+)
+def test_unreachable_server_is_one_line_without_the_password(args: list[str]) -> None:
+    result = CliRunner(env=ENV).invoke(main, ["--dsn", UNREACHABLE, *args])
+    line = error_line(result, 1, "database unavailable", "127.0.0.1")
+    assert "s3cret" not in result.output and "s3cret" not in line
+
+
+def test_password_in_a_bad_dsn_is_never_shown() -> None:
+    result = CliRunner(env=ENV).invoke(main, ["--dsn", "host=x password=s3cret bogus=1", "stats"])
+    error_line(result, 1, "invalid DSN")
+    assert "s3cret" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats"],
+        ["jobs"],
+        ["enqueue", "mail"],
+        ["show", "1"],
+        ["kill", "1"],
+        ["reap"],
+        ["requeue", "--all-queues", "--dead"],
+        ["prune", "--older-than", "1d"],
+    ],
+)
+def test_unmigrated_schema_says_run_migrate(dsn: str, args: list[str]) -> None:
+    name = f"never_{secrets.token_hex(4)}"
+    result = CliRunner(env=ENV).invoke(main, ["--dsn", dsn, "--schema", name, *args])
+    line = error_line(result, 1)
+    assert line == f"pgq: error: schema '{name}' has no pgq tables: run `pgq migrate` first"
+
+
+def test_invalid_schema_name_and_unknown_command(dsn: str) -> None:
+    runner = CliRunner(env=ENV)
+    error_line(
+        runner.invoke(main, ["--dsn", dsn, "--schema", "no-dash", "stats"]),
+        1,
+        "invalid schema name",
+    )
+    error_line(runner.invoke(main, ["--dsn", dsn, "frobnicate"]), 2, "No such command")
+    error_line(runner.invoke(main, ["--dsn", dsn, "stats", "--bogus"]), 2, "--bogus")
+
+
+def test_help_still_shows_usage() -> None:
+    result = CliRunner(env=ENV).invoke(main, ["enqueue", "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.stdout and "--file" in result.stdout
+
+
+def test_console_script_bad_input_has_no_traceback(dsn: str, schema: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PGQ_HOME": "/nonexistent-pgq-home"}
+    bad_json = subprocess.run(
+        [sys.executable, "-m", "pgq", "--dsn", dsn, "--schema", schema, "enqueue", "m", "{oops"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert bad_json.returncode == 2
+    assert bad_json.stdout == ""
+    assert bad_json.stderr.startswith("pgq: error: Invalid value for 'PAYLOAD_JSON'")
+    assert bad_json.stderr.count("\n") == 1 and "Traceback" not in bad_json.stderr
+
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "pgq", "--dsn", UNREACHABLE, "stats"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.count("\n") == 1 and "Traceback" not in unreachable.stderr
+    assert "s3cret" not in unreachable.stderr + unreachable.stdout
