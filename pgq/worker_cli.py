@@ -1,0 +1,114 @@
+"""`pgq worker`: run a handler on the jobs of one or more queues until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+from datetime import timedelta
+
+import click
+
+from pgq_core import parse_duration
+from pgq_core.worker import Worker, load_handler, run_until_stopped
+
+from .context import fail, settings
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    try:
+        parsed = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if param.name == "lease" and parsed.total_seconds() <= 0:
+        raise click.BadParameter("the lease must be longer than 0")
+    return parsed
+
+
+@click.command("worker")
+@click.argument("queues", nargs=-1, required=True)
+@click.option(
+    "--handler",
+    "handler_spec",
+    required=True,
+    metavar="MODULE:CALLABLE",
+    help="Function called with each job (plain or async def); MODULE importable from here.",
+)
+@click.option(
+    "--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
+    help="Jobs run at once (and the most jobs ever held).",
+)
+@click.option(
+    "--lease", default="30s", show_default=True, callback=_duration,
+    help="Lease per claim, e.g. 30s or 2m (bare numbers are seconds); heartbeats every third.",
+)
+@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
+@click.option(
+    "--grace", default="30s", show_default=True, callback=_duration,
+    help="On SIGTERM/SIGINT, how long running jobs may finish before they are handed back.",
+)
+@click.option(
+    "--poll-interval", default="1s", show_default=True, callback=_duration,
+    help="Polling fallback when idle (doubles up to 10x while the queues stay empty).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+@click.pass_context
+def worker_command(
+    ctx: click.Context,
+    queues: tuple[str, ...],
+    handler_spec: str,
+    concurrency: int,
+    lease: timedelta,
+    burst: bool,
+    grace: timedelta,
+    poll_interval: timedelta,
+    log_level: str,
+) -> None:
+    """Run HANDLER on jobs from QUEUES. SIGTERM/SIGINT: finish, hand back; twice: stop now."""
+    if any(not q.strip() for q in queues):
+        fail("queue names must not be empty")
+    handler = load_handler(handler_spec)
+    target = settings(ctx).target()
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    worker = Worker(
+        target.dsn,
+        queues,
+        handler,
+        schema=target.schema,
+        concurrency=concurrency,
+        lease=lease,
+        burst=burst,
+        grace=grace.total_seconds(),
+        poll_interval=max(poll_interval.total_seconds(), 0.01),
+    )
+    log = logging.getLogger("pgq.worker")
+
+    def on_signal(name: str, count: int) -> None:
+        if count > 1:
+            log.info("received %s again: handing back running jobs now", name)
+        else:
+            log.info("received %s: finishing running jobs; send again to stop at once", name)
+
+    asyncio.run(run_until_stopped(worker, on_signal))
+    if any(t.name.startswith("pgq-job-") and t.is_alive() for t in threading.enumerate()):
+        log.warning("worker %s: exiting with handler threads still running", worker.id)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    from .cli import main
+
+    if "worker" not in main.commands:
+        main.add_command(worker_command)
+    main()

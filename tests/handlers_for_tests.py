@@ -1,0 +1,65 @@
+"""Handlers the worker tests run, in-process and in real worker processes.
+
+Process handlers read PGQ_DSN and PGQ_SCHEMA (set by the tests) for their own connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from pgq_core import fenced_write
+from pgq_core.worker import JobContext
+
+_local = threading.local()
+
+
+def _conn() -> psycopg.Connection[Any]:
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(os.environ["PGQ_DSN"])
+        _local.conn = conn
+    return conn
+
+
+async def noop(ctx: JobContext) -> None:
+    return None
+
+
+def noop_sync(ctx: JobContext) -> None:
+    return None
+
+
+def fenced(ctx: JobContext) -> None:
+    """Sleep `payload["sleep"]`, then write the effect and complete, in one transaction."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    conn = _conn()
+    with conn.transaction():
+        fenced_write(
+            conn,
+            "effects",
+            {"job_id": ctx.id},
+            {"worker": ctx.worker_id},
+            ctx.fence,
+            schema=ctx.schema,
+        )
+        ctx.complete(conn)
+
+
+def sleepy(ctx: JobContext) -> None:
+    """Sleep without looking at ctx.lost (an uncooperative handler)."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+
+
+def crash(ctx: JobContext) -> None:
+    """Kill the whole worker process, as a segfault would."""
+    os._exit(3)
+
+
+async def wait_forever(ctx: JobContext) -> None:
+    await asyncio.sleep(3600)
