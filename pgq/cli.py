@@ -38,6 +38,9 @@ from .context import PgqGroup, Settings, echo_json, fail, settings, unique
 
 #: Files with at least this many jobs get a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 5000
+#: PostgreSQL's int and bigint ranges, so an out-of-range number is a usage error.
+INT4 = click.IntRange(1, 2**31 - 1)
+JOB_ID = click.IntRange(1, 2**63 - 1)
 #: Jobs per `enqueue_many` call while a file is enqueued (all inside one transaction).
 ENQUEUE_STEP = 5000
 
@@ -71,6 +74,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         return parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+    except OverflowError:
+        raise click.BadParameter(f"duration too long: {value!r}", ctx, param) from None
 
 
 def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -86,8 +91,8 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
     return parsed if parsed.tzinfo else parsed.astimezone()
 
 
-def _jsonb_problem(value: Any) -> str | None:
-    """Why PostgreSQL's jsonb would reject a parsed JSON value, or None."""
+def _string_problem(value: Any) -> str | None:
+    """Why jsonb would reject a string inside a parsed JSON value, or None."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -98,9 +103,6 @@ def _jsonb_problem(value: Any) -> str | None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return "a string holds a lone UTF-16 surrogate"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return "number out of range"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -113,13 +115,26 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:20]}")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def parse_payload(text: str) -> Any:
-    """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise."""
+    """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
+
+    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked.
+    """
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at column {exc.colno}") from None
-    problem = _jsonb_problem(value)
+    problem = _string_problem(value) if "\\u" in text else None
     if problem:
         raise ValueError(problem)
     return value
@@ -260,7 +275,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(min=1),
+    type=INT4,
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help="Attempts before the job is dead.",
@@ -343,7 +358,7 @@ def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
 @click.option(
     "--limit",
     "-n",
-    type=click.IntRange(min=1),
+    type=INT4,
     default=50,
     show_default=True,
     help="At most this many jobs, newest first.",
@@ -385,7 +400,7 @@ def jobs(
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (history included).")
 @click.pass_context
 def show(ctx: click.Context, job_id: int, as_json: bool) -> None:
@@ -466,7 +481,7 @@ def _report(verb: str, done: list[int], skipped: dict[int, str], why: str, as_js
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, type=int, metavar="[JOB_ID]...")
+@click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB_ID]...")
 @click.option("--queue", "-q", "queue_name", help="Requeue the dead jobs of this queue.")
 @click.option("--all-queues", is_flag=True, help="Requeue the dead jobs of every queue.")
 @click.option("--dead", is_flag=True, help="Required with --queue/--all-queues: what to requeue.")
@@ -508,7 +523,7 @@ def requeue(
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, type=int, required=True, metavar="JOB_ID...")
+@click.argument("job_ids", nargs=-1, type=JOB_ID, required=True, metavar="JOB_ID...")
 @click.option(
     "--reason", default="killed by operator", show_default=True, help="Recorded as last_error."
 )
@@ -559,7 +574,7 @@ def reap(ctx: click.Context, as_json: bool) -> None:
 )
 @click.option(
     "--batch",
-    type=click.IntRange(min=1),
+    type=INT4,
     default=PRUNE_BATCH,
     show_default=True,
     help="Rows deleted per statement (keeps each transaction short).",

@@ -110,7 +110,7 @@ class PgqGroup(click.Group):
             raise
         except click.ClickException as exc:
             raise _one_line_click_error(exc) from None
-        except (click.exceptions.Exit, click.Abort):
+        except (click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except PgqError as exc:
             fail(_clean(ctx, str(exc)))
