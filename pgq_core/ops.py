@@ -110,6 +110,30 @@ def complete(held: Sequence[tuple[int, int]], worker: str | None) -> Op[Settled]
     )
 
 
+def complete_and_claim(
+    held: Sequence[tuple[int, int]], queue: str, limit: int, lease: timedelta, worker: str
+) -> Op[tuple[Settled, list[Job]]]:
+    """`complete(held)` and `claim(queue, limit)` in one statement: (settled, claimed jobs)."""
+
+    def read(rows: Rows) -> tuple[Settled, list[Job]]:
+        done = [r[1:3] for r in rows if r[0] == "completed"]
+        jobs = [Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7]) for r in rows if r[0] == "claimed"]
+        return _settled(held)(done), jobs
+
+    return Op(
+        "complete_and_claim",
+        {
+            "ids": [i for i, _ in held],
+            "fences": [f for _, f in held],
+            "queue": queue,
+            "limit": limit,
+            "lease": lease,
+            "worker": worker,
+        },
+        read,
+    )
+
+
 def fail(
     held: Sequence[tuple[int, int, str]],
     worker: str | None,

@@ -43,6 +43,46 @@ WITH claimed AS (
 )
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
 
+-- name: complete_and_claim
+-- The worker's hot path, one statement (one round trip, one commit): settle finished jobs as
+-- done, each checked against its own id + fence exactly as `complete`, and claim up to
+-- `limit` more exactly as `claim`. The two touch disjoint rows (running vs ready).
+-- Rows: ('completed', id, fence) per applied completion, then ('claimed', job...) per claim.
+WITH settled AS (
+  UPDATE {schema}.jobs j
+     SET status = 'done', lease_until = NULL, finished_at = now()
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+), claimed AS (
+  UPDATE {schema}.jobs
+     SET status       = 'running',
+         attempts     = attempts + 1,
+         fence        = fence + 1,
+         lease_until  = now() + %(lease)s::interval,
+         lease_length = %(lease)s::interval,
+         claimed_at   = now(),
+         worker       = %(worker)s
+   WHERE id IN (
+     SELECT id FROM {schema}.jobs
+      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY run_at
+      LIMIT %(limit)s
+      FOR UPDATE SKIP LOCKED
+   )
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'completed', fence, %(worker)s FROM settled
+  UNION ALL
+  SELECT id, 'claimed', fence, %(worker)s FROM claimed
+)
+SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz
+  FROM settled
+UNION ALL
+SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed
+ORDER BY 1 DESC, 2;
+
 -- name: heartbeat
 -- Extend the leases of many held jobs; the rows not returned are lost.
 UPDATE {schema}.jobs j

@@ -37,9 +37,10 @@ import psycopg
 
 from . import ops
 from .config import describe, first_line, scrub
-from .errors import LeaseLost, PgqError
+from .errors import LeaseLost, PgqError, SchemaMissing
 from .models import Job
 from .ops import Op
+from .queries import query
 from .queue import AsyncQueue, Queue, listen_statement, make_worker_id
 
 T = TypeVar("T")
@@ -225,19 +226,36 @@ class _Link:
     async def open(self) -> None:
         self._queue = await self._connect()
 
-    async def call(self, op: Op[T]) -> T:
+    async def call(self, *step: Op[Any]) -> list[Any]:
+        """Run the ops in order; several run in one transaction, pipelined in one round trip."""
         async with self._lock:
             q = self._queue
             if q is None:
                 raise _Disconnected
             try:
-                return await q.run(op)
+                if len(step) == 1:
+                    return [await q.run(step[0])]
+                return await self._pipelined(q, step)
+            except psycopg.errors.UndefinedTable:
+                raise SchemaMissing(
+                    f"schema {self._schema!r} has no pgq tables: run `pgq migrate` first"
+                ) from None
             except psycopg.Error as exc:
                 reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
                 if q.conn.broken or q.conn.closed:
                     self._down(q, reason)
                     raise _Disconnected from None
                 raise _Transient(reason) from None
+
+    async def _pipelined(self, q: AsyncQueue, step: Sequence[Op[Any]]) -> list[Any]:
+        conn = q.conn
+        cursors = []
+        async with conn.pipeline(), conn.transaction():
+            for op in step:
+                cur = conn.cursor()
+                await cur.execute(query(op.name, self._schema), op.params)
+                cursors.append(cur)
+        return [op.read(await cur.fetchall()) for op, cur in zip(step, cursors, strict=True)]
 
     def _down(self, q: AsyncQueue, reason: str) -> None:
         if self._queue is not q:
@@ -341,10 +359,12 @@ class Worker:
         self._next_poll = 0.0
         self._idle_delay = poll_interval
         self._maybe_more = True
-        self._queue_turn = 0
+        self._queue_turn = -1
+        self._round: list[str] = []
+        self._round_got = 0
         self._down_since: float | None = None
-        self.settle_statements = 0
-        self.claim_statements = 0
+        self.idle_seconds = 0.0
+        self.statements = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._beat_now: asyncio.Event | None = None
@@ -513,24 +533,28 @@ class Worker:
     # -- the main loop: settle, claim, wait ---------------------------------------------------
 
     async def _pump(self) -> None:
+        """One step per round trip: settle what finished and claim for the free slots."""
         assert self._wake is not None and self._link is not None
         while True:
             now = time.monotonic()
             can_talk = self._link.up and now >= self._retry_at
-            if self._pending and can_talk and self._flush_due(now):
-                await self._flush()
-                continue
-            if self._stopping:
-                if not self._held and not self._pending:
-                    return
-                if now >= self._grace_deadline:
-                    return
-            elif can_talk and self._capacity > 0 and self._claim_due(now):
-                got = await self._claim(self._capacity)
-                if self.burst and got == 0 and not self._held and not self._zombies:
+            flush = bool(self._pending) and self._flush_due(now)
+            claim = not self._stopping and self._claim_due(now)
+            if can_talk and (flush or (claim and self._capacity > 0)):
+                claimed = await self._step(claim)
+                if (
+                    self.burst
+                    and claimed == 0
+                    and not self._round
+                    and not self._round_got
+                    and not self._held
+                    and not self._zombies
+                ):
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
                 continue
+            if self._stopping and (not self._held or now >= self._grace_deadline):
+                return
             await self._sleep(self._next_timeout(now))
 
     def _flush_due(self, now: float) -> bool:
@@ -561,54 +585,117 @@ class Worker:
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None
         if timeout > 0 and not self._wake.is_set():
+            began = time.monotonic()
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
                 pass
+            self.idle_seconds += time.monotonic() - began
         self._wake.clear()
 
-    async def _call(self, op: Op[T]) -> T:
-        """Run `op` on the link; a transient failure holds off further statements briefly."""
+    async def _call(self, *step: Op[Any]) -> list[Any]:
+        """Run `step` on the link (several ops: one transaction, one round trip).
+
+        A transient failure holds off further statements briefly.
+        """
         assert self._link is not None
         try:
-            return await self._link.call(op)
+            return await self._link.call(*step)
         except _Transient as exc:
             self._retry_at = time.monotonic() + 0.5
-            log.warning("worker %s: %s failed, retrying: %s", self.id, op.name, exc)
+            log.warning(
+                "worker %s: %s failed, retrying: %s",
+                self.id,
+                "+".join(op.name for op in step),
+                exc,
+            )
             raise
 
-    # -- claiming ---------------------------------------------------------------------------
+    # -- one step: settle and claim -----------------------------------------------------------
 
-    async def _claim(self, free: int) -> int | None:
-        """Claim up to `free` jobs across the queues; None if the database did not answer."""
-        got = 0
-        any_full = False
-        start = self._queue_turn
-        self._queue_turn = (self._queue_turn + 1) % len(self.queues)
-        for i in range(len(self.queues)):
-            if free <= 0 or self._stopping:
-                break
-            queue = self.queues[(start + i) % len(self.queues)]
-            try:
-                jobs = await self._call(ops.claim(queue, free, self.lease, self.id))
-            except (_Disconnected, _Transient):
-                return None
-            self.claim_statements += 1
+    async def _step(self, claim: bool) -> int | None:
+        """Settle every pending job and, if `claim`, claim for the slots that frees, in one
+        transaction. Returns how many jobs were claimed (None: the database did not answer)."""
+        batch = self._pending[: self.flush_max]
+        del self._pending[: len(batch)]
+        completes = [h for h in batch if h.error is None]
+        fails = [h for h in batch if h.error is not None]
+        step: list[Op[Any]] = []
+        if fails:
+            triples = [(h.job.id, h.job.fence, h.error or "") for h in fails]
+            step.append(ops.fail(triples, self.id, base=self.retry_base))
+        free = self._capacity + len(batch)
+        queue = self._next_queue() if claim and free > 0 else None
+        pairs = [(h.job.id, h.job.fence) for h in completes]
+        if completes and queue is not None:
+            step.append(ops.complete_and_claim(pairs, queue, free, self.lease, self.id))
+        elif completes:
+            step.append(ops.complete(pairs, self.id))
+        elif queue is not None:
+            step.append(ops.claim(queue, free, self.lease, self.id))
+        try:
+            results = await self._call(*step)
+        except (_Disconnected, _Transient):
+            unsettled = [h for h in batch if self._held.get(h.job.id) is h]
+            if unsettled:
+                self._pending[:0] = unsettled
+                self._first_pending_at = time.monotonic()
+            return None
+        self.statements += len(step)
+        lost: list[tuple[_Held, str]] = []
+        if fails:
+            lost += self._settle(fails, results.pop(0).lost, "fail")
+        jobs: list[Job] = []
+        if completes and queue is not None:
+            settled, jobs = results.pop(0)
+            lost += self._settle(completes, settled.lost, "complete")
+        elif completes:
+            lost += self._settle(completes, results.pop(0).lost, "complete")
+        elif queue is not None:
+            jobs = results.pop(0)
+        claimed = 0
+        if queue is not None:
             for job in jobs:
                 self._start(job)
-            any_full = any_full or len(jobs) == free
-            free -= len(jobs)
-            got += len(jobs)
+            claimed = len(jobs)
+            self._claimed(queue, claimed)
+        if self._pending:
+            self._first_pending_at = time.monotonic()
+        for action in ("complete", "fail"):
+            await self._record_stale([h for h, a in lost if a == action], action)
+        return claimed
+
+    def _next_queue(self) -> str:
+        if not self._round:
+            self._round = list(self.queues)
+            self._round_got = 0
+            self._queue_turn = (self._queue_turn + 1) % len(self.queues)
+            self._round = self._round[self._queue_turn :] + self._round[: self._queue_turn]
+        return self._round[0]
+
+    def _claimed(self, queue: str, got: int) -> None:
+        """Track the claim round: a queue that gave no job is empty for now (fewer than asked
+        may just be SKIP LOCKED passing rows other workers hold); once every queue of the
+        round is empty, the worker idles until notified or polled."""
         now = time.monotonic()
-        self._maybe_more = any_full
+        self._round_got += got
         if got:
+            self._round.append(self._round.pop(0))
+            self._maybe_more = True
+            self._idle_delay = self.poll_interval
+            return
+        self._round.remove(queue)
+        if self._round:
+            self._maybe_more = True
+            return
+        self._maybe_more = False
+        if self._round_got:
             self._idle_delay = self.poll_interval
             self._next_poll = now + self.poll_interval
         else:
             self._next_poll = now + self._idle_delay * random.uniform(0.8, 1.0)
             self._idle_delay = min(self._idle_delay * 2, self.max_poll_interval)
-        return got
 
     def _start(self, job: Job) -> None:
         held = _Held(job, JobContext(job, self.id, self.schema), time.time())
@@ -653,36 +740,11 @@ class Worker:
 
     # -- settling ---------------------------------------------------------------------------
 
-    async def _flush(self) -> None:
-        batch = self._pending[: self.flush_max]
-        del self._pending[: len(batch)]
-        completes = [h for h in batch if h.error is None]
-        fails = [h for h in batch if h.error is not None]
-        try:
-            if completes:
-                held_pairs = [(h.job.id, h.job.fence) for h in completes]
-                settled = await self._call(ops.complete(held_pairs, self.id))
-                self.settle_statements += 1
-                lost = self._settle(completes, settled.lost, "complete")
-                completes = []
-                await self._record_stale(lost, "complete")
-            if fails:
-                triples = [(h.job.id, h.job.fence, h.error or "") for h in fails]
-                settled = await self._call(ops.fail(triples, self.id, base=self.retry_base))
-                self.settle_statements += 1
-                lost = self._settle(fails, settled.lost, "fail")
-                fails = []
-                await self._record_stale(lost, "fail")
-        except (_Disconnected, _Transient):
-            unsettled = [h for h in completes + fails if self._held.get(h.job.id) is h]
-            if unsettled:
-                self._pending[:0] = unsettled
-        if self._pending:
-            self._first_pending_at = time.monotonic()
-
-    def _settle(self, batch: list[_Held], lost_ids: list[int], action: str) -> list[_Held]:
+    def _settle(
+        self, batch: list[_Held], lost_ids: list[int], action: str
+    ) -> list[tuple[_Held, str]]:
         lost_set = set(lost_ids)
-        lost: list[_Held] = []
+        lost: list[tuple[_Held, str]] = []
         for h in batch:
             if self._held.get(h.job.id) is not h:
                 continue
@@ -692,7 +754,7 @@ class Worker:
                     log.info("job %d: failed after completing itself; kept done", h.job.id)
                     continue
                 self._lose(h, action)
-                lost.append(h)
+                lost.append((h, action))
                 continue
             del self._held[h.job.id]
             if h.error is None:
@@ -762,7 +824,7 @@ class Worker:
         pairs = [(h.job.id, h.job.fence) for h in remaining]
         try:
             async with asyncio.timeout(HAND_BACK_TIMEOUT):
-                settled = await self._call(ops.release(pairs, self.id, "worker shutdown"))
+                (settled,) = await self._call(ops.release(pairs, self.id, "worker shutdown"))
         except (_Disconnected, _Transient, TimeoutError):
             log.warning(
                 "worker %s: could not hand back %d job(s) (database unavailable); "
@@ -793,7 +855,9 @@ class Worker:
             if not held:
                 continue
             try:
-                settled = await self._call(ops.heartbeat([(h.job.id, h.job.fence) for h in held]))
+                (settled,) = await self._call(
+                    ops.heartbeat([(h.job.id, h.job.fence) for h in held])
+                )
             except (_Disconnected, _Transient):
                 continue
             lost_ids = set(settled.lost)
@@ -805,7 +869,7 @@ class Worker:
     async def _reaper(self) -> None:
         while True:
             try:
-                reaped = await self._call(ops.reap())
+                (reaped,) = await self._call(ops.reap())
             except (_Disconnected, _Transient):
                 reaped = []
             if reaped:
