@@ -1,0 +1,432 @@
+"""The worker runtime, in-process, against a real PostgreSQL: batching, capacity, failures,
+lost leases, transactional completion, burst exit, graceful stop, LISTEN wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgq_core import JobSpec, PgqError, Queue, fenced_write
+from pgq_core.worker import JobContext, Worker, load_handler
+
+TIMEOUT = 30.0
+
+
+async def until(condition: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> None:
+    """Poll `condition` (sync or async) until truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or condition}")
+        await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: worker.state != "starting" or task.done(), what="worker start")
+        yield task
+    finally:
+        worker.stop(immediately=True)
+        await asyncio.wait_for(task, TIMEOUT)
+
+
+def make_worker(dsn: str, schema: str, handler: Any, **kw: Any) -> Worker:
+    kw.setdefault("lease", timedelta(seconds=30))
+    kw.setdefault("poll_interval", 0.05)
+    return Worker(dsn, kw.pop("queues", ["q"]), handler, schema=schema, **kw)
+
+
+def status_counts(queue: Queue) -> dict[str, int]:
+    rows = queue.conn.execute(
+        sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY status").format(
+            sql.Identifier(queue.schema)
+        )
+    ).fetchall()
+    return {str(s): int(n) for s, n in rows}
+
+
+def events(queue: Queue, job_id: int) -> list[tuple[str, int, str | None]]:
+    return [(e.event, e.fence, e.worker) for e in queue.history(job_id)]
+
+
+async def test_burst_drains_and_settles_in_batches(dsn: str, schema: str, queue: Queue) -> None:
+    queue.enqueue_many([JobSpec("q", {"i": i}) for i in range(300)])
+    seen: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        seen.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=20, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+
+    assert worker.state == "stopped"
+    assert status_counts(queue) == {"done": 300}
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 300
+    snap = worker.snapshot()
+    assert (snap.done, snap.failed, snap.lost, snap.running) == (300, 0, 0, ())
+    # Rows settled by one statement share its transaction id: far fewer than one per job.
+    transactions = queue.conn.execute(
+        sql.SQL("SELECT count(DISTINCT xmin::text) FROM {}.jobs").format(sql.Identifier(schema))
+    ).fetchone()
+    assert transactions is not None and transactions[0] <= 300 // 5
+    completed_by = queue.conn.execute(
+        sql.SQL("SELECT DISTINCT worker FROM {}.job_events WHERE event = 'completed'").format(
+            sql.Identifier(schema)
+        )
+    ).fetchall()
+    assert completed_by == [(worker.id,)]
+
+
+async def test_never_holds_more_jobs_than_it_can_run(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue_many([JobSpec("q", {}) for _ in range(40)])
+    worker: Worker
+
+    async def handler(ctx: JobContext) -> None:
+        await asyncio.sleep(0.02)
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True)
+    held_in_db: list[int] = []
+    task = asyncio.create_task(worker.run())
+    with psycopg.connect(dsn, autocommit=True) as probe:
+        count = sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'running'").format(
+            sql.Identifier(schema)
+        )
+        while not task.done():
+            row = probe.execute(count).fetchone()
+            assert row is not None
+            held_in_db.append(int(row[0]))
+            assert len(worker.snapshot().running) <= 4
+            await asyncio.sleep(0.005)
+    await task
+    assert max(held_in_db) <= 4
+    assert status_counts(queue) == {"done": 40}
+
+
+async def test_sync_handler_runs_in_threads(dsn: str, schema: str, queue: Queue) -> None:
+    ids = queue.enqueue_many([JobSpec("q", {"n": n}) for n in range(10)])
+    threads: set[str] = set()
+
+    def handler(ctx: JobContext) -> None:
+        threads.add(threading.current_thread().name)
+        assert ctx.payload["n"] == ids.index(ctx.id)
+        assert (ctx.fence, ctx.attempts, ctx.max_attempts, ctx.queue) == (1, 1, 5, "q")
+
+    worker = make_worker(dsn, schema, handler, concurrency=3, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert status_counts(queue) == {"done": 10}
+    assert threads and all(t.startswith("pgq-job-") for t in threads)
+
+
+async def test_raising_fails_the_job_with_its_error_and_backoff(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    retried = queue.enqueue("q", {"kind": "retry"}, max_attempts=3)
+    final = queue.enqueue("q", {"kind": "last"}, max_attempts=1)
+
+    async def handler(ctx: JobContext) -> None:
+        raise ValueError(f"boom {ctx.payload['kind']}")
+
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=60.0)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+
+    snap = worker.snapshot()
+    assert (snap.done, snap.failed, snap.lost) == (0, 2, 0)
+    job = queue.job(retried)
+    assert (job.status, job.attempts, job.last_error) == ("ready", 1, "ValueError: boom retry")
+    assert job.run_at.timestamp() > time.time() + 30  # 60 s * 2**1, less up to 25 % jitter
+    dead = queue.job(final)
+    assert (dead.status, dead.last_error) == ("dead", "ValueError: boom last")
+    assert [e[0] for e in events(queue, final)] == ["enqueued", "claimed", "dead"]
+
+
+async def test_operator_kill_cancels_the_async_handler_at_the_next_heartbeat(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("q", {})
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.id != job_id:
+            return
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=1.5))
+    async with running(worker):
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        assert [r.id for r in worker.snapshot().running] == [job_id]
+        assert queue.kill([job_id]) == [job_id]
+        await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+        await until(lambda: worker.snapshot().lost == 1, what="lost counted")
+        assert worker.snapshot().running == ()
+        # The worker goes on: a new job is done.
+        after = queue.enqueue("q", {})
+        await until(lambda: queue.job(after).status == "done", what="next job done")
+
+    history = queue.job(job_id).history
+    assert [(e.event, e.fence) for e in history] == [
+        ("enqueued", 0),
+        ("claimed", 1),
+        ("killed", 2),
+        ("stale", 1),
+    ]
+    stale = history[-1]
+    assert stale.worker == worker.id and stale.detail == "heartbeat rejected: stale fence"
+    # Seen at a heartbeat (every lease / 3), not by waiting for the lease to run out.
+    assert (stale.at - history[2].at).total_seconds() < 1.5
+    assert queue.job(job_id).status == "dead"
+
+
+async def test_sync_handler_is_told_through_ctx_lost(dsn: str, schema: str, queue: Queue) -> None:
+    job_id = queue.enqueue("q", {})
+    saw_lost = threading.Event()
+    started = threading.Event()
+
+    def handler(ctx: JobContext) -> str:
+        started.set()
+        while not ctx.lost:
+            time.sleep(0.01)
+        saw_lost.set()
+        return "thrown away"
+
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=1.5))
+    async with running(worker):
+        await until(started.is_set, what="handler start")
+        queue.kill([job_id])
+        await until(saw_lost.is_set, what="handler sees ctx.lost")
+        await until(lambda: worker.snapshot().lost == 1, what="lost counted")
+        assert worker.snapshot().done == 0
+    assert queue.job(job_id).status == "dead"
+
+
+async def test_completion_with_a_stale_fence_is_discarded_and_recorded(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("q", {})
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        started.set()
+        await release.wait()
+
+    worker = make_worker(dsn, schema, handler)
+    async with running(worker):
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        # Another worker takes the job over: lease expired, reaped, claimed with fence 2.
+        queue.conn.execute(
+            sql.SQL("UPDATE {}.jobs SET lease_until = now() - interval '1 second'").format(
+                sql.Identifier(schema)
+            )
+        )
+        assert queue.reap() == [(job_id, "ready")]
+        [taken] = queue.claim("q", 1, worker="other")
+        assert taken.fence == 2
+        release.set()
+        await until(lambda: worker.snapshot().lost == 1, what="completion rejected")
+        assert worker.snapshot().done == 0
+
+    job = queue.job(job_id)
+    assert (job.status, job.fence, job.worker) == ("running", 2, "other")
+    assert [(e.event, e.fence, e.worker) for e in job.history][-2:] == [
+        ("claimed", 2, "other"),
+        ("stale", 1, worker.id),
+    ]
+    assert job.history[-1].detail == "complete rejected: stale fence"
+
+
+async def test_handler_completes_its_own_job_in_its_transaction(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.conn.execute(
+        sql.SQL("CREATE TABLE {}.effects (job_id bigint PRIMARY KEY, fence bigint)").format(
+            sql.Identifier(schema)
+        )
+    )
+    ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(5)])
+
+    def handler(ctx: JobContext) -> None:
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            fenced_write(conn, "effects", {"job_id": ctx.id}, {}, ctx.fence, schema=schema)
+            ctx.complete(conn)
+
+    worker = make_worker(dsn, schema, handler, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert worker.snapshot().done == 5
+    for job_id in ids:
+        assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "completed"]
+    rows = queue.conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM {s}.effects e JOIN {s}.jobs j ON j.id = e.job_id "
+            "WHERE j.status = 'done' AND e.fence = j.fence"
+        ).format(s=sql.Identifier(schema))
+    ).fetchone()
+    assert rows == (5,)
+
+
+async def test_burst_exits_at_once_on_empty_queues(dsn: str, schema: str) -> None:
+    worker = make_worker(dsn, schema, lambda ctx: None, queues=["a", "b"], burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert worker.snapshot().state == "stopped"
+
+
+async def test_several_queues_are_all_drained(dsn: str, schema: str, queue: Queue) -> None:
+    queue.enqueue_many([JobSpec(q, {}) for q in ("a", "b", "c") for _ in range(15)])
+    queue.enqueue("not-mine", {})
+    done: list[str] = []
+
+    async def handler(ctx: JobContext) -> None:
+        done.append(ctx.queue)
+
+    worker = make_worker(dsn, schema, handler, queues=["a", "b", "c"], concurrency=4, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert sorted(done) == ["a"] * 15 + ["b"] * 15 + ["c"] * 15
+    assert status_counts(queue) == {"done": 45, "ready": 1}
+
+
+async def test_graceful_stop_finishes_quick_jobs_and_hands_back_the_rest(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    quick = queue.enqueue_many([JobSpec("q", {"sleep": 0.2}) for _ in range(3)])
+    slow = queue.enqueue("q", {"sleep": 3600})
+    started: set[int] = set()
+    cancelled: set[int] = set()
+
+    async def handler(ctx: JobContext) -> None:
+        started.add(ctx.id)
+        try:
+            await asyncio.sleep(ctx.payload["sleep"])
+        except asyncio.CancelledError:
+            cancelled.add(ctx.id)
+            raise
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, grace=1.0)
+    task = asyncio.create_task(worker.run())
+    await until(lambda: len(started) == 4, what="4 jobs running")
+    worker.stop()
+    await until(lambda: worker.state == "draining" or task.done(), what="draining")
+    await asyncio.wait_for(task, TIMEOUT)
+
+    assert cancelled == {slow}
+    assert all(queue.job(i).status == "done" for i in quick)
+    job = queue.job(slow)
+    assert (job.status, job.attempts, job.lease_until) == ("ready", 0, None)
+    assert [(e.event, e.worker) for e in job.history][-1] == ("released", worker.id)
+    assert worker.snapshot().done == 3
+
+
+async def test_stop_from_another_thread(dsn: str, schema: str) -> None:
+    worker = make_worker(dsn, schema, lambda ctx: None)
+    task = asyncio.create_task(worker.run())
+    await until(lambda: worker.state == "running", what="running")
+    threading.Thread(target=worker.stop).start()
+    await asyncio.wait_for(task, TIMEOUT)
+    assert worker.state == "stopped"
+
+
+async def test_notification_wakes_an_idle_worker(dsn: str, schema: str, queue: Queue) -> None:
+    done = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        done.set()
+
+    # Polling alone would take a minute: only LISTEN/NOTIFY can make this pass.
+    worker = make_worker(dsn, schema, handler, poll_interval=60.0)
+    async with running(worker):
+        await until(lambda: worker.statements >= 1, what="first claim")
+        await asyncio.sleep(0.3)  # let the listener connect; a notification is a hint only
+        queue.enqueue("q", {})
+        await asyncio.wait_for(done.wait(), TIMEOUT)
+
+
+async def test_idle_polling_backs_off(dsn: str, schema: str) -> None:
+    worker = make_worker(
+        dsn, schema, lambda ctx: None, poll_interval=0.01, max_poll_interval=0.32
+    )
+    async with running(worker):
+        await until(lambda: worker._idle_delay >= 0.32, what="backoff to the cap")
+        before = worker.statements
+        await asyncio.sleep(1.0)
+        # Without backoff a 10 ms poll would have claimed ~100 times.
+        assert worker.statements - before <= 6
+
+
+async def test_snapshot_lists_running_jobs_with_fences(dsn: str, schema: str, queue: Queue) -> None:
+    ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(2)])
+    gate = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        await gate.wait()
+
+    worker = make_worker(dsn, schema, handler, concurrency=5)
+    async with running(worker):
+        await until(lambda: len(worker.snapshot().running) == 2, what="2 running")
+        snap = worker.snapshot()
+        assert snap.state == "running" and snap.concurrency == 5 and snap.queues == ("q",)
+        assert sorted((r.id, r.fence, r.attempts, r.queue) for r in snap.running) == [
+            (i, 1, 1, "q") for i in ids
+        ]
+        assert all(abs(r.started_at - time.time()) < 60 for r in snap.running)
+        gate.set()
+        await until(lambda: worker.snapshot().done == 2, what="done")
+
+
+def test_load_handler(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_jobs.py").write_text(
+        "async def send(ctx):\n    return 1\n\nclass Box:\n    def run(self, ctx):\n"
+        "        return 2\n\nbox = Box()\nnot_callable = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_handler("my_jobs:send").__name__ == "send"
+    assert load_handler("my_jobs:box.run")(None) == 2  # type: ignore[arg-type]
+    for spec, message in [
+        ("my_jobs", "use MODULE:CALLABLE"),
+        ("my_jobs:", "use MODULE:CALLABLE"),
+        ("no_such_module_xyz:f", "cannot import handler module 'no_such_module_xyz'"),
+        ("my_jobs:missing", "has no attribute 'missing'"),
+        ("my_jobs:not_callable", "is not callable"),
+    ]:
+        with pytest.raises(PgqError, match=message):
+            load_handler(spec)
+
+
+def test_worker_rejects_bad_settings(dsn: str) -> None:
+    with pytest.raises(PgqError):
+        Worker(dsn, [], lambda ctx: None)
+    with pytest.raises(PgqError):
+        Worker(dsn, ["q"], lambda ctx: None, concurrency=0)
+    with pytest.raises(PgqError):
+        Worker(dsn, ["q"], lambda ctx: None, lease=timedelta(0))
+
+
+async def test_unreachable_database_at_start_is_one_clear_error() -> None:
+    worker = Worker(
+        "postgresql://u:secret-pw@127.0.0.1:1/db?connect_timeout=2", ["q"], lambda ctx: None
+    )
+    with pytest.raises(PgqError, match="database unavailable") as info:
+        await worker.run()
+    assert "secret-pw" not in str(info.value)
