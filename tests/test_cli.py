@@ -269,6 +269,8 @@ def test_enqueue_file_that_is_not_text(pgq: Pgq, tmp_path: Path) -> None:
         (["mail", "--delay", "1s", "--run-at", "2030-01-01"], ["--delay or --run-at"]),
         (["mail", "--max-attempts", "0"], ["--max-attempts", "0 is not in the range"]),
         (["mail", "--max-attempts", "x"], ["--max-attempts"]),
+        (["mail", "--max-attempts", str(2**31)], ["--max-attempts"]),
+        (["mail", "--delay", "99999999999w"], ["--delay", "too long"]),
         (["", "{}"], ["queue name must not be empty"]),
         ([], ["Missing argument 'QUEUE'"]),
     ],
@@ -362,6 +364,8 @@ def test_show_every_column_payload_and_history(pgq: Pgq, queue: Queue) -> None:
 def test_show_unknown_job(pgq: Pgq) -> None:
     error_line(pgq("show", "424242"), 1, "no job with id 424242")
     error_line(pgq("show", "abc"), 2, "JOB_ID")
+    error_line(pgq("show", "0"), 2, "JOB_ID")
+    error_line(pgq("show", str(2**63)), 2, "JOB_ID")
 
 
 # ---------------------------------------------------------------------------- requeue, kill
@@ -530,6 +534,7 @@ def test_password_in_a_bad_dsn_is_never_shown() -> None:
         ["stats"],
         ["jobs"],
         ["enqueue", "mail"],
+        ["enqueue", "mail", "--file", "-"],
         ["show", "1"],
         ["kill", "1"],
         ["reap"],
@@ -539,7 +544,7 @@ def test_password_in_a_bad_dsn_is_never_shown() -> None:
 )
 def test_unmigrated_schema_says_run_migrate(dsn: str, args: list[str]) -> None:
     name = f"never_{secrets.token_hex(4)}"
-    result = CliRunner(env=ENV).invoke(main, ["--dsn", dsn, "--schema", name, *args])
+    result = CliRunner(env=ENV).invoke(main, ["--dsn", dsn, "--schema", name, *args], input="{}\n")
     line = error_line(result, 1)
     assert line == f"pgq: error: schema '{name}' has no pgq tables: run `pgq migrate` first"
 
