@@ -131,7 +131,7 @@ def parse_payload(text: str) -> Any:
     Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked.
     """
     try:
-        value = _DECODER.decode(text)
+        value = _DECODER.decode(text.rstrip())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at column {exc.colno}") from None
     problem = _string_problem(value) if "\\u" in text else None
@@ -140,26 +140,26 @@ def parse_payload(text: str) -> Any:
     return value
 
 
-def read_payload_lines(stream: IO[str], name: str) -> list[Any]:
+def read_payload_lines(stream: IO[bytes], name: str) -> list[Any]:
     """Every non-blank line of a JSON-lines stream; BadParameter naming the first bad line."""
     payloads: list[Any] = []
-    number = 0
-    try:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                payloads.append(parse_payload(line))
-            except ValueError as exc:
-                raise click.BadParameter(
-                    f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
-                    param_hint="'--file'",
-                ) from None
-    except UnicodeDecodeError:
-        raise click.BadParameter(
-            f"{name}: line {number + 1} is not UTF-8 text; nothing was enqueued",
-            param_hint="'--file'",
-        ) from None
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise click.BadParameter(
+                f"{name}: line {number} is not UTF-8 text; nothing was enqueued",
+                param_hint="'--file'",
+            ) from None
+        if not line.strip():
+            continue
+        try:
+            payloads.append(parse_payload(line))
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
+                param_hint="'--file'",
+            ) from None
     return payloads
 
 
@@ -268,7 +268,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     "--file",
     "-f",
     "file",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),
     help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
 )
 @click.option("--delay", callback=_duration, help="Due after this long, e.g. 30s, 5m, 1h.")
@@ -286,7 +286,7 @@ def enqueue(
     ctx: click.Context,
     queue_name: str,
     payload: str | None,
-    file: IO[str] | None,
+    file: IO[bytes] | None,
     delay: timedelta | None,
     run_at: datetime | None,
     max_attempts: int,

@@ -190,6 +190,13 @@ def test_enqueue_file_skips_blank_lines_and_keeps_order(
     assert out.startswith("enqueued 3 jobs on mail (ids ")
 
 
+def test_enqueue_file_with_a_byte_order_mark(pgq: Pgq, queue: Queue, tmp_path: Path) -> None:
+    jobs = tmp_path / "bom.jsonl"
+    jobs.write_bytes('{"name": "Zoë"}\r\n{"n": 2}\r\n'.encode("utf-8-sig"))
+    ids = json.loads(ok(pgq("enqueue", "mail", "--file", str(jobs), "--json")))
+    assert [queue.job(i).payload for i in ids] == [{"name": "Zoë"}, {"n": 2}]
+
+
 def test_enqueue_file_from_stdin(pgq: Pgq, conn: Any, schema: str) -> None:
     out = ok(pgq("enqueue", "mail", "--file", "-", input='{"a": 1}\n{"b": 2}\n'))
     assert out.startswith("enqueued 2 jobs")
@@ -248,14 +255,14 @@ def test_enqueue_bad_line_names_it_and_enqueues_nothing(
     jobs.write_text('{"n": 1}\n{"n": 2}\n\n{"n": 3,}\n{"n": 5}\n')
     line = error_line(pgq("enqueue", "mail", "--file", str(jobs)), 2, "line 4", "jobs.jsonl")
     assert "nothing was enqueued" in line
-    error_line(pgq("enqueue", "mail", "--file", "-", input='{}\n{"a": NaN}\n'), 2, "line 2")
+    error_line(pgq("enqueue", "mail", "--file", "-", input='{}\n{"a": NaN}\n'), 2, "stdin: line 2")
     assert count_jobs(conn, schema) == 0
 
 
 def test_enqueue_file_that_is_not_text(pgq: Pgq, tmp_path: Path) -> None:
     binary = tmp_path / "jobs.bin"
-    binary.write_bytes(b'{"n": 1}\n\xff\xfe\x00\n')
-    error_line(pgq("enqueue", "mail", "--file", str(binary)), 2, "not UTF-8")
+    binary.write_bytes(b'{"n": 1}\n\n\xff\xfe\x00\n{"n": 2}\n')
+    error_line(pgq("enqueue", "mail", "--file", str(binary)), 2, "line 3 is not UTF-8")
     error_line(pgq("enqueue", "mail", "--file", str(tmp_path / "missing")), 2, "missing")
 
 
