@@ -451,8 +451,8 @@ def _print_detail(d: JobDetail) -> None:
 # ---------------------------------------------------------------------------- operators
 
 
-def _statuses(q: Queue, ids: Sequence[int]) -> dict[int, str]:
-    """Current status of each id; exits with one error line naming the ids that do not exist."""
+def _statuses(q: Queue, ids: Sequence[int]) -> tuple[dict[int, str], list[int]]:
+    """The current status of each id that exists, and the ids that do not."""
     found: dict[int, str] = {}
     missing: list[int] = []
     for job_id in ids:
@@ -460,10 +460,22 @@ def _statuses(q: Queue, ids: Sequence[int]) -> dict[int, str]:
             found[job_id] = q.job(job_id).status
         except JobNotFound:
             missing.append(job_id)
+    return found, missing
+
+
+def _require_jobs(q: Queue, ids: Sequence[int]) -> None:
+    """Exits with one error line, before anything changes, if any id names no job."""
+    _, missing = _statuses(q, ids)
     if missing:
         label = "job id" if len(missing) == 1 else "job ids"
         fail(f"no {label} {_ids_text(missing)}; nothing was changed")
-    return found
+
+
+def _left_alone(q: Queue, ids: Sequence[int], changed: Sequence[int]) -> dict[int, str]:
+    """Status of each id the operation did not change (`gone` if pruned meanwhile)."""
+    applied = set(changed)
+    found, missing = _statuses(q, [i for i in ids if i not in applied])
+    return found | dict.fromkeys(missing, "gone")
 
 
 def _report(verb: str, done: list[int], skipped: dict[int, str], why: str, as_json: bool) -> None:
@@ -516,9 +528,9 @@ def requeue(
                 click.echo(f"requeued {_plural(len(requeued), 'dead job')} of {where}")
             return
         ids = unique(job_ids)
-        _statuses(q, ids)
+        _require_jobs(q, ids)
         requeued = q.requeue(ids)
-        skipped = _statuses(q, [i for i in ids if i not in set(requeued)])
+        skipped = _left_alone(q, ids, requeued)
     _report("requeued", requeued, skipped, "not dead", as_json)
 
 
@@ -535,9 +547,9 @@ def kill(ctx: click.Context, job_ids: tuple[int, ...], reason: str, as_json: boo
         raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
     ids = unique(job_ids)
     with _queue(ctx) as q:
-        _statuses(q, ids)
+        _require_jobs(q, ids)
         killed = q.kill(ids, reason)
-        skipped = _statuses(q, [i for i in ids if i not in set(killed)])
+        skipped = _left_alone(q, ids, killed)
     _report("killed", killed, skipped, "already finished", as_json)
 
 
