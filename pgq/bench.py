@@ -1,0 +1,841 @@
+"""`pgq bench`: the seed's plain SQL against pgq's worker, side by side on one throwaway server.
+
+Both sides run the same number of worker processes on the same server, over the same jobs.
+Each worker process connects first, reports ready and waits for `go`, so process start-up is
+never timed. Drain end is seen by polling (through the meter, whose own transactions are
+subtracted from the cost figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import queue as stdqueue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.queues import Queue as MPQueue
+from multiprocessing.synchronize import Event
+from typing import Any
+
+import click
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+from rich.console import Console
+from rich.table import Table
+
+from pgq_core import JobSpec, PgqError, Queue, listen_statement
+from pgq_core.config import check_schema
+
+from .bench_common import (
+    CHILD_APP,
+    Cost,
+    Meter,
+    machine,
+    percentile,
+    server,
+    server_version,
+    throwaway_schema,
+)
+from .context import PgqGroup, Settings
+
+# The seed's statements: the baseline, not the queue's SQL. They run unqualified, as the seed
+# writes them, on connections whose search_path is the seed's throwaway schema. Placeholders
+# are psycopg's: $1 becomes %(queue)s, $2 %(fence)s, and the seed's `LIMIT 10` becomes
+# %(limit)s (--batch, default 10).
+
+#: The seed's table, verbatim.
+SEED_TABLE = """
+CREATE TABLE jobs (
+  id           bigserial   PRIMARY KEY,
+  queue        text        NOT NULL,
+  payload      jsonb       NOT NULL,
+  status       text        NOT NULL DEFAULT 'ready', -- ready | running | done | dead
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  attempts     int         NOT NULL DEFAULT 0,
+  max_attempts int         NOT NULL DEFAULT 5,
+  lease_until  timestamptz,
+  fence        bigint      NOT NULL DEFAULT 0,
+  last_error   text
+)"""
+#: The seed's two partial indexes, verbatim.
+SEED_INDEXES = (
+    "CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'ready'",
+    "CREATE INDEX jobs_lease_idx ON jobs (lease_until) WHERE status = 'running'",
+)
+#: The seed shows no INSERT; this is the plain one, one job per statement and transaction.
+SEED_ENQUEUE = "INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s)"
+#: The seed's claim, one short transaction.
+SEED_CLAIM = """
+UPDATE jobs
+SET status      = 'running',
+    attempts    = attempts + 1,
+    fence       = fence + 1,
+    lease_until = now() + interval '30 seconds'
+WHERE id IN (
+  SELECT id FROM jobs
+  WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+  ORDER BY run_at
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+)
+RETURNING id, payload, fence"""
+#: The seed's completion, one UPDATE (and transaction) per job.
+SEED_COMPLETE = """
+UPDATE jobs
+SET status = 'done', lease_until = NULL
+WHERE id = %(id)s AND fence = %(fence)s AND status = 'running'"""
+#: The seed's example poll interval ("ten workers polling every 100 ms"); it has no NOTIFY.
+SEED_POLL_INTERVAL = 0.1
+
+# The bench's own bookkeeping (both schemas have the seed's two partial indexes).
+PENDING = """
+SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE status = 'ready')
+    OR EXISTS (SELECT 1 FROM {s}.jobs WHERE status = 'running')"""
+TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
+JOB_STATUS = "SELECT status FROM {s}.jobs WHERE id = %s"
+SET_PATH = "SET search_path TO {}"
+DISABLE_TRIGGERS = "ALTER TABLE {s}.jobs DISABLE TRIGGER USER"
+
+QUEUE_NAME = "bench"
+READY_TIMEOUT = 120.0
+DRAIN_TIMEOUT = 1800.0
+LATENCY_WARMUP = 3
+SINGLE_ENQUEUE_CAP = 5000
+
+
+# ---------------------------------------------------------------- child processes
+
+
+def _child_env() -> None:
+    os.environ["PGAPPNAME"] = CHILD_APP
+
+
+def seed_worker(
+    dsn: str,
+    schema: str,
+    batch: int,
+    drain: bool,
+    starts: MPQueue[Any] | None,
+    ready: MPQueue[Any],
+    go: Event,
+    stop: Event,
+) -> None:
+    """The seed's loop: claim `batch`, complete each job with its own UPDATE. With `drain` it
+    exits at the first empty claim; otherwise it polls every SEED_POLL_INTERVAL until `stop`."""
+    _child_env()
+    with _seed_conn(dsn, schema) as conn:
+        ready.put(os.getpid())
+        go.wait()
+        lost = 0
+        while True:
+            rows = conn.execute(SEED_CLAIM, {"queue": QUEUE_NAME, "limit": batch}).fetchall()
+            if not rows:
+                if drain or stop.is_set():
+                    break
+                stop.wait(SEED_POLL_INTERVAL)
+                continue
+            for job_id, _payload, fence in rows:
+                if starts is not None:
+                    starts.put((job_id, time.time()))
+                cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
+                lost += cur.rowcount == 0
+    ready.put(("lost", lost))
+
+
+async def _noop(ctx: Any) -> None:
+    return None
+
+
+def pgq_worker(
+    dsn: str,
+    schema: str,
+    concurrency: int,
+    burst: bool,
+    starts: MPQueue[Any] | None,
+    ready: MPQueue[Any],
+    go: Event,
+    stop: Event,
+) -> None:
+    """pgq's Worker with a no-op async handler (or one that reports its start time)."""
+    _child_env()
+    from pgq_core.worker import Worker
+
+    async def record(ctx: Any) -> None:
+        assert starts is not None
+        starts.put((ctx.id, time.time()))
+
+    handler = _noop if starts is None else record
+    worker = Worker(
+        dsn,
+        [QUEUE_NAME],
+        handler,
+        schema=schema,
+        concurrency=concurrency,
+        lease=timedelta(seconds=30),
+        burst=burst,
+        grace=10.0,
+    )
+    ready.put(os.getpid())
+    go.wait()
+    asyncio.run(_run_worker(worker, stop, ready))
+    snap = worker.snapshot()
+    ready.put(("lost", snap.lost))
+
+
+async def _run_worker(worker: Any, stop: Event, ready: MPQueue[Any]) -> None:
+    def stop_when_told() -> None:
+        # Polls: a process that exits while blocked in Event.wait() deadlocks the next set().
+        while not stop.is_set():
+            time.sleep(0.05)
+        worker.stop()
+
+    threading.Thread(target=stop_when_told, daemon=True).start()
+    task = asyncio.create_task(worker.run())
+    while not task.done() and worker.snapshot().state != "running":
+        await asyncio.sleep(0.01)
+    ready.put(("running", os.getpid()))
+    await task
+
+
+def listener(dsn: str, schema: str, ready: MPQueue[Any], go: Event, stop: Event) -> None:
+    """An idle connection LISTENing on the queue's channel, consuming every notification."""
+    _child_env()
+    received = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(listen_statement(schema))
+        ready.put(os.getpid())
+        go.wait()
+        while not stop.is_set():
+            for _ in conn.notifies(timeout=0.2):
+                received += 1
+    ready.put(("notified", received))
+
+
+# ---------------------------------------------------------------- process groups
+
+
+@dataclass
+class Group:
+    """Child processes started together: each reports ready, all start on `go`."""
+
+    procs: list[SpawnProcess]
+    ready: MPQueue[Any]
+    go: Event
+    stop: Event
+    reports: list[tuple[str, int]]
+
+    def wait(self, kind: str | None = None, timeout: float = READY_TIMEOUT) -> None:
+        """Wait for one message of `kind` (None: a plain pid) from every process."""
+        seen = 0
+        deadline = time.monotonic() + timeout
+        while seen < len(self.procs):
+            try:
+                msg = self.ready.get(timeout=0.2)
+            except stdqueue.Empty:
+                if any(not p.is_alive() and p.exitcode for p in self.procs):
+                    raise PgqError(
+                        "a bench worker process died (see its traceback above)"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise PgqError("bench worker processes did not get ready in time") from None
+                continue
+            if (kind is None and isinstance(msg, int)) or (
+                isinstance(msg, tuple) and msg[0] == kind
+            ):
+                seen += 1
+            elif isinstance(msg, tuple):
+                self.reports.append(msg)
+
+    def finish(self, timeout: float = 60.0) -> list[tuple[str, int]]:
+        """Stop, join and return the processes' final reports."""
+        self.stop.set()
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            p.join(max(0.1, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+        while True:
+            try:
+                msg = self.ready.get(timeout=0.05)
+            except stdqueue.Empty:
+                break
+            if isinstance(msg, tuple):
+                self.reports.append(msg)
+        return self.reports
+
+
+@contextmanager
+def group(ctx: SpawnContext, n: int, target: Callable[..., None], *args: Any) -> Iterator[Group]:
+    ready: MPQueue[Any] = ctx.Queue()
+    go, stop = ctx.Event(), ctx.Event()
+    procs = [
+        ctx.Process(target=target, args=(*args, ready, go, stop), daemon=True) for _ in range(n)
+    ]
+    g = Group(procs, ready, go, stop, [])
+    for p in procs:
+        p.start()
+    try:
+        g.wait()
+        yield g
+    finally:
+        g.finish()
+
+
+# ---------------------------------------------------------------- measurements
+
+
+@dataclass
+class Phase:
+    """One measured run: how many jobs, how long, and what it cost the server."""
+
+    jobs: int
+    seconds: float
+    xacts_per_job: float
+    wal_bytes_per_job: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rate": self.rate}
+
+
+def _phase(jobs: int, seconds: float, cost: Cost) -> Phase:
+    return Phase(jobs, seconds, cost.xacts_per_job, cost.wal_bytes_per_job)
+
+
+def _payload(payload_bytes: int, n: int) -> dict[str, Any]:
+    return {"n": n, "pad": "x" * payload_bytes}
+
+
+def enqueue_seed(meter: Meter, dsn: str, schema: str, jobs: int, payload_bytes: int) -> Phase:
+    with _seed_conn(dsn, schema) as conn:
+        start = meter.start()
+        t0 = time.perf_counter()
+        for n in range(jobs):
+            conn.execute(
+                SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(_payload(payload_bytes, n))}
+            )
+        seconds = time.perf_counter() - t0
+        conn.execute(sql.SQL("SELECT pg_stat_force_next_flush()"))
+        return _phase(jobs, seconds, meter.cost(start, jobs, others=1))
+
+
+def enqueue_pgq(
+    meter: Meter, dsn: str, schema: str, jobs: int, payload_bytes: int, *, many: bool
+) -> Phase:
+    """`many`: one enqueue_many call (arrays, one transaction); else one enqueue per job."""
+    with Queue.connect(dsn, schema) as q:
+        start = meter.start()
+        t0 = time.perf_counter()
+        if many:
+            q.enqueue_many(JobSpec(QUEUE_NAME, _payload(payload_bytes, n)) for n in range(jobs))
+        else:
+            for n in range(jobs):
+                q.enqueue(QUEUE_NAME, _payload(payload_bytes, n))
+        seconds = time.perf_counter() - t0
+        q.conn.execute("SELECT pg_stat_force_next_flush()")
+        return _phase(jobs, seconds, meter.cost(start, jobs, others=1))
+
+
+def drain(
+    meter: Meter,
+    ctx: SpawnContext,
+    schema: str,
+    jobs: int,
+    workers: int,
+    target: Callable[..., None],
+    *args: Any,
+) -> tuple[Phase, int]:
+    """Time from `go` until no job is ready or running; (phase, jobs reported lost)."""
+    pending = sql.SQL(PENDING).format(s=sql.Identifier(schema))
+    with group(ctx, workers, target, *args) as g:
+        start = meter.start()
+        t0 = time.perf_counter()
+        g.go.set()
+        while meter.execute(pending)[0][0]:
+            if time.perf_counter() - t0 > DRAIN_TIMEOUT:
+                raise PgqError(f"drain did not finish in {DRAIN_TIMEOUT:.0f}s")
+            if any(not p.is_alive() and p.exitcode for p in g.procs):
+                raise PgqError("a bench worker process died (see its traceback above)")
+            time.sleep(0.005)
+        seconds = time.perf_counter() - t0
+        reports = g.finish()
+    meter.wait_children_gone()
+    lost = sum(v for k, v in reports if k == "lost")
+    return _phase(jobs, seconds, meter.cost(start, jobs)), lost
+
+
+def pickup_latency(
+    meter: Meter,
+    ctx: SpawnContext,
+    schema: str,
+    samples: int,
+    workers: int,
+    target: Callable[..., None],
+    *args: Any,
+    enqueue: Callable[[int], int],
+    wait_running: bool,
+) -> list[float]:
+    """Seconds from enqueue commit to handler start, one job at a time on an idle queue.
+
+    Between samples the queue stays idle for a random time (longer than the seed's poll
+    interval), so polling workers are caught at a random point of their cycle."""
+    starts: MPQueue[Any] = ctx.Queue()
+    status = sql.SQL(JOB_STATUS).format(s=sql.Identifier(schema))
+    latencies: list[float] = []
+    with group(ctx, workers, target, *args, starts) as g:
+        g.go.set()
+        if wait_running:
+            g.wait("running")
+        for n in range(samples + LATENCY_WARMUP):
+            job_id = enqueue(n)
+            committed = time.time()
+            while True:
+                try:
+                    started_id, started = starts.get(timeout=30)
+                except stdqueue.Empty:
+                    raise PgqError(f"job {job_id} was not picked up within 30s") from None
+                if started_id == job_id:
+                    break
+            if n >= LATENCY_WARMUP:
+                latencies.append(max(0.0, started - committed))
+            deadline = time.monotonic() + 30
+            while meter.execute(status, [job_id])[0][0] != "done":
+                if time.monotonic() > deadline:
+                    raise PgqError(f"job {job_id} did not complete within 30s")
+                time.sleep(0.001)
+            time.sleep(random.uniform(0.01, 0.01 + SEED_POLL_INTERVAL))
+    return latencies
+
+
+def notify_cost(
+    meter: Meter,
+    ctx: SpawnContext,
+    dsn: str,
+    schema: str,
+    jobs: int,
+    payload_bytes: int,
+    listeners: int,
+) -> tuple[Phase, int]:
+    """Single-job enqueues (one NOTIFY each) while `listeners` idle connections LISTEN."""
+    with group(ctx, listeners, listener, dsn, schema) as g:
+        g.go.set()
+        phase = enqueue_pgq(meter, dsn, schema, jobs, payload_bytes, many=False)
+        time.sleep(0.5)
+        reports = g.finish()
+    return phase, sum(v for k, v in reports if k == "notified")
+
+
+def _seed_conn(dsn: str, schema: str) -> psycopg.Connection[Any]:
+    """A connection on which the seed's unqualified statements reach the seed's schema."""
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(sql.SQL(SET_PATH).format(sql.Identifier(schema)))
+    return conn
+
+
+def _setup_seed(dsn: str, schema: str) -> None:
+    with _seed_conn(dsn, schema) as conn:
+        conn.execute(SEED_TABLE)
+        for statement in SEED_INDEXES:
+            conn.execute(statement)
+
+
+def _tally(conn: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
+    row = conn.execute(sql.SQL(TALLY).format(s=sql.Identifier(schema))).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _vacuum(conn: psycopg.Connection[Any], schema: str) -> None:
+    conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int
+    workers: int
+    batch: int
+    payload_bytes: int
+    latency_samples: int
+
+
+def run_bench(
+    dsn: str, embedded: bool, opts: Options, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every figure of one bench run, as plain data."""
+    ctx = mp.get_context("spawn")
+    single_jobs = min(opts.jobs, SINGLE_ENQUEUE_CAP)
+    result: dict[str, Any] = {
+        "params": {**asdict(opts), "single_enqueue_jobs": single_jobs},
+        "machine": machine(),
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        meter = Meter(conn)
+        result["server"] = {"version": server_version(conn), "embedded": embedded}
+
+        with throwaway_schema(dsn, "bench_seed", pgq=False) as seed_schema:
+            _setup_seed(dsn, seed_schema)
+            say(f"seed: enqueue {opts.jobs} jobs, one INSERT each")
+            seed_enqueue = enqueue_seed(meter, dsn, seed_schema, opts.jobs, opts.payload_bytes)
+            _vacuum(conn, seed_schema)
+            say(f"seed: drain with {opts.workers} processes")
+            seed_drain, seed_lost = drain(
+                meter,
+                ctx,
+                seed_schema,
+                opts.jobs,
+                opts.workers,
+                seed_worker,
+                dsn,
+                seed_schema,
+                opts.batch,
+                True,
+                None,
+            )
+            seed_done, seed_total = _tally(conn, seed_schema)
+            say(f"seed: pickup latency, {opts.latency_samples} jobs one at a time")
+
+            with _seed_conn(dsn, seed_schema) as producer:
+
+                def seed_enqueue_one(n: int) -> int:
+                    params = {
+                        "queue": QUEUE_NAME,
+                        "payload": Jsonb(_payload(opts.payload_bytes, n)),
+                    }
+                    row = producer.execute(SEED_ENQUEUE + " RETURNING id", params).fetchone()
+                    assert row is not None
+                    return int(row[0])
+
+                seed_latency = pickup_latency(
+                    meter,
+                    ctx,
+                    seed_schema,
+                    opts.latency_samples,
+                    opts.workers,
+                    seed_worker,
+                    dsn,
+                    seed_schema,
+                    opts.batch,
+                    False,
+                    enqueue=seed_enqueue_one,
+                    wait_running=False,
+                )
+
+        with throwaway_schema(dsn, "bench_pgq") as pgq_schema:
+            say(f"pgq: enqueue_many {opts.jobs} jobs")
+            pgq_enqueue = enqueue_pgq(
+                meter, dsn, pgq_schema, opts.jobs, opts.payload_bytes, many=True
+            )
+            _vacuum(conn, pgq_schema)
+            say(f"pgq: drain with {opts.workers} worker processes")
+            pgq_drain, pgq_lost = drain(
+                meter,
+                ctx,
+                pgq_schema,
+                opts.jobs,
+                opts.workers,
+                pgq_worker,
+                dsn,
+                pgq_schema,
+                opts.batch,
+                True,
+                None,
+            )
+            pgq_done, pgq_total = _tally(conn, pgq_schema)
+            say(f"pgq: pickup latency, {opts.latency_samples} jobs one at a time")
+            with Queue.connect(dsn, pgq_schema) as q:
+                pgq_latency = pickup_latency(
+                    meter,
+                    ctx,
+                    pgq_schema,
+                    opts.latency_samples,
+                    opts.workers,
+                    pgq_worker,
+                    dsn,
+                    pgq_schema,
+                    opts.batch,
+                    False,
+                    enqueue=lambda n: q.enqueue(QUEUE_NAME, _payload(opts.payload_bytes, n)),
+                    wait_running=True,
+                )
+            say(f"pgq: enqueue {single_jobs} jobs one at a time, without and with listeners")
+            pgq_single = enqueue_pgq(
+                meter, dsn, pgq_schema, single_jobs, opts.payload_bytes, many=False
+            )
+            pgq_single_listened, notified = notify_cost(
+                meter, ctx, dsn, pgq_schema, single_jobs, opts.payload_bytes, opts.workers
+            )
+
+        with throwaway_schema(dsn, "bench_pgq") as bare_schema:
+            conn.execute(sql.SQL(DISABLE_TRIGGERS).format(s=sql.Identifier(bare_schema)))
+            say("pgq: enqueue_many and drain again with the jobs trigger (counts, NOTIFY) off")
+            bare_enqueue = enqueue_pgq(
+                meter, dsn, bare_schema, opts.jobs, opts.payload_bytes, many=True
+            )
+            _vacuum(conn, bare_schema)
+            bare_drain, _ = drain(
+                meter,
+                ctx,
+                bare_schema,
+                opts.jobs,
+                opts.workers,
+                pgq_worker,
+                dsn,
+                bare_schema,
+                opts.batch,
+                True,
+                None,
+            )
+
+    def side(
+        enq: Phase, dr: Phase, lat: list[float], done: int, total: int, lost: int
+    ) -> dict[str, Any]:
+        return {
+            "enqueue_rate": enq.rate,
+            "drain_rate": dr.rate,
+            "drain_seconds": dr.seconds,
+            "pickup_p50_ms": percentile(lat, 50) * 1000,
+            "pickup_p99_ms": percentile(lat, 99) * 1000,
+            "pickup_max_ms": max(lat) * 1000,
+            "drain_xacts_per_job": dr.xacts_per_job,
+            "drain_wal_bytes_per_job": dr.wal_bytes_per_job,
+            "enqueue_xacts_per_job": enq.xacts_per_job,
+            "enqueue_wal_bytes_per_job": enq.wal_bytes_per_job,
+            "jobs": total,
+            "done": done,
+            "lost": lost,
+        }
+
+    result["seed"] = side(seed_enqueue, seed_drain, seed_latency, seed_done, seed_total, seed_lost)
+    result["pgq"] = side(pgq_enqueue, pgq_drain, pgq_latency, pgq_done, pgq_total, pgq_lost)
+    result["enqueue"] = {
+        "seed_insert_per_job": seed_enqueue.to_dict(),
+        "pgq_enqueue_per_job": pgq_single.to_dict(),
+        "pgq_enqueue_per_job_listened": {
+            **pgq_single_listened.to_dict(),
+            "listeners": opts.workers,
+            "notifications_received": notified,
+        },
+        "pgq_enqueue_many": pgq_enqueue.to_dict(),
+        "pgq_enqueue_many_no_trigger": bare_enqueue.to_dict(),
+    }
+    result["drain"] = {
+        "seed": seed_drain.to_dict(),
+        "pgq": pgq_drain.to_dict(),
+        "pgq_no_trigger": bare_drain.to_dict(),
+    }
+    result["ratio"] = pgq_drain.rate / seed_drain.rate if seed_drain.rate else None
+    return result
+
+
+# ---------------------------------------------------------------- output
+
+
+def _f(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def print_tables(result: dict[str, Any], console: Console) -> None:
+    seed, pgq = result["seed"], result["pgq"]
+    server_info, params = result["server"], result["params"]
+    title = (
+        f"pgq bench · PostgreSQL {server_info['version']}"
+        f"{' (embedded)' if server_info['embedded'] else ''} · {params['jobs']} jobs, "
+        f"{params['workers']} workers, batch {params['batch']}, payload {params['payload_bytes']} B"
+    )
+    table = Table(title=title)
+    for col in ("", "seed", "pgq", "pgq / seed"):
+        table.add_column(col, justify="left" if not col else "right")
+
+    def row(label: str, key: str, digits: int = 0) -> None:
+        a, b = float(seed[key]), float(pgq[key])
+        table.add_row(label, _f(a, digits), _f(b, digits), f"{b / a:.2f}x" if a else "-")
+
+    row("enqueue (jobs/s)", "enqueue_rate")
+    row("drain (jobs/s)", "drain_rate")
+    row("pickup p50 (ms)", "pickup_p50_ms", 1)
+    row("pickup p99 (ms)", "pickup_p99_ms", 1)
+    row("drain transactions / job", "drain_xacts_per_job", 2)
+    row("drain WAL bytes / job", "drain_wal_bytes_per_job")
+    row("enqueue transactions / job", "enqueue_xacts_per_job", 2)
+    row("enqueue WAL bytes / job", "enqueue_wal_bytes_per_job")
+    table.add_row("jobs done", f"{seed['done']}/{seed['jobs']}", f"{pgq['done']}/{pgq['jobs']}", "")
+    console.print(table)
+
+    methods = Table(title="enqueue and drain variants")
+    for col in ("run", "jobs", "jobs/s", "transactions / job", "WAL bytes / job"):
+        methods.add_column(col, justify="left" if col == "run" else "right")
+    labels = {
+        "seed_insert_per_job": "enqueue: seed INSERT, one per job",
+        "pgq_enqueue_per_job": "enqueue: pgq enqueue, one per job",
+        "pgq_enqueue_per_job_listened": "enqueue: pgq enqueue, one per job, listeners on",
+        "pgq_enqueue_many": "enqueue: pgq enqueue_many (arrays)",
+        "pgq_enqueue_many_no_trigger": "enqueue: pgq enqueue_many, trigger off",
+    }
+    runs = [(labels[k], v) for k, v in result["enqueue"].items()]
+    runs += [(f"drain: {k.replace('_', ' ')}", v) for k, v in result["drain"].items()]
+    for label, ph in runs:
+        methods.add_row(
+            label,
+            str(ph["jobs"]),
+            _f(ph["rate"]),
+            _f(ph["xacts_per_job"], 2),
+            _f(ph["wal_bytes_per_job"]),
+        )
+    console.print(methods)
+    console.print(f"ratio (pgq drain / seed drain): [bold]{result['ratio']:.2f}x[/bold]")
+
+
+# ---------------------------------------------------------------- command
+
+
+@click.command("bench")
+@click.option(
+    "--jobs", default=20_000, show_default=True, type=click.IntRange(1), help="Jobs per side."
+)
+@click.option(
+    "--workers",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes per side.",
+)
+@click.option(
+    "--batch",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Jobs per claim (the seed's LIMIT; pgq's worker concurrency).",
+)
+@click.option(
+    "--payload-bytes",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    help="Padding in each job's payload.",
+)
+@click.option(
+    "--latency-samples",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Jobs enqueued one at a time for pickup latency.",
+)
+@click.option(
+    "--stats-scale",
+    is_flag=True,
+    help="Instead: stats and leases timing over a large history, sizes, prune.",
+)
+@click.option(
+    "--done",
+    "done_jobs",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: done jobs (with history).",
+)
+@click.option(
+    "--ready",
+    "ready_jobs",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: ready jobs.",
+)
+@click.option(
+    "--running",
+    "running_jobs",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: running jobs.",
+)
+@click.option(
+    "--dead",
+    "dead_jobs",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: dead jobs.",
+)
+@click.option(
+    "--repeat",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="--stats-scale: calls timed per query.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
+@click.pass_context
+def bench_command(
+    ctx: click.Context,
+    jobs: int,
+    workers: int,
+    batch: int,
+    payload_bytes: int,
+    latency_samples: int,
+    stats_scale: bool,
+    done_jobs: int,
+    ready_jobs: int,
+    running_jobs: int,
+    dead_jobs: int,
+    repeat: int,
+    as_json: bool,
+) -> None:
+    """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
+    with a throwaway schema that is dropped afterwards)."""
+    group_settings = ctx.find_object(Settings)
+    dsn = group_settings.dsn if group_settings else None
+    if group_settings and group_settings.schema:
+        check_schema(group_settings.schema)
+    console = Console(stderr=as_json)
+
+    def say(message: str) -> None:
+        if not as_json:
+            console.print(f"[dim]· {message}[/dim]")
+
+    with server(dsn) as (target, embedded):
+        if stats_scale:
+            from .bench_scale import ScaleOptions, print_scale, run_stats_scale
+
+            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
+            result = run_stats_scale(target, embedded, scale, say)
+            if as_json:
+                click.echo(json.dumps(result, default=str, indent=2))
+            else:
+                print_scale(result, console)
+            return
+        opts = Options(jobs, workers, batch, payload_bytes, latency_samples)
+        result = run_bench(target, embedded, opts, say)
+    if as_json:
+        click.echo(json.dumps(result, default=str, indent=2))
+    else:
+        print_tables(result, console)
+
+
+@click.group(cls=PgqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--dsn", envvar="PGQ_DSN", help="PostgreSQL server (default: a temp embedded one).")
+@click.option("--schema", envvar="PGQ_SCHEMA", default=None, hidden=True)
+@click.pass_context
+def standalone(ctx: click.Context, dsn: str | None, schema: str | None) -> None:
+    """`python -m pgq.bench`: the bench before (or without) the main CLI."""
+    ctx.obj = Settings(dsn, schema)
+
+
+standalone.add_command(bench_command)
+
+if __name__ == "__main__":
+    standalone()

@@ -1,0 +1,153 @@
+"""What both halves of `pgq bench` share: the throwaway server and schemas, a meter of server
+work, and percentiles. Every statement here is the bench's own bookkeeping, not queue SQL."""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgq_core import embedded, migrate
+
+#: Committed transactions of this database and the WAL position of the server, in one read.
+METER_READ = """
+SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn
+  FROM pg_stat_database WHERE datname = current_database()
+"""
+#: Makes this backend publish its pending statistics when the statement ends (PostgreSQL 15+).
+FLUSH_STATS = "SELECT pg_stat_force_next_flush()"
+#: Backends of bench child processes (they connect with PGAPPNAME set to this).
+CHILD_APP = "pgq-bench-child"
+CHILD_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+DROP_SCHEMA = "DROP SCHEMA IF EXISTS {} CASCADE"
+
+
+@contextmanager
+def server(dsn: str | None) -> Iterator[tuple[str, bool]]:
+    """(dsn, embedded): the given server, or a fresh embedded one in a temp home, stopped and
+    deleted on exit."""
+    if dsn:
+        yield dsn, False
+        return
+    home = Path(tempfile.mkdtemp(prefix="pgq-bench-"))
+    try:
+        yield embedded.start(home), True
+    finally:
+        embedded.stop(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_schema(dsn: str, prefix: str, *, pgq: bool = True) -> Iterator[str]:
+    """A new schema (migrated to pgq's latest version when `pgq`), dropped on exit."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if pgq:
+            migrate(conn, name)
+        else:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL(DROP_SCHEMA).format(sql.Identifier(name)))
+
+
+@dataclass(frozen=True)
+class Reading:
+    xacts: int
+    wal: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Server work per job between two readings, less the meter's own transactions."""
+
+    xacts_per_job: float
+    wal_bytes_per_job: float
+
+
+class Meter:
+    """Reads server-wide work (committed transactions, WAL bytes) on its own connection.
+
+    Every statement the meter runs between two readings is a transaction of its own; `cost`
+    subtracts them, so polling through the meter does not inflate the figures.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._own = 0
+
+    def execute(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        self._own += 1
+        cur = self.conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+    def read(self) -> Reading:
+        """Publishes this backend's own counts first, so the reading is exact for it."""
+        self.execute(FLUSH_STATS)
+        row = self.conn.execute(METER_READ).fetchone()
+        assert row is not None
+        return Reading(int(row[0]), int(row[1]))
+
+    def start(self) -> Reading:
+        reading = self.read()
+        self._own = 1  # the reading's own transaction commits after it counted
+        return reading
+
+    def cost(self, start: Reading, jobs: int, others: int = 0) -> Cost:
+        """`others`: transactions outside the measured work (e.g. a flush on another backend)."""
+        end = self.read()
+        xacts = end.xacts - start.xacts - self._own - others
+        return Cost(xacts / jobs, (end.wal - start.wal) / jobs)
+
+    def wait_children_gone(self, timeout: float = 30.0) -> None:
+        """Child backends publish their counts as they exit; wait until all have."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rows = self.execute(CHILD_BACKENDS, [CHILD_APP])
+            if not rows[0][0]:
+                time.sleep(0.2)  # the exit flush runs just before the backend leaves the list
+                return
+            time.sleep(0.02)
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (pct in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]
+
+
+def machine() -> dict[str, Any]:
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gb": round(mem / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def server_version(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"

@@ -1,0 +1,276 @@
+"""`pgq bench --stats-scale`: do stats and leases stay cheap as done history grows?
+
+Builds a large history directly with generate_series (fixture data, the bench's own setup
+SQL: the jobs trigger keeps queue_counts right), then times the queue's own `stats` and
+`leases`, EXPLAINs them, measures table and index sizes, and prunes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+from pgq_core import Queue, ops
+from pgq_core.queries import query
+
+from .bench_common import machine, percentile, server_version, throwaway_schema
+
+QUEUES = 4
+PRUNE_OLDER_THAN = timedelta(days=7)
+HISTORY_DAYS = 30
+
+#: Fixture jobs: done ones spread over HISTORY_DAYS, then ready, running and dead ones.
+FIXTURE_JOBS = """
+INSERT INTO {s}.jobs (queue, payload, status, run_at, attempts, fence, lease_until, last_error,
+                      queued_at, worker, claimed_at, lease_length, finished_at)
+SELECT 'q' || (g %% {queues}), jsonb_build_object('n', g), %(status)s,
+       t - interval '1 second',
+       CASE %(status)s WHEN 'ready' THEN 0 WHEN 'dead' THEN 5 ELSE 1 END,
+       CASE %(status)s WHEN 'ready' THEN 0 WHEN 'dead' THEN 5 ELSE 1 END,
+       CASE %(status)s WHEN 'running' THEN now() + interval '1 hour' END,
+       CASE %(status)s WHEN 'dead' THEN 'boom' END,
+       t - interval '2 seconds',
+       CASE WHEN %(status)s <> 'ready' THEN 'bench-fixture' END,
+       CASE WHEN %(status)s <> 'ready' THEN t - interval '1 second' END,
+       CASE %(status)s WHEN 'running' THEN interval '1 hour' END,
+       CASE WHEN %(status)s IN ('done', 'dead') THEN t END
+  FROM generate_series(1, %(n)s) g,
+       LATERAL (SELECT now() - interval '1 day' * {days} * g / %(n)s AS t) ts
+"""
+#: Fixture history: what each status would have gone through.
+FIXTURE_EVENTS = """
+INSERT INTO {s}.job_events (job_id, at, event, fence, worker)
+SELECT j.id, coalesce(j.finished_at, j.queued_at), e.event, e.fence,
+       CASE WHEN e.event <> 'enqueued' THEN j.worker END
+  FROM {s}.jobs j
+  JOIN (VALUES ('done', 'enqueued', 0), ('done', 'claimed', 1), ('done', 'completed', 1),
+               ('ready', 'enqueued', 0),
+               ('running', 'enqueued', 0), ('running', 'claimed', 1),
+               ('dead', 'enqueued', 0), ('dead', 'claimed', 5), ('dead', 'dead', 5))
+       AS e(status, event, fence) ON e.status = j.status
+"""
+SIZES = """
+SELECT c.relname, pg_relation_size(c.oid), pg_total_relation_size(c.oid)
+  FROM pg_class c WHERE c.oid = %(table)s::regclass
+UNION ALL
+SELECT ic.relname, pg_relation_size(ic.oid), pg_relation_size(ic.oid)
+  FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+ WHERE i.indrelid = %(table)s::regclass
+"""
+VACUUM = "VACUUM {analyze}{s}.{t}"
+TABLES = ("jobs", "job_events", "queue_counts")
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    done: int
+    ready: int
+    running: int
+    dead: int
+    repeat: int
+
+
+def _timed(call: Callable[[], object], repeat: int) -> dict[str, float]:
+    for _ in range(min(5, repeat)):
+        call()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return {
+        "p50_ms": percentile(samples, 50),
+        "p95_ms": percentile(samples, 95),
+        "max_ms": max(samples),
+        "calls": repeat,
+    }
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node]
+    for child in node.get("Plans", []):
+        found += _plan_nodes(child)
+    return found
+
+
+def explain(conn: psycopg.Connection[Any], schema: str, op: ops.Op[Any]) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of the queue's own statement: which tables it scans whole, and how much."""
+    statement = query(op.name, schema)
+    analyzed = conn.execute(
+        sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + statement, op.params
+    ).fetchone()
+    assert analyzed is not None
+    raw = analyzed[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+    nodes = _plan_nodes(plan["Plan"])
+    text = conn.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + statement, op.params).fetchall()
+    return {
+        "seq_scans": sorted({n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan"}),
+        "index_scans": sorted(
+            {n.get("Index Name", "") for n in nodes if "Index" in n["Node Type"]} - {""}
+        ),
+        "seq_scan_of_jobs": any(
+            n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs" for n in nodes
+        ),
+        "execution_ms": plan["Execution Time"],
+        "shared_blocks": plan["Plan"].get("Shared Hit Blocks", 0)
+        + plan["Plan"].get("Shared Read Blocks", 0),
+        "plan": [r[0] for r in text],
+    }
+
+
+def sizes(conn: psycopg.Connection[Any], schema: str, done: int) -> dict[str, Any]:
+    """Bytes per relation (tables: heap and total with indexes and TOAST; indexes: their own),
+    and the same per million done jobs."""
+    per_million = 1_000_000 / done if done else 0.0
+    out: dict[str, Any] = {}
+    for table in ("jobs", "job_events"):
+        qualified = f"{schema}.{table}"
+        for name, own, total in conn.execute(SIZES, {"table": qualified}).fetchall():
+            out[name] = {
+                "bytes": int(own),
+                "total_bytes": int(total),
+                "mb_per_million_done": round(int(total) * per_million / 2**20, 1),
+            }
+    return out
+
+
+def _vacuum(conn: psycopg.Connection[Any], schema: str, analyze: bool) -> None:
+    for table in TABLES:
+        conn.execute(
+            sql.SQL(VACUUM).format(
+                analyze=sql.SQL("ANALYZE " if analyze else ""),
+                s=sql.Identifier(schema),
+                t=sql.Identifier(table),
+            )
+        )
+
+
+def _fill(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
+    statement = sql.SQL(FIXTURE_JOBS).format(
+        s=sql.Identifier(schema), queues=sql.Literal(QUEUES), days=sql.Literal(HISTORY_DAYS)
+    )
+    for status, n in (
+        ("done", opts.done),
+        ("ready", opts.ready),
+        ("running", opts.running),
+        ("dead", opts.dead),
+    ):
+        if n:
+            conn.execute(statement, {"status": status, "n": n})
+    conn.execute(sql.SQL(FIXTURE_EVENTS).format(s=sql.Identifier(schema)))
+
+
+def run_stats_scale(
+    dsn: str, embedded: bool, opts: ScaleOptions, say: Callable[[str], None]
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"params": asdict(opts), "machine": machine()}
+    with (
+        throwaway_schema(dsn, "bench_scale") as schema,
+        psycopg.connect(dsn, autocommit=True) as conn,
+        Queue.connect(dsn, schema) as q,
+    ):
+        result["server"] = {"version": server_version(conn), "embedded": embedded}
+        say(
+            f"fill: {opts.done} done (with history), {opts.ready} ready, "
+            f"{opts.running} running, {opts.dead} dead"
+        )
+        t0 = time.perf_counter()
+        _fill(conn, schema, opts)
+        result["fill_seconds"] = time.perf_counter() - t0
+        say("VACUUM ANALYZE")
+        _vacuum(conn, schema, analyze=True)
+
+        counted = {s.queue: s for s in q.stats()}
+        result["counts"] = {
+            "done": sum(s.done for s in counted.values()),
+            "ready": sum(s.ready for s in counted.values()),
+            "running": sum(s.running for s in counted.values()),
+            "dead": sum(s.dead for s in counted.values()),
+        }
+        say(f"time stats() and leases(), {opts.repeat} calls each")
+        result["stats"] = _timed(q.stats, opts.repeat)
+        result["leases"] = _timed(q.leases, opts.repeat)
+        result["explain"] = {
+            "stats": explain(conn, schema, ops.stats()),
+            "leases": explain(conn, schema, ops.leases()),
+        }
+        result["sizes"] = sizes(conn, schema, opts.done)
+
+        say(f"prune done jobs older than {PRUNE_OLDER_THAN.days} days, then VACUUM")
+        t0 = time.perf_counter()
+        pruned = q.prune(PRUNE_OLDER_THAN)
+        prune_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _vacuum(conn, schema, analyze=True)
+        vacuum_seconds = time.perf_counter() - t0
+        remaining = sum(s.done for s in q.stats())
+        result["prune"] = {
+            "older_than_days": PRUNE_OLDER_THAN.days,
+            "deleted": pruned,
+            "seconds": prune_seconds,
+            "rows_per_second": pruned / prune_seconds if prune_seconds else None,
+            "vacuum_seconds": vacuum_seconds,
+            "done_left": remaining,
+            "sizes_after_vacuum": sizes(conn, schema, opts.done),
+            "stats_after": _timed(q.stats, opts.repeat),
+        }
+    return result
+
+
+def print_scale(result: dict[str, Any], console: Console) -> None:
+    p, c = result["params"], result["counts"]
+    head = Table(
+        title=f"pgq bench --stats-scale · PostgreSQL {result['server']['version']} · "
+        f"{c['done']:,} done, {c['ready']:,} ready, {c['running']:,} running, {c['dead']:,} dead"
+    )
+    for col in ("call", "p50 ms", "p95 ms", "max ms", "seq scan of jobs", "blocks"):
+        head.add_column(col, justify="left" if col == "call" else "right")
+    for name in ("stats", "leases"):
+        timing, plan = result[name], result["explain"][name]
+        head.add_row(
+            f"{name}()",
+            f"{timing['p50_ms']:.2f}",
+            f"{timing['p95_ms']:.2f}",
+            f"{timing['max_ms']:.2f}",
+            "yes" if plan["seq_scan_of_jobs"] else "no",
+            str(plan["shared_blocks"]),
+        )
+    after = result["prune"]["stats_after"]
+    head.add_row(
+        "stats() after prune",
+        f"{after['p50_ms']:.2f}",
+        f"{after['p95_ms']:.2f}",
+        f"{after['max_ms']:.2f}",
+        "",
+        "",
+    )
+    console.print(head)
+
+    size_table = Table(title=f"sizes ({p['done']:,} done jobs)")
+    for col in ("relation", "MB", "MB / million done", "MB after prune + VACUUM"):
+        size_table.add_column(col, justify="left" if col == "relation" else "right")
+    after_sizes = result["prune"]["sizes_after_vacuum"]
+    for name, s in result["sizes"].items():
+        size_table.add_row(
+            name,
+            f"{s['total_bytes'] / 2**20:,.1f}",
+            f"{s['mb_per_million_done']:,.1f}",
+            f"{after_sizes[name]['total_bytes'] / 2**20:,.1f}",
+        )
+    console.print(size_table)
+    pr = result["prune"]
+    console.print(
+        f"prune (older than {pr['older_than_days']} days): {pr['deleted']:,} jobs in "
+        f"{pr['seconds']:.1f}s, VACUUM {pr['vacuum_seconds']:.1f}s, {pr['done_left']:,} done left"
+    )
+    console.print("stats plan:\n  " + "\n  ".join(result["explain"]["stats"]["plan"]))

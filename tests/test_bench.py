@@ -1,0 +1,163 @@
+"""`pgq bench` on the test server (tiny sizes), and the batch settlement it relies on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+
+from pgq.bench import standalone
+from pgq_core import JobSpec, Queue
+
+SIDE_FIGURES = (
+    "enqueue_rate",
+    "drain_rate",
+    "drain_seconds",
+    "pickup_p50_ms",
+    "pickup_p99_ms",
+    "drain_xacts_per_job",
+    "drain_wal_bytes_per_job",
+    "enqueue_xacts_per_job",
+    "enqueue_wal_bytes_per_job",
+    "jobs",
+    "done",
+    "lost",
+)
+PHASE_FIGURES = ("jobs", "seconds", "rate", "xacts_per_job", "wal_bytes_per_job")
+
+
+def _cli() -> click.Group:
+    """The main CLI once it has `bench`; until then the module's own entry point."""
+    from pgq.cli import main
+
+    return main if "bench" in main.commands else standalone
+
+
+def _run_json(dsn: str, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(_cli(), ["--dsn", dsn, "bench", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def _bench_schemas(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\\_%'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.slow
+def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
+    before = _bench_schemas(dsn)
+    data = _run_json(
+        dsn, "--jobs", "300", "--workers", "2", "--latency-samples", "5", "--payload-bytes", "20"
+    )
+    for side in ("seed", "pgq"):
+        figures = data[side]
+        assert set(SIDE_FIGURES) <= set(figures), side
+        assert figures["jobs"] == 300 and figures["done"] == 300, side
+        assert figures["lost"] == 0, side
+        assert figures["drain_rate"] > 0 and figures["enqueue_rate"] > 0, side
+        assert 0 <= figures["pickup_p50_ms"] <= figures["pickup_p99_ms"], side
+        assert figures["drain_wal_bytes_per_job"] > 0, side
+        assert figures["drain_xacts_per_job"] > 0, side
+    # The seed commits at least one transaction per job (its completion); pgq settles in batches.
+    assert data["seed"]["drain_xacts_per_job"] >= 1
+    assert data["ratio"] == pytest.approx(data["pgq"]["drain_rate"] / data["seed"]["drain_rate"])
+    for name, phase in {**data["enqueue"], **data["drain"]}.items():
+        assert set(PHASE_FIGURES) <= set(phase), name
+        assert phase["rate"] > 0, name
+    assert data["enqueue"]["pgq_enqueue_per_job_listened"]["notifications_received"] > 0
+    assert data["params"]["workers"] == 2
+    assert data["machine"]["nproc"] >= 1
+    assert data["server"]["version"]
+    assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
+
+
+@pytest.mark.slow
+def test_stats_scale_tiny(dsn: str) -> None:
+    before = _bench_schemas(dsn)
+    data = _run_json(
+        dsn, "--stats-scale", "--done", "3000", "--ready", "200", "--running", "30",
+        "--dead", "20", "--repeat", "10",
+    )
+    assert data["counts"] == {"done": 3000, "ready": 200, "running": 30, "dead": 20}
+    for call in ("stats", "leases"):
+        timing = data[call]
+        assert 0 < timing["p50_ms"] <= timing["p95_ms"] <= timing["max_ms"]
+        assert timing["calls"] == 10
+        assert data["explain"][call]["plan"]
+    sizes = data["sizes"]
+    assert {"jobs", "job_events", "jobs_pkey", "jobs_done_idx"} <= set(sizes)
+    assert sizes["jobs"]["total_bytes"] >= sizes["jobs"]["bytes"] > 0
+    prune = data["prune"]
+    # Done jobs are spread evenly over 30 days: those older than 7 days go.
+    assert 2000 < prune["deleted"] < 3000
+    assert prune["done_left"] == 3000 - prune["deleted"]
+    assert _bench_schemas(dsn) == before
+
+
+def test_bench_rejects_bad_option() -> None:
+    result = CliRunner().invoke(_cli(), ["bench", "--workers", "0"])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+
+
+def _history(conn: psycopg.Connection[Any], schema: str, job_id: int) -> list[tuple[str, int]]:
+    rows = conn.execute(
+        sql.SQL("SELECT event, fence FROM {}.job_events WHERE job_id = %s ORDER BY id").format(
+            sql.Identifier(schema)
+        ),
+        [job_id],
+    ).fetchall()
+    return [(str(e), int(f)) for e, f in rows]
+
+
+def _row(conn: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[str, int]:
+    row = conn.execute(
+        sql.SQL("SELECT status, fence FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema)),
+        [job_id],
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), int(row[1])
+
+
+def test_complete_many_rejects_exactly_the_stale_members(
+    queue: Queue, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    ids = queue.enqueue_many(JobSpec("q", {"n": n}) for n in range(6))
+    first = queue.claim("q", limit=6, worker="a")
+    assert sorted(j.id for j in first) == ids and {j.fence for j in first} == {1}
+    taken_over, killed = ids[0], ids[3]
+    # taken_over: handed back and claimed again by b (fence 2); killed: operator kill (fence 2).
+    assert queue.release_many([(taken_over, 1)], worker="a").applied == [taken_over]
+    again = queue.claim("q", limit=1, worker="b")
+    assert [(j.id, j.fence) for j in again] == [(taken_over, 2)]
+    assert queue.kill([killed]) == [killed]
+
+    batch = [(i, 1) for i in ids]
+    settled = queue.complete_many(batch, worker="a")
+    stale = [taken_over, killed]
+    fresh = [i for i in ids if i not in stale]
+    assert settled.applied == fresh
+    assert settled.lost == stale
+
+    for i in fresh:
+        assert _row(conn, schema, i) == ("done", 1)
+        assert ("completed", 1) in _history(conn, schema, i)
+    assert _row(conn, schema, taken_over) == ("running", 2)
+    assert _row(conn, schema, killed) == ("dead", 2)
+    for i in stale:
+        assert all(event != "completed" for event, _ in _history(conn, schema, i))
+
+    # The holder of the fresh fence still completes it.
+    assert queue.complete_many([(taken_over, 2)], worker="b").applied == [taken_over]
+    assert _row(conn, schema, taken_over) == ("done", 2)
+    assert ("completed", 2) in _history(conn, schema, taken_over)
