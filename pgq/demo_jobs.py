@@ -1,0 +1,188 @@
+"""The demo's handler and its producer: a realistic mix that shows every dashboard feature.
+
+Job kinds (the payload's `kind` decides what the handler does):
+  fast    finishes in tens to hundreds of milliseconds
+  slow    runs for many seconds; the worker's heartbeats keep its lease alive
+  flaky   fails now and then with a plausible error, then succeeds on a retry
+  doomed  always fails: it dies after max_attempts
+A "frozen worker" (`DemoProducer._freeze`) claims a job, stops heartbeating until its lease
+expires and the reaper hands the job to a live worker, then wakes up and tries to complete
+with its old fence: the write is rejected and recorded as stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from pgq_core import JobSpec, LeaseLost, PgqError, Queue
+from pgq_core.worker import JobContext
+
+#: queue -> worker concurrency in the demo
+DEMO_QUEUES: dict[str, int] = {"emails": 4, "thumbnails": 4, "reports": 3, "webhooks": 2}
+FROZEN_WORKER = "frozen-worker:demo"
+ERRORS = (
+    "HTTP 503 Service Unavailable from https://hooks.example.com/orders",
+    "HTTP 429 Too Many Requests (retry-after 2s)",
+    "ConnectionResetError: [Errno 104] Connection reset by peer",
+    "TimeoutError: smtp.example.com did not answer within 5s",
+)
+
+
+async def handle(ctx: JobContext) -> None:
+    """The demo handler (async def, so it runs on the worker's own loop)."""
+    payload: dict[str, Any] = ctx.payload if isinstance(ctx.payload, dict) else {}
+    kind = payload.get("kind", "fast")
+    if kind == "slow":
+        deadline = time.monotonic() + float(payload.get("seconds", 10))
+        while time.monotonic() < deadline and not ctx.lost:
+            await asyncio.sleep(0.2)
+        return
+    await asyncio.sleep(float(payload.get("ms", 150)) / 1000)
+    if kind == "doomed":
+        raise RuntimeError(payload.get("error") or random.choice(ERRORS))
+    if kind == "flaky" and random.random() < float(payload.get("fail_rate", 0.4)):
+        raise RuntimeError(random.choice(ERRORS))
+
+
+def _email(rng: random.Random) -> JobSpec:
+    kind = "flaky" if rng.random() < 0.1 else "fast"
+    return JobSpec(
+        "emails",
+        {
+            "kind": kind,
+            "ms": rng.randint(40, 400),
+            "to": f"user{rng.randint(1, 9999)}@example.com",
+            "template": rng.choice(["welcome", "receipt", "password-reset", "digest"]),
+        },
+    )
+
+
+def _thumbnail(rng: random.Random) -> JobSpec:
+    return JobSpec(
+        "thumbnails",
+        {
+            "kind": "fast",
+            "ms": rng.randint(20, 120),
+            "image": f"s3://media/uploads/{rng.randint(100000, 999999)}.jpg",
+            "size": [320, 240],
+        },
+    )
+
+
+def _report(rng: random.Random) -> JobSpec:
+    return JobSpec(
+        "reports",
+        {
+            "kind": "slow",
+            "seconds": rng.randint(6, 24),
+            "report": rng.choice(["monthly-revenue", "churn", "inventory", "cohorts"]),
+            "account": rng.randint(1, 500),
+        },
+    )
+
+
+def _webhook(rng: random.Random) -> JobSpec:
+    doomed = rng.random() < 0.15
+    return JobSpec(
+        "webhooks",
+        {
+            "kind": "doomed" if doomed else "flaky",
+            "ms": rng.randint(50, 300),
+            "fail_rate": 0.5,
+            "event": rng.choice(["order.paid", "order.shipped", "user.created"]),
+            "endpoint": "https://hooks.example.com/orders",
+        },
+        max_attempts=3,
+    )
+
+
+def initial_jobs(rng: random.Random) -> list[JobSpec]:
+    specs = [_email(rng) for _ in range(60)]
+    specs += [_thumbnail(rng) for _ in range(150)]
+    specs += [_report(rng) for _ in range(6)]
+    specs += [_webhook(rng) for _ in range(24)]
+    specs += [
+        JobSpec(
+            "emails",
+            {"kind": "fast", "ms": 100, "template": "digest"},
+            delay=timedelta(seconds=rng.randint(20, 120)),
+        )
+        for _ in range(15)
+    ]
+    return specs
+
+
+class DemoProducer:
+    """A thread that keeps a trickle of jobs coming and, now and then, plays a frozen worker."""
+
+    def __init__(self, dsn: str, schema: str, seed: int = 7) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pgq-demo-producer", daemon=True)
+
+    def fill(self) -> int:
+        with Queue.connect(self.dsn, self.schema) as q:
+            return len(q.enqueue_many(initial_jobs(self.rng)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.is_set():
+            with (
+                contextlib.suppress(PgqError, psycopg.Error, OSError),
+                Queue.connect(self.dsn, self.schema) as q,
+            ):
+                while not self._stop.is_set():
+                    self._trickle(q, tick)
+                    if tick % 30 == 5:
+                        self._freeze(q)
+                    tick += 1
+                    self._stop.wait(1.0)
+            self._stop.wait(2.0)
+
+    def _trickle(self, q: Queue, tick: int) -> None:
+        rng = self.rng
+        specs = [_email(rng) for _ in range(rng.randint(1, 3))]
+        if tick % 10 == 0:
+            specs += [_thumbnail(rng) for _ in range(rng.randint(10, 30))]
+        if tick % 7 == 0:
+            specs.append(_report(rng))
+        if tick % 2 == 0:
+            specs.append(_webhook(rng))
+        q.enqueue_many(specs)
+
+    def _freeze(self, q: Queue) -> None:
+        """Claim a report with a short lease, "freeze" past it, then write with the old fence."""
+        jobs = q.claim("reports", 1, timedelta(seconds=4), FROZEN_WORKER)
+        if not jobs:
+            return
+        job = jobs[0]
+        threading.Thread(target=self._wake_late, args=(job.id, job.fence), daemon=True).start()
+
+    def _wake_late(self, job_id: int, fence: int) -> None:
+        if self._stop.wait(15.0):
+            return
+        with (
+            contextlib.suppress(PgqError, psycopg.Error, OSError),
+            Queue.connect(self.dsn, self.schema) as q,
+        ):
+            try:
+                q.complete(job_id, fence, worker=FROZEN_WORKER)
+            except LeaseLost:
+                q.record_stale([(job_id, fence)], FROZEN_WORKER, "complete")

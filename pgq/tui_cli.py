@@ -1,0 +1,133 @@
+"""`pgq dashboard` and `pgq demo`: the Textual dashboard over a real database."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import click
+import psycopg
+
+from pgq_core import migrate, parse_duration, resolve
+from pgq_core.worker import load_handler
+
+from .context import fail, settings
+
+DEMO_SCHEMA = "pgq_demo"
+
+
+def _lease(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    try:
+        parsed = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if parsed.total_seconds() <= 0:
+        raise click.BadParameter("the lease must be longer than 0")
+    return parsed
+
+
+@click.command("dashboard")
+@click.option(
+    "--handler",
+    "handler_spec",
+    metavar="MODULE:CALLABLE",
+    help="Handler for workers started with `w` inside the dashboard.",
+)
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=2.0,
+    show_default=True,
+    help="Seconds between polls (NOTIFY also refreshes at once).",
+)
+@click.option("--read-only", is_flag=True, help="Watch only: every action is disabled.")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="Concurrency of each worker started with `w`.",
+)
+@click.option(
+    "--lease",
+    default="30s",
+    show_default=True,
+    callback=_lease,
+    help="Lease of workers started with `w`, e.g. 30s.",
+)
+@click.pass_context
+def dashboard_command(
+    ctx: click.Context,
+    handler_spec: str | None,
+    refresh: float,
+    read_only: bool,
+    concurrency: int,
+    lease: timedelta,
+) -> None:
+    """Live view of queues, leases, jobs and workers, with operator actions (? for keys)."""
+    from pgq_tui.launch import make_app
+
+    handler = load_handler(handler_spec) if handler_spec else None
+    target = settings(ctx).target()
+    app = make_app(
+        target.dsn,
+        target.schema,
+        target.display,
+        handler=handler,
+        refresh=refresh,
+        read_only=read_only,
+        concurrency=concurrency,
+        lease=lease,
+    )
+    app.run()
+
+
+@click.command("demo")
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls.",
+)
+@click.option("--no-workers", is_flag=True, help="Fill the queues but start no workers.")
+@click.pass_context
+def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
+    """Fill demo queues with a realistic mix and open the dashboard with workers running.
+
+    Uses the embedded server unless --dsn is given, and schema pgq_demo unless --schema is.
+    """
+    from pgq_tui.launch import make_app
+
+    from .demo_jobs import DEMO_QUEUES, DemoProducer, handle
+
+    group = settings(ctx)
+    schema = group.schema or os.environ.get("PGQ_SCHEMA") or DEMO_SCHEMA
+    target = resolve(group.dsn, schema)
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        migrate(conn, target.schema)
+    producer = DemoProducer(target.dsn, target.schema)
+    producer.fill()
+    producer.start()
+    try:
+        app = make_app(
+            target.dsn,
+            target.schema,
+            target.display,
+            handler=handle,
+            refresh=refresh,
+            concurrency=4,
+            lease=timedelta(seconds=10),
+            grace=3.0,
+            start_workers=() if no_workers else list(DEMO_QUEUES),
+        )
+        app.run()
+    finally:
+        producer.stop()
+    click.echo(
+        f"demo data is in schema {target.schema}: "
+        f"pgq --schema {target.schema} stats   (or pgq --schema {target.schema} dashboard)"
+    )
+    if app.return_code:
+        fail("the dashboard ended with an error")

@@ -1,0 +1,464 @@
+"""The pgq dashboard app: polling, LISTEN, connection state, actions and in-app workers.
+
+All database I/O runs in Textual workers that post messages back; the UI never waits on the
+network. Polls never overlap: a refresh asked for during a poll runs once it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
+
+from pgq_core import PgqError
+from pgq_core.config import first_line
+
+from .pool import Pool
+from .screens.confirm import ConfirmScreen
+from .screens.dashboard import DashboardScreen, Snapshot
+from .screens.help import HelpScreen
+from .screens.job_detail import JobDetailScreen
+from .source import Disconnected, Source
+from .throughput import Throughput
+from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHeader
+
+LIMIT = 200
+NOTIFY_DEBOUNCE = 0.3
+TICK = 0.5
+
+
+class _Selecting(Protocol):
+    def selected_job(self) -> tuple[int, str, str] | None: ...
+
+
+@dataclass
+class Polled(Message):
+    snapshot: Snapshot
+
+
+@dataclass
+class PollFailed(Message):
+    error: str
+    disconnected: bool
+
+
+class Notified(Message):
+    pass
+
+
+@dataclass
+class ListenState(Message):
+    up: bool
+    error: str = ""
+
+
+class DashboardApp(App[None]):
+    TITLE = "pgq"
+    #: the default screen's styles load with the app's (Textual loads a screen's own CSS_PATH
+    #: only for screens it pushes)
+    CSS_PATH = ["app.tcss", "screens/dashboard.tcss"]
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("r", "requeue_job", "Requeue"),
+        Binding("R", "requeue_queue", "Requeue all"),
+        Binding("k", "kill_job", "Kill"),
+        Binding("w", "start_worker", "Worker+"),
+        Binding("W", "stop_workers", "Stop workers"),
+        Binding("slash", "filter", "Filter"),
+        Binding("space", "pause", "Pause"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        source: Source,
+        pool: Pool,
+        *,
+        database: str,
+        schema: str,
+        refresh: float = 2.0,
+        read_only: bool = False,
+        listen: bool = True,
+        clock: Callable[[], float] = time.time,
+        blink: bool = True,
+        throughput: Throughput | None = None,
+        start_workers: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.pool = pool
+        self.database = database
+        self.schema = schema
+        self.refresh_seconds = refresh
+        self.read_only = read_only
+        self.listen = listen
+        self.clock = clock
+        self.blink = blink
+        self.throughput = throughput or Throughput()
+        self.connection = CONNECTING
+        self.problem = ""
+        #: every connection state the app went through, in order (tests read it)
+        self.connection_history: list[str] = [CONNECTING]
+        self.paused = False
+        self.polls = 0
+        self._polling = False
+        self._poll_again = False
+        self._debounce: Any = None
+        self._quitting = False
+        self._dashboard: DashboardScreen | None = None
+        self.start_workers = tuple(start_workers)
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.dashboard
+
+    @property
+    def dashboard(self) -> DashboardScreen:
+        if self._dashboard is None:
+            self._dashboard = DashboardScreen()
+        return self._dashboard
+
+    def dashboard_ready(self) -> None:
+        """Called once by the dashboard screen when its widgets exist: start the live loop."""
+        self.set_interval(self.refresh_seconds, self.request_refresh)
+        self.set_interval(TICK, self.tick)
+        if self.listen:
+            self.listen_loop()
+        for queue in self.start_workers:
+            self._start_worker(queue)
+        self.request_refresh()
+
+    def worker_failed(self, text: str) -> None:
+        self.notify(text, title="worker stopped", severity="error")
+        self.dashboard.say(text, "bold red")
+
+    # header ----------------------------------------------------------------------------
+    def sync_header(self, header: StatusHeader) -> None:
+        header.database = self.database
+        header.schema = self.schema
+        header.connection = self.connection
+        header.problem = self.problem
+        header.paused = self.paused
+        header.read_only = self.read_only
+        header.now = self.clock()
+
+    def _sync_headers(self) -> None:
+        for screen in self.screen_stack:
+            for header in screen.query(StatusHeader):
+                self.sync_header(header)
+
+    def _set_connection(self, state: str, problem: str = "") -> None:
+        self.problem = problem
+        if state != self.connection:
+            self.connection = state
+            self.connection_history.append(state)
+        self._sync_headers()
+
+    # polling ---------------------------------------------------------------------------
+    def request_refresh(self) -> None:
+        if self.paused or self._quitting:
+            return
+        if self._polling:
+            self._poll_again = True
+            return
+        try:
+            jobs_query = self.dashboard.jobs_query()
+        except NoMatches:  # tearing down
+            return
+        self._polling = True
+        self._poll_again = False
+        self.poll(jobs_query)
+
+    @work(group="poll", exit_on_error=False)
+    async def poll(self, jobs_query: tuple[str | None, str | None]) -> None:
+        started = self.clock()
+        queue, status = jobs_query
+        try:
+            stats = await self.source.stats()
+            leases = await self.source.leases(LIMIT)
+            jobs = await self.source.jobs(queue, status, LIMIT)
+        except Disconnected as exc:
+            self.post_message(PollFailed(str(exc), disconnected=True))
+            return
+        except PgqError as exc:
+            self.post_message(PollFailed(first_line(str(exc)), disconnected=False))
+            return
+        except Exception as exc:  # noqa: BLE001 - never a traceback: show it and carry on
+            self.post_message(PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False))
+            return
+        now = self.clock()
+        self.post_message(Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started)))
+
+    def _poll_done(self) -> None:
+        self._polling = False
+        if self._poll_again:
+            self.call_later(self.request_refresh)
+
+    def on_polled(self, message: Polled) -> None:
+        self._poll_done()
+        self.polls += 1
+        snapshot = message.snapshot
+        for stats in snapshot.stats:
+            self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
+        with contextlib.suppress(NoMatches):  # a poll that lands while the app tears down
+            self._set_connection(CONNECTED)
+            if not self.paused:
+                self.dashboard.show(snapshot)
+                if self.screen is not self.dashboard:
+                    refresh = getattr(self.screen, "data_refreshed", None)
+                    if refresh is not None:
+                        refresh()
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self._poll_done()
+        with contextlib.suppress(NoMatches):
+            if message.disconnected:
+                self._set_connection(DISCONNECTED, message.error)
+            else:
+                self._set_connection(self.connection, message.error)
+                self.dashboard.say(message.error, "bold red")
+
+    def tick(self) -> None:
+        if self.paused:
+            return
+        now = self.clock()
+        with contextlib.suppress(NoMatches):
+            for screen in self.screen_stack:
+                for header in screen.query(StatusHeader):
+                    header.now = now
+            self.dashboard.tick(now)
+
+    # LISTEN ----------------------------------------------------------------------------
+    @work(group="listen", exit_on_error=False)
+    async def listen_loop(self) -> None:
+        """A dedicated connection LISTENs; every notification asks for a (debounced) refresh.
+        A dropped link is retried with backoff; the poll timer keeps working meanwhile."""
+        backoff = 0.5
+        while True:
+            try:
+                async for _queue in self.source.notifications():
+                    backoff = 0.5
+                    self.post_message(Notified())
+            except Disconnected:
+                pass
+            except Exception:  # noqa: BLE001 - retried like a dropped link
+                pass
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def on_notified(self, _: Notified) -> None:
+        if self._debounce is None:
+            self._debounce = self.set_timer(NOTIFY_DEBOUNCE, self._debounced_refresh)
+
+    def _debounced_refresh(self) -> None:
+        self._debounce = None
+        self.request_refresh()
+
+    # actions ---------------------------------------------------------------------------
+    def _refuse_read_only(self) -> bool:
+        """True (and says why) when an action must not run: read-only, or a dialog is open."""
+        if isinstance(self.screen, (ConfirmScreen, HelpScreen)):
+            return True
+        if self.read_only:
+            self.notify("read-only: actions are disabled", severity="warning")
+        return self.read_only
+
+    def _selected_job(self) -> tuple[int, str, str] | None:
+        screen = self.screen
+        if hasattr(screen, "selected_job"):
+            selecting: _Selecting = screen
+            return selecting.selected_job()
+        return None
+
+    def open_job(self, job_id: int) -> None:
+        self.push_screen(JobDetailScreen(job_id))
+
+    def action_requeue_job(self) -> None:
+        if self._refuse_read_only():
+            return
+        job = self._selected_job()
+        if job is None:
+            self.notify("select a dead job first (Jobs view, 2)", severity="warning")
+            return
+        job_id, status, _ = job
+        if status != "dead":
+            self.notify(
+                f"job {job_id} is {status}: only dead jobs are requeued", severity="warning"
+            )
+            return
+        self._act(
+            self.source.requeue([job_id]),
+            lambda ids: f"requeued job {job_id}" if ids else f"job {job_id} was no longer dead",
+        )
+
+    def action_requeue_queue(self) -> None:
+        if self._refuse_read_only():
+            return
+        stats = self.dashboard.selected_stats()
+        if stats is None:
+            self.notify("select a queue first", severity="warning")
+            return
+        if not stats.dead:
+            self.notify(f"queue {stats.queue} has no dead jobs", severity="information")
+            return
+        queue = stats.queue
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(
+                    self.source.requeue_dead(queue),
+                    lambda ids: (
+                        f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''} of {queue}"
+                    ),
+                )
+            else:
+                self.dashboard.say("requeue cancelled", "grey62")
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Requeue every dead job of queue {queue}?",
+                f"{stats.dead} dead job(s) go back to ready with a fresh set of attempts.",
+            ),
+            answered,
+        )
+
+    def action_kill_job(self) -> None:
+        if self._refuse_read_only():
+            return
+        job = self._selected_job()
+        if job is None:
+            self.notify("select a job first (Leases 1 or Jobs 2)", severity="warning")
+            return
+        job_id, status, queue = job
+        if status not in ("ready", "running"):
+            self.notify(
+                f"job {job_id} is {status}: only ready or running jobs are killed",
+                severity="warning",
+            )
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(
+                    self.source.kill([job_id]),
+                    lambda ids: (
+                        f"killed job {job_id}" if ids else f"job {job_id} had already settled"
+                    ),
+                )
+            else:
+                self.dashboard.say("kill cancelled", "grey62")
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Kill job {job_id} ({status}, queue {queue})?",
+                "It becomes dead and its fence goes up by one: a worker still running it "
+                "loses its lease at its next write.",
+            ),
+            answered,
+        )
+
+    def _act(self, call: Awaitable[list[int]], describe: Callable[[list[int]], str]) -> None:
+        self._run_action(call, describe)
+
+    @work(group="actions", exit_on_error=False)
+    async def _run_action(
+        self, call: Awaitable[list[int]], describe: Callable[[list[int]], str]
+    ) -> None:
+        try:
+            ids = await call
+        except (Disconnected, PgqError) as exc:
+            self.notify(str(exc), title="action failed", severity="error")
+            return
+        text = describe(ids)
+        self.notify(text)
+        self.dashboard.say(text, "bold")
+        self.request_refresh()
+
+    def action_start_worker(self) -> None:
+        if self._refuse_read_only():
+            return
+        if not self.pool.can_start:
+            self.notify("no handler: start with --handler MODULE:CALLABLE", severity="warning")
+            return
+        queue = self.dashboard.selected_queue()
+        if queue is None:
+            self.notify("select a queue first", severity="warning")
+            return
+        self._start_worker(queue)
+
+    def _start_worker(self, queue: str) -> None:
+        try:
+            worker_id = self.pool.start(queue)
+        except Exception as exc:  # noqa: BLE001 - shown, never raised
+            self.notify(first_line(str(exc)), title="worker not started", severity="error")
+            return
+        self.dashboard.say(f"started worker {worker_id} on {queue}", "bold green")
+
+    def action_stop_workers(self) -> None:
+        if self._refuse_read_only():
+            return
+        asked = self.pool.stop_all()
+        self.dashboard.say(
+            f"stopping {asked} worker(s) gracefully" if asked else "no running workers", "yellow"
+        )
+
+    def action_filter(self) -> None:
+        if self.screen is self.dashboard:
+            self.dashboard.open_filter()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._sync_headers()
+        self.dashboard.say("live updates paused" if self.paused else "live updates resumed")
+        if not self.paused:
+            self.request_refresh()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.read_only))
+
+    async def action_quit(self) -> None:
+        """Stops this app's workers (gracefully, within their grace) before leaving."""
+        if self._quitting:
+            return
+        self._quitting = True
+        if self.pool.active():
+            self.dashboard.say(f"stopping {self.pool.active()} worker(s)…", "yellow")
+            self.pool.stop_all()
+            await self.pool.wait(timeout=30.0)
+        with contextlib.suppress(Exception):  # leaving anyway
+            await asyncio.wait_for(self.source.close(), timeout=3)
+        self.exit()
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand(
+            "Requeue job", "Requeue the selected dead job (r)", self.action_requeue_job
+        )
+        yield SystemCommand(
+            "Requeue all dead",
+            "Requeue every dead job of the selected queue (R)",
+            self.action_requeue_queue,
+        )
+        yield SystemCommand(
+            "Kill job", "Kill the selected job: dead, fence + 1 (k)", self.action_kill_job
+        )
+        yield SystemCommand(
+            "Start worker", "Start a worker on the selected queue (w)", self.action_start_worker
+        )
+        yield SystemCommand("Stop workers", "Stop this app's workers (W)", self.action_stop_workers)
+        yield SystemCommand("Filter", "Filter the rows of the current view (/)", self.action_filter)
+        yield SystemCommand(
+            "Pause / resume", "Pause or resume live updates (space)", self.action_pause
+        )
+        yield SystemCommand("Keys", "Show every key (?)", self.action_help)

@@ -1,0 +1,68 @@
+"""How numbers and times read on screen: short, humane, and always the same width class."""
+
+from __future__ import annotations
+
+SPARK_BARS = " ▁▂▃▄▅▆▇█"
+
+
+def duration(seconds: float) -> str:
+    """A duration in its largest sensible unit: 850ms, 4.2s, 37s, 3m05s, 2h14m, 3d04h."""
+    s = abs(seconds)
+    if s < 1:
+        return f"{int(s * 1000)}ms"
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{int(s)}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def ago(seconds: float) -> str:
+    return (
+        "just now"
+        if 0 <= seconds < 1
+        else (f"{duration(seconds)} ago" if seconds >= 0 else f"in {duration(seconds)}")
+    )
+
+
+def count(n: int) -> str:
+    """Integers with thin grouping: 1234567 -> 1,234,567."""
+    return f"{n:,}"
+
+
+def rate(per_second: float) -> str:
+    if per_second <= 0:
+        return "0/s"
+    if per_second < 10:
+        return f"{per_second:.1f}/s"
+    if per_second < 10_000:
+        return f"{per_second:.0f}/s"
+    return f"{per_second / 1000:.0f}k/s"
+
+
+def sparkline(values: list[float]) -> str:
+    """One character per value, scaled to the largest; any non-zero value shows at least ▁."""
+    top = max(values, default=0.0)
+    if top <= 0:
+        return " " * len(values)
+    steps = len(SPARK_BARS) - 1
+    out = []
+    for v in values:
+        if v <= 0:
+            out.append(" ")
+        else:
+            out.append(SPARK_BARS[max(1, round(v / top * steps))])
+    return "".join(out)
+
+
+def short_worker(worker: str | None, width: int = 28) -> str:
+    """Worker ids are host:pid:suffix; keep the distinguishing tail when space is short."""
+    if not worker:
+        return "—"
+    if len(worker) <= width:
+        return worker
+    return "…" + worker[-(width - 1) :]

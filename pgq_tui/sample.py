@@ -1,0 +1,287 @@
+"""A fixed, deterministic dashboard state: for layout snapshots and the screenshots script.
+
+Nothing here touches a database; every id, time and count is a constant, and the clock is
+frozen at `NOW`, so two renders are identical byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pgq_core import JobDetail, JobEvent, JobNotFound, JobRow, Lease, QueueStats
+
+from .throughput import Throughput
+
+NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
+EPOCH = NOW.timestamp()
+
+W1 = "demo-host:4242:a1b2c3"
+W2 = "demo-host:4242:d4e5f6"
+W_OLD = "batch-07:311:9f8e7d"
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+def clock() -> float:
+    return EPOCH
+
+
+STATS = [
+    QueueStats("emails", 42, 3, 6, 1, 0, 12873, 12873, 1.8),
+    QueueStats("reports", 7, 12, 3, 2, 4, 961, 961, 48.2),
+    QueueStats("thumbnails", 318, 0, 8, 0, 0, 40211, 40211, 412.0),
+    QueueStats("webhooks", 0, 25, 2, 1, 17, 5530, 5530, None),
+]
+
+#: completed counts observed over the last two minutes, per queue (for the sparklines)
+HISTORY: dict[str, list[int]] = {
+    "emails": [11990, 12050, 12130, 12190, 12260, 12330, 12400, 12480, 12560, 12640, 12730, 12873],
+    "reports": [930, 933, 935, 938, 941, 944, 946, 950, 953, 955, 958, 961],
+    "thumbnails": [
+        38900,
+        39000,
+        39140,
+        39250,
+        39390,
+        39500,
+        39640,
+        39770,
+        39900,
+        40010,
+        40120,
+        40211,
+    ],
+    "webhooks": [5480, 5484, 5490, 5494, 5500, 5504, 5510, 5514, 5520, 5524, 5528, 5530],
+}
+
+
+def warm(throughput: Throughput) -> Throughput:
+    for queue, counts in HISTORY.items():
+        for i, completed in enumerate(counts):
+            throughput.observe(queue, completed, EPOCH - 10 * (len(counts) - 1 - i))
+    return throughput
+
+
+def lease(
+    job_id: int, queue: str, worker: str, fence: int, attempts: int, left: float, length: float
+) -> Lease:
+    until = NOW + timedelta(seconds=left)
+    return Lease(job_id, queue, worker, fence, attempts, 5, until, left, length)
+
+
+LEASES = [
+    lease(10488, "webhooks", W_OLD, 3, 3, -4.6, 30),
+    lease(10391, "reports", W1, 2, 2, 3.2, 30),
+    lease(10502, "emails", W2, 1, 1, 7.9, 30),
+    lease(10503, "emails", W2, 1, 1, 12.4, 30),
+    lease(10477, "reports", W1, 1, 1, 19.0, 30),
+    lease(10505, "thumbnails", W1, 1, 1, 24.7, 30),
+    lease(10506, "emails", W2, 1, 1, 27.5, 30),
+]
+
+
+def job_row(
+    job_id: int,
+    queue: str,
+    status: str,
+    attempts: int,
+    fence: int,
+    worker: str | None,
+    error: str | None,
+    queued: float,
+    finished: float | None = None,
+    run_at: float = 0.0,
+) -> JobRow:
+    return JobRow(
+        job_id,
+        queue,
+        status,
+        attempts,
+        5,
+        fence,
+        ago(run_at),
+        NOW + timedelta(seconds=20) if status == "running" else None,
+        worker,
+        error,
+        ago(queued),
+        ago(finished) if finished is not None else None,
+    )
+
+
+JOBS = [
+    job_row(
+        10490,
+        "webhooks",
+        "dead",
+        5,
+        5,
+        W1,
+        "HTTP 503 from https://hooks.example.com/orders",
+        610,
+        41,
+    ),
+    job_row(
+        10480,
+        "webhooks",
+        "dead",
+        5,
+        5,
+        W2,
+        "HTTP 503 from https://hooks.example.com/orders",
+        900,
+        95,
+    ),
+    job_row(10471, "webhooks", "dead", 5, 6, W_OLD, "lease expired on attempt 5 of 5", 1300, 212),
+    job_row(
+        10466, "webhooks", "dead", 1, 2, "operator:ops@demo-host", "killed by operator", 1500, 400
+    ),
+    job_row(10460, "webhooks", "dead", 5, 5, W1, "ConnectionResetError: peer reset", 2100, 980),
+    job_row(10452, "webhooks", "ready", 2, 2, W2, "HTTP 429 Too Many Requests", 300, None, -14),
+    job_row(10488, "webhooks", "running", 3, 3, W_OLD, "timeout after 30s", 700),
+]
+
+DETAIL = JobDetail(
+    id=10471,
+    queue="webhooks",
+    status="dead",
+    payload={
+        "event": "order.paid",
+        "order_id": "ord_8F3K2",
+        "amount": {"value": 4990, "currency": "EUR"},
+        "endpoint": "https://hooks.example.com/orders",
+        "attempt_timeout_s": 30,
+        "tags": ["checkout", "eu-west"],
+        "replay": False,
+    },
+    run_at=ago(212),
+    attempts=5,
+    max_attempts=5,
+    lease_until=None,
+    fence=6,
+    last_error="lease expired on attempt 5 of 5",
+    queued_at=ago(1300),
+    worker=W_OLD,
+    claimed_at=ago(242),
+    lease_seconds=30.0,
+    finished_at=ago(212),
+    history=[
+        JobEvent(ago(1300), "enqueued", 0, None, None),
+        JobEvent(ago(1299.6), "claimed", 1, W1, None),
+        JobEvent(ago(1298.1), "failed", 1, W1, "HTTP 503 (retry at 09:05:17)"),
+        JobEvent(ago(1296.0), "claimed", 2, W2, None),
+        JobEvent(ago(1266.0), "reaped", 2, W2, "lease expired"),
+        JobEvent(ago(1265.2), "claimed", 3, W1, None),
+        JobEvent(ago(1262.9), "stale", 2, W2, "complete rejected: stale fence"),
+        JobEvent(ago(1261.0), "failed", 3, W1, "HTTP 503 (retry at 09:05:56)"),
+        JobEvent(ago(1000.0), "killed", 4, "operator:ops@demo-host", "killed by operator"),
+        JobEvent(ago(400.0), "requeued", 4, "operator:ops@demo-host", None),
+        JobEvent(ago(242.0), "claimed", 5, W_OLD, None),
+        JobEvent(ago(212.0), "dead", 5, W_OLD, "lease expired"),
+    ],
+)
+
+
+@dataclass(frozen=True)
+class SampleRunning:
+    id: int
+    queue: str
+    fence: int
+    attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class SampleWorker:
+    id: str
+    queues: tuple[str, ...]
+    state: str
+    concurrency: int
+    done: int
+    failed: int
+    lost: int
+    running: tuple[SampleRunning, ...]
+
+
+WORKERS = [
+    SampleWorker(
+        W2,
+        ("emails",),
+        "running",
+        4,
+        1288,
+        3,
+        0,
+        (
+            SampleRunning(10502, "emails", 1, 1, EPOCH - 22.1),
+            SampleRunning(10503, "emails", 1, 1, EPOCH - 17.6),
+            SampleRunning(10506, "emails", 1, 1, EPOCH - 2.5),
+        ),
+    ),
+    SampleWorker(
+        W1,
+        ("reports",),
+        "running",
+        4,
+        311,
+        12,
+        1,
+        (
+            SampleRunning(10391, "reports", 2, 2, EPOCH - 26.8),
+            SampleRunning(10477, "reports", 1, 1, EPOCH - 11.0),
+        ),
+    ),
+    SampleWorker(
+        "demo-host:4242:0a0b0c",
+        ("thumbnails",),
+        "draining",
+        4,
+        5210,
+        0,
+        0,
+        (SampleRunning(10505, "thumbnails", 1, 1, EPOCH - 5.3),),
+    ),
+    SampleWorker("demo-host:4242:777aaa", ("webhooks",), "stopped", 4, 87, 41, 2, ()),
+]
+
+
+class SampleSource:
+    """Serves the constants above; actions change nothing and report nothing done."""
+
+    async def stats(self) -> list[QueueStats]:
+        return list(STATS)
+
+    async def leases(self, limit: int) -> list[Lease]:
+        return LEASES[:limit]
+
+    async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]:
+        return [
+            j
+            for j in JOBS
+            if (queue is None or j.queue == queue) and (status is None or j.status == status)
+        ][:limit]
+
+    async def job(self, job_id: int) -> JobDetail:
+        if job_id != DETAIL.id:
+            raise JobNotFound(job_id)
+        return DETAIL
+
+    async def requeue(self, ids: Sequence[int]) -> list[int]:
+        return []
+
+    async def requeue_dead(self, queue: str) -> list[int]:
+        return []
+
+    async def kill(self, ids: Sequence[int]) -> list[int]:
+        return []
+
+    async def notifications(self) -> AsyncIterator[str]:
+        await asyncio.Event().wait()
+        yield ""
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,32 @@
+"""A yes/no question before a destructive action: y confirms, n or Esc cancels."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    CSS_PATH = "confirm.tcss"
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "Cancel", show=False),
+    ]
+
+    def __init__(self, title: str, detail: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.title_text, id="question")
+            yield Static(self.detail, id="detail")
+            yield Static("[b]y[/b] confirm    [b]n[/b] / [b]Esc[/b] cancel", id="keys")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)

@@ -1,0 +1,301 @@
+"""The main screen: queues on top; leases, jobs and workers below; filter and status line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+
+from pgq_core import JobRow, Lease, QueueStats
+
+from ..widgets.jobs_table import STATUS_STYLE, JobsTable
+from ..widgets.keyed_table import KeyedTable
+from ..widgets.leases_table import LeasesTable
+from ..widgets.queues_table import QueuesTable
+from ..widgets.status_header import StatusHeader
+from ..widgets.workers_table import WorkersTable
+
+if TYPE_CHECKING:
+    from ..app import DashboardApp
+
+#: Jobs view status choices, in the order `s` cycles them; None is every status.
+JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One poll's worth of data, and when (app clock) it was taken."""
+
+    stats: list[QueueStats]
+    leases: list[Lease]
+    jobs: list[JobRow]
+    jobs_query: tuple[str | None, str | None]
+    polled_at: float
+    took: float
+
+
+class DashboardScreen(Screen[None]):
+    """Styles: dashboard.tcss, loaded by the app."""
+
+    BINDINGS = [
+        Binding("1", "show_tab('leases')", "Leases", show=False),
+        Binding("2", "show_tab('jobs')", "Jobs", show=False),
+        Binding("3", "show_tab('workers')", "Workers", show=False),
+        Binding("s", "next_status", "Status", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: Snapshot | None = None
+        self.job_status: str | None = None
+        self.status_chosen = False
+        self.filter_text = ""
+        self.message = Text("")
+
+    @property
+    def dashboard(self) -> DashboardApp:
+        return cast("DashboardApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield StatusHeader()
+        yield QueuesTable(id="queues")
+        with TabbedContent(initial="leases", id="views"):
+            with TabPane("Leases", id="leases"):
+                yield LeasesTable(id="leases-table")
+            with TabPane("Jobs", id="jobs"):
+                yield Static(id="jobs-bar")
+                yield JobsTable(id="jobs-table")
+            with TabPane("Workers", id="workers"):
+                yield Static(id="workers-hint")
+                yield WorkersTable(id="workers-table")
+        yield Input(placeholder="filter rows (Enter keeps it, Esc clears)", id="filter")
+        yield Static(id="status-line")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#queues").border_title = "queues"
+        self.query_one(Input).cursor_blink = self.dashboard.blink
+        self.dashboard.sync_header(self.query_one(StatusHeader))
+        self._render_jobs_bar()
+        self._render_workers_hint()
+        self.query_one(QueuesTable).focus()
+        self.dashboard.dashboard_ready()
+
+    # selection -------------------------------------------------------------------------
+    def selected_queue(self) -> str | None:
+        return self.query_one(QueuesTable).selected_key
+
+    def selected_stats(self) -> QueueStats | None:
+        name = self.selected_queue()
+        if self.data is None or name is None:
+            return None
+        return next((s for s in self.data.stats if s.queue == name), None)
+
+    def active_view(self) -> str:
+        return self.query_one(TabbedContent).active or "leases"
+
+    def selected_job(self) -> tuple[int, str, str] | None:
+        """(id, status, queue) of the job under the cursor of the Jobs or Leases view."""
+        if self.data is None:
+            return None
+        view = self.active_view()
+        if view == "jobs":
+            key = self.query_one(JobsTable).selected_key
+            job = next((j for j in self.data.jobs if str(j.id) == key), None)
+            return (job.id, job.status, job.queue) if job else None
+        if view == "leases":
+            key = self.query_one(LeasesTable).selected_key
+            lease = next((x for x in self.data.leases if str(x.id) == key), None)
+            return (lease.id, "running", lease.queue) if lease else None
+        return None
+
+    def jobs_query(self) -> tuple[str | None, str | None]:
+        return (self.selected_queue(), self.job_status)
+
+    # data ------------------------------------------------------------------------------
+    def show(self, data: Snapshot) -> None:
+        self.data = data
+        queues = self.query_one(QueuesTable)
+        queues.show(data.stats, self.dashboard.throughput, data.polled_at)
+        self._auto_status()
+        self.query_one(LeasesTable).show(data.leases, data.polled_at, data.polled_at)
+        if data.jobs_query == self.jobs_query():
+            self.query_one(JobsTable).show(data.jobs, data.polled_at)
+        else:
+            self.dashboard.request_refresh()
+        self._render_tab_labels()
+        self._render_jobs_bar()
+        self.render_status_line()
+
+    def tick(self, now: float) -> None:
+        """Between polls: countdowns, worker activity and the status line move on."""
+        if self.data is not None:
+            self.query_one(LeasesTable).show(self.data.leases, self.data.polled_at, now)
+            self.query_one(QueuesTable).show(self.data.stats, self.dashboard.throughput, now)
+        self.query_one(WorkersTable).show(self.dashboard.pool.snapshots(), now)
+        self._render_workers_hint()
+        self._render_tab_labels()
+        self.render_status_line()
+
+    def say(self, message: str, style: str = "") -> None:
+        self.message = Text(message, style=style)
+        self.render_status_line()
+
+    def render_status_line(self) -> None:
+        app = self.dashboard
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if self.data is not None:
+            age = max(0.0, app.clock() - self.data.polled_at)
+            line.append(" refreshed ", style="grey62")
+            line.append("just now" if age < 1 else f"{age:.0f}s ago")
+            line.append(f" in {self.data.took * 1000:.0f}ms", style="grey62")
+        else:
+            line.append(" waiting for the first refresh…", style="grey62")
+        line.append(f" · every {app.refresh_seconds:g}s + on NOTIFY", style="grey62")
+        if self.filter_text:
+            line.append(" · filter ", style="grey62")
+            line.append(f"/{self.filter_text}", style="bold yellow")
+        if self.message.plain:
+            line.append(" · ", style="grey62")
+            line.append_text(self.message)
+        self.query_one("#status-line", Static).update(line)
+
+    def _render_tab_labels(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        leases = len(self.data.leases) if self.data else 0
+        expired = sum(1 for x in self.data.leases if x.seconds_left < 0) if self.data else 0
+        label = Text(f"Leases {leases}")
+        if expired:
+            label.append(f" ({expired} expired)", style="bold red")
+        tabs.get_tab("leases").label = label
+        jobs = len(self.data.jobs) if self.data else 0
+        tabs.get_tab("jobs").label = Text(f"Jobs {jobs}")
+        workers = self.dashboard.pool.snapshots()
+        busy = sum(1 for w in workers if w.state not in ("stopped",))
+        tabs.get_tab("workers").label = Text(f"Workers {busy}")
+
+    def _render_jobs_bar(self) -> None:
+        queue, status = self.jobs_query()
+        bar = Text(no_wrap=True)
+        bar.append(" queue ", style="grey62")
+        bar.append(queue or "all", style="bold")
+        bar.append("   status ", style="grey62")
+        for choice in JOB_STATUSES:
+            name = choice or "all"
+            if choice == status:
+                bar.append(f" {name} ", style=f"reverse {STATUS_STYLE.get(name, 'bold')}")
+            else:
+                bar.append(f" {name} ", style="grey50")
+        bar.append("   s next status · Enter open · r requeue · k kill", style="grey50")
+        self.query_one("#jobs-bar", Static).update(bar)
+
+    def _render_workers_hint(self) -> None:
+        app = self.dashboard
+        hint = self.query_one("#workers-hint", Static)
+        if app.pool.snapshots():
+            hint.display = False
+            return
+        hint.display = True
+        if app.read_only:
+            hint.update(Text(" read-only: no workers can be started", style="grey50"))
+        elif app.pool.can_start:
+            hint.update(
+                Text(" no workers in this app yet: press w to start one on the selected queue")
+            )
+        else:
+            hint.update(
+                Text(
+                    " no handler: start the dashboard with --handler MODULE:CALLABLE"
+                    " to run workers here",
+                    style="grey50",
+                )
+            )
+
+    def _auto_status(self) -> None:
+        """Until the operator picks a status, a queue with dead jobs shows them first."""
+        if self.status_chosen:
+            return
+        stats = self.selected_stats()
+        self.job_status = "dead" if stats is not None and stats.dead else None
+
+    # events ----------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "queues" and self.data is not None:
+            self.status_chosen = False
+            before = self.job_status
+            self._auto_status()
+            self._render_jobs_bar()
+            if self.data.jobs_query != self.jobs_query() or before != self.job_status:
+                self.dashboard.request_refresh()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "queues":
+            self.status_chosen = False
+            self._auto_status()
+            self.action_show_tab("jobs")
+            self.query_one(JobsTable).focus()
+            self.dashboard.request_refresh()
+        elif event.data_table.id in ("jobs-table", "leases-table"):
+            key = event.row_key.value
+            if key is not None:
+                self.dashboard.open_job(int(key))
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._apply_filter()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self._apply_filter()
+
+    def action_next_status(self) -> None:
+        index = JOB_STATUSES.index(self.job_status)
+        self.job_status = JOB_STATUSES[(index + 1) % len(JOB_STATUSES)]
+        self.status_chosen = True
+        self.action_show_tab("jobs")
+        self._render_jobs_bar()
+        self.dashboard.request_refresh()
+
+    # filter ----------------------------------------------------------------------------
+    def open_filter(self) -> None:
+        field = self.query_one(Input)
+        field.value = self.filter_text
+        field.add_class("open")
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._apply_filter()
+        self.render_status_line()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.remove_class("open")
+        self._active_table().focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one(Input)
+        field.value = ""
+        self.filter_text = ""
+        field.remove_class("open")
+        self._apply_filter()
+        self.render_status_line()
+        self._active_table().focus()
+
+    def _active_table(self) -> KeyedTable:
+        view = self.active_view()
+        table: KeyedTable = self.query_one(f"#{view}-table", KeyedTable)
+        return table
+
+    def _apply_filter(self) -> None:
+        for table in self.query(KeyedTable):
+            if table.id == "queues":
+                continue
+            table.set_filter(self.filter_text if table is self._active_table() else "")
+
+    def data_refreshed(self) -> None:
+        return None

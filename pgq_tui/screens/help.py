@@ -1,0 +1,72 @@
+"""`?`: every key, what it does, and when it is refused."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("↑ ↓ / PgUp PgDn", "move the cursor"),
+    ("Tab / Shift+Tab", "move between the queues table and the view below"),
+    ("1  2  3", "show Leases, Jobs, Workers"),
+    ("Enter", "on a queue: browse its jobs (dead first); on a job: open it"),
+    ("s", "Jobs: next status (dead, ready, running, done, all)"),
+    ("/", "filter the rows of the current view (Esc clears)"),
+    ("r", "requeue the selected dead job"),
+    ("R", "requeue every dead job of the selected queue (asks first)"),
+    ("k", "kill the selected job: dead, fence + 1 (asks first)"),
+    ("w", "start a worker on the selected queue (handler from --handler)"),
+    ("W", "stop this app's workers (gracefully)"),
+    ("space", "pause / resume live updates"),
+    ("Ctrl+P", "command palette: the same actions by name"),
+    ("?", "this help"),
+    ("q", "quit (stops this app's workers first)"),
+)
+
+
+def key_table(read_only: bool) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold #5fafff", justify="right")
+    table.add_column()
+    for key, what in KEYS:
+        table.add_row(key, what)
+    table.add_row("", "")
+    if read_only:
+        table.add_row("", Text("read-only: r R k w W are disabled", style="bold #af87ff"))
+    table.add_row(
+        "colors",
+        Text.assemble(
+            ("lease under a third left", "bold yellow"),
+            "   ",
+            (" expired, awaiting the reaper ", "bold white on red"),
+            "   ",
+            ("dead", "bold red"),
+        ),
+    )
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    CSS_PATH = "help.tcss"
+    BINDINGS = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close", show=False),
+        Binding("q", "close", "Close", show=False),
+    ]
+
+    def __init__(self, read_only: bool = False) -> None:
+        super().__init__()
+        self.read_only = read_only
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Static("pgq dashboard — keys", id="help-title")
+            yield Static(key_table(self.read_only))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,133 @@
+"""Where the dashboard's data comes from.
+
+`PgSource` is the real one: pgq_core's `AsyncQueue` over one connection, plus a second
+connection that LISTENs. It never shows a password: every error text is scrubbed of it.
+Any connection failure surfaces as `Disconnected`; the next call connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+import psycopg
+
+from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
+from pgq_core.config import first_line, scrub
+
+APPLICATION_NAME = "pgq-dashboard"
+
+
+class Disconnected(Exception):
+    """The server is unreachable (or went away); the message is fit for the header."""
+
+
+class Source(Protocol):
+    """What the dashboard reads and does. Every method may raise `Disconnected`."""
+
+    async def stats(self) -> list[QueueStats]: ...
+    async def leases(self, limit: int) -> list[Lease]: ...
+    async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]: ...
+    async def job(self, job_id: int) -> JobDetail: ...
+    async def requeue(self, ids: Sequence[int]) -> list[int]: ...
+    async def requeue_dead(self, queue: str) -> list[int]: ...
+    async def kill(self, ids: Sequence[int]) -> list[int]: ...
+    def notifications(self) -> AsyncIterator[str]:
+        """Queue names as jobs become ready; ends (or raises Disconnected) when the link drops."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class PgSource:
+    """pgq_core's AsyncQueue on a dedicated autocommit connection, reconnected on demand."""
+
+    def __init__(self, dsn: str, schema: str, connect_timeout: int = 3) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.connect_timeout = connect_timeout
+        self._queue: AsyncQueue | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self.dsn,
+            autocommit=True,
+            application_name=APPLICATION_NAME,
+            connect_timeout=self.connect_timeout,
+        )
+
+    async def _get(self) -> AsyncQueue:
+        async with self._lock:
+            if self._queue is None or self._queue.conn.closed:
+                try:
+                    conn = await self._connect()
+                except psycopg.Error as exc:
+                    raise self._disconnected(exc) from None
+                self._queue = AsyncQueue(conn, self.schema, owns=True)
+            return self._queue
+
+    def _disconnected(self, exc: BaseException) -> Disconnected:
+        return Disconnected(scrub(first_line(str(exc)) or type(exc).__name__, self.dsn))
+
+    async def _drop(self) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None:
+            with contextlib.suppress(Exception):  # the connection is already broken
+                await queue.close()
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        queue = await self._get()
+        try:
+            return await getattr(queue, name)(*args)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            await self._drop()
+            raise self._disconnected(exc) from None
+
+    async def stats(self) -> list[QueueStats]:
+        result: list[QueueStats] = await self._call("stats")
+        return result
+
+    async def leases(self, limit: int) -> list[Lease]:
+        result: list[Lease] = await self._call("leases", limit)
+        return result
+
+    async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]:
+        result: list[JobRow] = await self._call("jobs", queue, status, limit)
+        return result
+
+    async def job(self, job_id: int) -> JobDetail:
+        result: JobDetail = await self._call("job", job_id)
+        return result
+
+    async def requeue(self, ids: Sequence[int]) -> list[int]:
+        result: list[int] = await self._call("requeue", ids)
+        return result
+
+    async def requeue_dead(self, queue: str) -> list[int]:
+        result: list[int] = await self._call("requeue_dead", queue)
+        return result
+
+    async def kill(self, ids: Sequence[int]) -> list[int]:
+        result: list[int] = await self._call("kill", ids)
+        return result
+
+    async def notifications(self) -> AsyncIterator[str]:
+        try:
+            conn = await self._connect()
+        except psycopg.Error as exc:
+            raise self._disconnected(exc) from None
+        try:
+            await conn.execute(listen_statement(self.schema))
+            async for notify in conn.notifies():
+                yield notify.payload
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._disconnected(exc) from None
+        finally:
+            with contextlib.suppress(Exception):  # closing a dead connection
+                await conn.close()
+
+    async def close(self) -> None:
+        await self._drop()

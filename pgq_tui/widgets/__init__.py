@@ -1,0 +1,1 @@
+"""The dashboard's widgets; their styles live in widgets.tcss beside them."""

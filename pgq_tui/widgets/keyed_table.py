@@ -1,0 +1,105 @@
+"""A DataTable kept in step with a keyed list of rows by editing cells, never rebuilding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist
+
+Cell = str | Text
+Row = tuple[str, Sequence[Cell]]
+
+
+def plain(cell: object) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+class KeyedTable(DataTable[Cell]):
+    """Rows are identified by a string key.
+
+    `sync` updates only the cells that changed, removes and adds only the rows that came or
+    went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
+    numbers can change under an operator's cursor without the table jumping.
+    """
+
+    COLUMNS: tuple[tuple[str, str, int | None], ...] = ()  # (key, label, width)
+    RIGHT: frozenset[str] = frozenset()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._filter = ""
+        self._all_rows: list[Row] = []
+        self._keys: list[str] = []
+
+    def on_mount(self) -> None:
+        for key, label, width in self.COLUMNS:
+            header = Text(label, justify="right" if key in self.RIGHT else "left")
+            self.add_column(header, key=key, width=width)
+
+    def set_filter(self, text: str) -> None:
+        self._filter = text.lower()
+        self.sync(self._all_rows)
+
+    @property
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
+        except CellDoesNotExist:
+            return None
+        return row_key.value
+
+    def sync(self, rows: Sequence[Row]) -> None:
+        self._all_rows = list(rows)
+        if self._filter:
+            rows = [
+                (key, cells)
+                for key, cells in rows
+                if any(self._filter in plain(c).lower() for c in cells)
+            ]
+        selected = self.selected_key
+        wanted = {key: cells for key, cells in rows}
+        for key in [k for k in self._keys if k not in wanted]:
+            self.remove_row(key)
+        column_keys = [c[0] for c in self.COLUMNS]
+        existing = set(self._keys)
+        for key, cells in rows:
+            cells = [self._align(column_keys[i], c) for i, c in enumerate(cells)]
+            if key in existing:
+                current = self.get_row(key)
+                for column, old, new in zip(column_keys, current, cells, strict=True):
+                    if plain(old) != plain(new) or _style(old) != _style(new):
+                        self.update_cell(key, column, new)
+            else:
+                self.add_row(*cells, key=key)
+        order = [key for key, _ in rows]
+        if order != self._current_order():
+            position = {key: i for i, key in enumerate(order)}
+            first = column_keys[0]
+            self.sort(first, key=lambda cell: position.get(plain(cell), len(position)))
+        self._keys = order
+        if selected is not None and selected in wanted:
+            index = self.get_row_index(selected)
+            if index != self.cursor_row:
+                self.move_cursor(row=index, animate=False, scroll=False)
+
+    def _current_order(self) -> list[str]:
+        rows = self.ordered_rows
+        return [str(r.key.value) for r in rows]
+
+    def _align(self, column: str, cell: Cell) -> Cell:
+        if column in self.RIGHT:
+            text = cell.copy() if isinstance(cell, Text) else Text(cell)
+            text.justify = "right"
+            return text
+        return cell
+
+
+def _style(cell: object) -> str:
+    if isinstance(cell, Text):
+        return f"{cell.style}|{[(s.start, s.end, str(s.style)) for s in cell.spans]}"
+    return ""

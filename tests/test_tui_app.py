@@ -1,0 +1,397 @@
+"""The dashboard against a real PostgreSQL: counts, actions, workers, LISTEN, reconnects.
+
+Every test drives the real app (App.run_test + Pilot) over `PgSource`; state is checked in the
+database with the sync `queue` fixture, and waits poll a condition with a generous timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from pgq_core import JobSpec, LeaseLost, Queue
+from pgq_tui.app import DashboardApp
+from pgq_tui.launch import make_app
+from pgq_tui.screens.confirm import ConfirmScreen
+from pgq_tui.screens.job_detail import JobDetailScreen
+from pgq_tui.source import APPLICATION_NAME
+from pgq_tui.widgets.jobs_table import JobsTable
+from pgq_tui.widgets.keyed_table import KeyedTable, plain
+from pgq_tui.widgets.leases_table import LeasesTable
+from pgq_tui.widgets.queues_table import QueuesTable
+from pgq_tui.widgets.status_header import StatusHeader
+from pgq_tui.widgets.workers_table import WorkersTable
+
+SIZE = (140, 40)
+TIMEOUT = 20.0
+
+
+async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def cells(table: KeyedTable, key: str) -> dict[str, str]:
+    """A row of the table as column key -> plain text ({} if the row is not shown)."""
+    if key not in table.rows:
+        return {}
+    row = table.get_row(key)
+    return {c[0]: plain(v) for c, v in zip(table.COLUMNS, row, strict=True)}
+
+
+def shown_counts(app: DashboardApp, queue: str) -> dict[str, int]:
+    row = cells(app.dashboard.query_one(QueuesTable), queue)
+    names = ("ready", "scheduled", "running", "expiring", "dead", "done")
+    return {n: int(row[n].replace(",", "")) for n in names} if row else {}
+
+
+def db_counts(queue: Queue, name: str) -> dict[str, int]:
+    stats = next((s for s in queue.stats() if s.queue == name), None)
+    if stats is None:
+        return {}
+    return {
+        "ready": stats.ready, "scheduled": stats.scheduled, "running": stats.running,
+        "expiring": stats.expiring, "dead": stats.dead, "done": stats.done,
+    }
+
+
+def dashboard(dsn: str, schema: str, **kwargs: Any) -> DashboardApp:
+    kwargs.setdefault("refresh", 0.2)
+    return make_app(dsn, schema, "test-db", **kwargs)
+
+
+async def polled(pilot: Pilot[Any], app: DashboardApp, more: int = 2) -> None:
+    """Wait until `more` further polls have completed (so the screen reflects the database)."""
+    target = app.polls + more
+    await wait_for(pilot, lambda: app.polls >= target, f"{more} polls")
+
+
+def select_queue(app: DashboardApp, name: str) -> None:
+    table = app.dashboard.query_one(QueuesTable)
+    table.move_cursor(row=table.get_row_index(name))
+
+
+def make_dead(queue: Queue, name: str, n: int) -> list[int]:
+    ids = queue.enqueue_many([JobSpec(name, {"n": i}, max_attempts=1) for i in range(n)])
+    for job in queue.claim(name, n, worker="test-worker"):
+        queue.fail(job.id, job.fence, "boom")
+    return ids
+
+
+async def test_counts_match_database_after_enqueue_claim_complete(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue_many([JobSpec("emails", {"i": i}) for i in range(3)])
+    queue.enqueue("emails", {"later": True}, delay=timedelta(hours=1))
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "emails").get("ready") == 3, "3 ready")
+        assert shown_counts(app, "emails") == db_counts(queue, "emails")
+        assert shown_counts(app, "emails")["scheduled"] == 1
+
+        [job] = queue.claim("emails", 1, timedelta(seconds=60), "test-worker")
+        await wait_for(pilot, lambda: shown_counts(app, "emails").get("running") == 1, "running")
+        assert shown_counts(app, "emails") == db_counts(queue, "emails")
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: str(job.id) in leases.rows, "the lease row")
+        lease = cells(leases, str(job.id))
+        assert lease["worker"] == "test-worker"
+        assert lease["fence"] == str(job.fence)
+
+        queue.complete(job.id, job.fence)
+        await wait_for(pilot, lambda: shown_counts(app, "emails").get("done") == 1, "done")
+        assert shown_counts(app, "emails") == db_counts(queue, "emails")
+        assert str(job.id) not in leases.rows
+        assert "pgq" in app.dashboard.query_one(StatusHeader).render().plain
+
+
+async def test_rows_keep_their_place_and_the_cursor_its_row(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    for name in ("b-queue", "c-queue"):
+        queue.enqueue(name, {})
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.query_one(QueuesTable)
+        await wait_for(pilot, lambda: table.row_count == 2, "two queues")
+        select_queue(app, "c-queue")
+        await pilot.pause()
+        queue.enqueue("a-queue", {})
+        queue.enqueue_many([JobSpec("c-queue", {}) for _ in range(5)])
+        await wait_for(pilot, lambda: table.row_count == 3, "a new queue")
+        await wait_for(pilot, lambda: shown_counts(app, "c-queue").get("ready") == 6, "6 ready")
+        assert [r.key.value for r in table.ordered_rows] == ["a-queue", "b-queue", "c-queue"]
+        assert table.selected_key == "c-queue"
+
+
+async def test_listen_refreshes_without_polling(dsn: str, schema: str, queue: Queue) -> None:
+    queue.enqueue("first", {})
+    app = dashboard(dsn, schema, refresh=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "first").get("ready") == 1, "first poll")
+        await pilot.pause(0.5)  # let the LISTEN connection come up
+        queue.enqueue("second", {})
+        await wait_for(
+            pilot, lambda: shown_counts(app, "second").get("ready") == 1, "a NOTIFY refresh"
+        )
+
+
+async def test_requeue_all_asks_and_yes_requeues_exactly_the_selected_queue(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    chosen = make_dead(queue, "chosen", 3)
+    make_dead(queue, "other", 2)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "chosen").get("dead") == 3, "3 dead")
+        select_queue(app, "chosen")
+        await pilot.pause()
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm modal")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: db_counts(queue, "chosen")["dead"] == 0, "requeued")
+        assert db_counts(queue, "chosen")["ready"] == 3
+        assert db_counts(queue, "other")["dead"] == 2
+        assert {j.id for j in queue.jobs("chosen", "ready")} == set(chosen)
+        await wait_for(pilot, lambda: shown_counts(app, "chosen").get("dead") == 0, "shown")
+
+
+@pytest.mark.parametrize("answer", ["n", "escape"])
+async def test_requeue_all_cancelled_changes_nothing(
+    dsn: str, schema: str, queue: Queue, answer: str
+) -> None:
+    make_dead(queue, "chosen", 2)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "chosen").get("dead") == 2, "2 dead")
+        select_queue(app, "chosen")
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm modal")
+        await pilot.press(answer)
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), "dismissed")
+        await polled(pilot, app)
+        assert db_counts(queue, "chosen")["dead"] == 2
+        assert db_counts(queue, "chosen")["ready"] == 0
+
+
+async def test_kill_running_job_bumps_its_fence(dsn: str, schema: str, queue: Queue) -> None:
+    queue.enqueue("work", {"x": 1})
+    [job] = queue.claim("work", 1, timedelta(seconds=60), "sleepy-worker")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: str(job.id) in leases.rows, "the lease row")
+        leases.focus()
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm modal")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: queue.job(job.id).status == "dead", "killed")
+        assert queue.job(job.id).fence == job.fence + 1
+        with pytest.raises(LeaseLost):
+            queue.complete(job.id, job.fence)
+        await wait_for(pilot, lambda: str(job.id) not in leases.rows, "lease row gone")
+
+
+async def test_requeue_selected_dead_job_from_the_jobs_view(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    first, second = make_dead(queue, "mail", 2)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "mail").get("dead") == 2, "2 dead")
+        select_queue(app, "mail")
+        await pilot.press("enter")  # browse the queue: dead first
+        jobs = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: jobs.row_count == 2, "2 dead jobs listed")
+        assert app.dashboard.job_status == "dead"
+        assert jobs.selected_key == str(second)  # newest first
+        await pilot.press("r")
+        await wait_for(pilot, lambda: queue.job(second).status == "ready", "requeued")
+        assert queue.job(first).status == "dead"
+
+
+async def test_job_detail_shows_payload_error_and_fence_history(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("mail", {"to": "ada@example.com"}, max_attempts=2)
+    [first] = queue.claim("mail", 1, timedelta(seconds=60), "worker-a")
+    queue.fail(first.id, first.fence, "SMTP 451 try later", worker="worker-a")
+    queue.conn.execute(
+        f'UPDATE "{schema}".jobs SET run_at = now() WHERE id = %s', (job_id,)
+    )  # skip the backoff so the second claim happens now
+    [second] = queue.claim("mail", 1, timedelta(seconds=60), "worker-b")
+    with pytest.raises(LeaseLost):
+        queue.complete(first.id, first.fence)
+    queue.record_stale([(first.id, first.fence)], "worker-a", "complete")
+    queue.complete(second.id, second.fence, worker="worker-b")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "mail").get("done") == 1, "done")
+        select_queue(app, "mail")
+        await pilot.press("enter")
+        jobs = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: str(job_id) in jobs.rows, "the job row")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), "job detail")
+        detail = app.screen
+        assert isinstance(detail, JobDetailScreen)
+        await wait_for(pilot, lambda: detail.job is not None, "the job loaded")
+        history = rendered(detail, "#history").splitlines()
+        expected = [
+            ("enqueued", "fence 0", ""),
+            ("claimed", "fence 1", "worker-a"),
+            ("failed, retry", "fence 1", "worker-a"),
+            ("claimed", "fence 2", "worker-b"),
+            ("stale write rejected", "fence 1", "worker-a"),
+            ("completed", "fence 2", "worker-b"),
+        ]
+        assert len(history) == len(expected)
+        for line, words in zip(history, expected, strict=True):
+            assert all(w in line for w in words), (line, words)
+        assert "ada@example.com" in rendered(detail, "#payload")
+        assert "SMTP 451 try later" in rendered(detail, "#error")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.dashboard, "back to the dashboard")
+
+
+def rendered(screen: JobDetailScreen, selector: str) -> str:
+    """The plain text a Static shows, as laid out at the screen's width."""
+    from rich.console import Console
+
+    static = screen.query_one(selector, Static)
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(static.content)
+    return console.export_text()
+
+
+async def test_filter_narrows_the_jobs_view(dsn: str, schema: str, queue: Queue) -> None:
+    ids = make_dead(queue, "hooks", 3)
+    queue.conn.execute(
+        f'UPDATE "{schema}".jobs SET last_error = %s WHERE id = %s', ("HTTP 503", ids[1])
+    )
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "hooks").get("dead") == 3, "3 dead")
+        select_queue(app, "hooks")
+        await pilot.press("enter")
+        jobs = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: jobs.row_count == 3, "3 rows")
+        await pilot.press("slash", *"503")
+        await wait_for(pilot, lambda: jobs.row_count == 1, "1 row after filtering")
+        assert jobs.selected_key == str(ids[1])
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: jobs.row_count == 3, "3 rows after clearing")
+
+
+async def test_w_starts_a_worker_that_drains_the_queue_and_q_stops_it(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    seen: list[int] = []
+
+    def handler(ctx: Any) -> None:
+        seen.append(ctx.id)
+
+    queue.enqueue_many([JobSpec("drain", {"i": i}) for i in range(25)])
+    app = dashboard(dsn, schema, handler=handler, lease=timedelta(seconds=5), grace=2.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "drain").get("ready") == 25, "25 ready")
+        select_queue(app, "drain")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: db_counts(queue, "drain")["done"] == 25, "drained")
+        await wait_for(pilot, lambda: shown_counts(app, "drain").get("done") == 25, "shown")
+        assert sorted(seen) == sorted(j.id for j in queue.jobs("drain", "done"))
+        workers = app.dashboard.query_one(WorkersTable)
+        await wait_for(pilot, lambda: workers.row_count == 1, "the worker row")
+        [worker_id] = [r.key.value for r in workers.ordered_rows]
+        assert worker_id is not None
+        await wait_for(
+            pilot, lambda: cells(workers, worker_id).get("done") == "25", "worker done count"
+        )
+        assert cells(workers, worker_id)["state"] == "running"
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+    assert [s.state for s in app.pool.snapshots()] == ["stopped"]
+
+
+async def test_W_stops_the_apps_workers(dsn: str, schema: str, queue: Queue) -> None:
+    queue.enqueue("idle", {})
+    app = dashboard(dsn, schema, handler=lambda ctx: None, grace=1.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "idle").get("done", -1) >= 0, "a poll")
+        select_queue(app, "idle")
+        await pilot.press("w", "w")
+        await wait_for(pilot, lambda: app.pool.active() == 2, "two workers")
+        await pilot.press("W")
+        await wait_for(pilot, lambda: app.pool.active() == 0, "stopped")
+        assert {s.state for s in app.pool.snapshots()} == {"stopped"}
+
+
+async def test_read_only_refuses_every_action(dsn: str, schema: str, queue: Queue) -> None:
+    make_dead(queue, "ro", 2)
+    queue.enqueue("ro", {})
+    [running] = queue.claim("ro", 1, timedelta(seconds=60), "w")
+    app = dashboard(dsn, schema, handler=lambda ctx: None, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "ro").get("dead") == 2, "2 dead")
+        select_queue(app, "ro")
+        app.dashboard.query_one(LeasesTable).focus()
+        await pilot.press("k", "R", "w")
+        await pilot.press("2")
+        app.dashboard.query_one(JobsTable).focus()
+        await pilot.press("r", "k")
+        await polled(pilot, app)
+        assert app.screen is app.dashboard
+        assert app.pool.snapshots() == []
+        assert db_counts(queue, "ro") | {"expiring": 0} == {
+            "ready": 0, "scheduled": 0, "running": 1, "expiring": 0, "dead": 2, "done": 0
+        }
+        assert queue.job(running.id).fence == running.fence
+        assert "read-only" in app.dashboard.query_one(StatusHeader).render().plain
+
+
+async def test_survives_the_server_dropping_its_connections(
+    dsn: str, schema: str, queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    queue.enqueue("alive", {})
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.connection == "connected", "connected")
+        await pilot.pause(0.5)
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (APPLICATION_NAME,),
+        )
+        await wait_for(pilot, lambda: "disconnected" in app.connection_history, "disconnected")
+        queue.enqueue("after", {})
+        await wait_for(
+            pilot, lambda: shown_counts(app, "after").get("ready") == 1, "fresh data after"
+        )
+        assert app.connection == "connected"
+        assert app.connection_history[-2:] == ["disconnected", "connected"]
+
+
+async def test_unreachable_server_is_shown_without_the_password() -> None:
+    app = make_app(
+        "postgresql://someone:hunter2secret@127.0.0.1:9/nowhere?connect_timeout=1",
+        "pgq", "someone@127.0.0.1:9/nowhere", refresh=0.2,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.connection == "disconnected", "disconnected")
+        header = app.dashboard.query_one(StatusHeader).render().plain
+        assert "disconnected" in header
+        assert "hunter2secret" not in header
+        await pilot.pause(0.5)
+        assert app.connection == "disconnected"
+        assert app.is_running
