@@ -571,20 +571,26 @@ class Worker:
         return self.burst and not self._held and not self._zombies
 
     def _next_timeout(self, now: float) -> float:
+        assert self._link is not None
         deadlines = [now + 1.0]
-        if self._retry_at > now:
-            deadlines.append(self._retry_at)
-        if self._pending:
-            deadlines.append(self._first_pending_at + self.flush_delay)
         if self._stopping:
             deadlines.append(self._grace_deadline)
-        elif self._capacity > 0:
-            deadlines.append(self._next_poll)
+        if not self._link.up:
+            pass  # woken when the link is back
+        elif self._retry_at > now:
+            deadlines.append(self._retry_at)
+        else:
+            if self._pending:
+                deadlines.append(self._first_pending_at + self.flush_delay)
+            if not self._stopping and self._capacity > 0:
+                deadlines.append(self._next_poll)
         return max(0.0, min(deadlines) - now)
 
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None
-        if timeout > 0 and not self._wake.is_set():
+        if timeout <= 0 or self._wake.is_set():
+            await asyncio.sleep(0)
+        else:
             began = time.monotonic()
             try:
                 async with asyncio.timeout(timeout):

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import psycopg
+import psycopg.sql
 
 from pgq_core import fenced_write
 from pgq_core.worker import JobContext
@@ -63,3 +64,16 @@ def crash(ctx: JobContext) -> None:
 
 async def wait_forever(ctx: JobContext) -> None:
     await asyncio.sleep(3600)
+
+
+def until_lost(ctx: JobContext) -> None:
+    """Run until told the lease is gone, then note when that was seen."""
+    while not ctx.lost:
+        time.sleep(0.01)
+    with psycopg.connect(os.environ["PGQ_DSN"], autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL("INSERT INTO {}.observed (job_id) VALUES (%s)").format(
+                psycopg.sql.Identifier(ctx.schema)
+            ),
+            (ctx.id,),
+        )
