@@ -3,6 +3,7 @@ lease, a server restart, SIGTERM, a crash loop, an operator kill, and the comman
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -383,10 +384,8 @@ def own_server() -> Iterator[OwnServer]:
     try:
         yield server
     finally:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             server.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(root, ignore_errors=True)
 
 
