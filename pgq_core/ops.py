@@ -80,7 +80,7 @@ def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
         "enqueue",
         {
             "queues": [s.queue for s in specs],
-            "payloads": [Jsonb(s.payload) for s in specs],
+            "payloads": Jsonb([s.payload for s in specs]),
             "run_ats": [s.run_at for s in specs],
             "delays": [s.delay for s in specs],
             "max_attempts": [s.max_attempts for s in specs],

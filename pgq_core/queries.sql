@@ -5,12 +5,13 @@
 -- Each transition writes its fence-history row in the same statement.
 
 -- name: enqueue
--- Insert many jobs in one round trip (arrays, not one INSERT per job).
+-- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array.
 WITH new_jobs AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts)
   SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m
-    FROM unnest(%(queues)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
-                %(delays)s::interval[], %(max_attempts)s::int[]) AS t(q, p, r, d, m)
+    FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
+                    unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
+                    unnest(%(max_attempts)s::int[])) AS t(q, p, r, d, m)
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence)
