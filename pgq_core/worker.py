@@ -26,7 +26,6 @@ import logging
 import os
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,13 +86,13 @@ class JobContext:
         self.lease_until: datetime = job.lease_until
         self.worker_id = worker_id
         self.schema = schema
-        self._lost = threading.Event()
+        self._lost = False
         self._completed = False
 
     @property
     def lost(self) -> bool:
         """True once the lease is lost or handed back: stop, the result will be thrown away."""
-        return self._lost.is_set()
+        return self._lost
 
     def complete(self, conn: psycopg.Connection[Any]) -> None:
         """Complete this job inside `conn`'s open transaction, together with the handler's writes.
@@ -447,7 +446,12 @@ class Worker:
                 asyncio.create_task(self._heartbeats()),
                 asyncio.create_task(self._reaper()),
             ]
-            await self._pump()
+            try:
+                await self._pump()
+            except asyncio.CancelledError:
+                self._request_stop(immediately=True)
+                await self._hand_back()
+                raise
             await self._hand_back()
         finally:
             for task in background:
@@ -719,8 +723,8 @@ class Worker:
             if self._held.get(held.job.id) is held:
                 raise
         except LeaseLost as exc:
-            self._lose(held, exc.action)
-            await self._record_stale([held], exc.action)
+            if self._lose(held, exc.action):
+                await self._record_stale([held], exc.action)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing handler fails its job
             self._finished(held, _error_text(exc))
         else:
@@ -779,10 +783,12 @@ class Worker:
         self._wakeup()
         return lost
 
-    def _lose(self, held: _Held, action: str) -> None:
-        """The job is no longer ours: stop its handler, drop its result, free its slot."""
+    def _lose(self, held: _Held, action: str) -> bool:
+        """The job is no longer ours: stop its handler, drop its result, free its slot.
+
+        False if it was already given up."""
         if self._held.get(held.job.id) is not held:
-            return
+            return False
         del self._held[held.job.id]
         if held in self._pending:
             self._pending.remove(held)
@@ -795,9 +801,10 @@ class Worker:
             action,
         )
         self._wakeup()
+        return True
 
     def _abandon(self, held: _Held) -> None:
-        held.ctx._lost.set()
+        held.ctx._lost = True
         task = held.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             self._zombies.add(held)

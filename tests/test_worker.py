@@ -430,3 +430,21 @@ async def test_unreachable_database_at_start_is_one_clear_error() -> None:
     with pytest.raises(PgqError, match="database unavailable") as info:
         await worker.run()
     assert "secret-pw" not in str(info.value)
+
+
+async def test_cancelling_run_hands_held_jobs_back(dsn: str, schema: str, queue: Queue) -> None:
+    job_id = queue.enqueue("q", {})
+    started = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    worker = make_worker(dsn, schema, handler)
+    task = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), TIMEOUT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    job = queue.job(job_id)
+    assert (job.status, job.history[-1].event) == ("ready", "released")
