@@ -40,6 +40,7 @@ from .bench_common import (
     Cost,
     Meter,
     machine,
+    machine_busy_seconds,
     percentile,
     server,
     server_version,
@@ -135,6 +136,7 @@ def seed_worker(
     with _seed_conn(dsn, schema) as conn:
         ready.put(os.getpid())
         go.wait()
+        cpu = time.process_time()
         lost = 0
         while True:
             rows = conn.execute(SEED_CLAIM, {"queue": QUEUE_NAME, "limit": batch}).fetchall()
@@ -149,6 +151,7 @@ def seed_worker(
                 cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
                 lost += cur.rowcount == 0
     ready.put(("lost", lost))
+    ready.put(("cpu", time.process_time() - cpu))
 
 
 async def _noop(ctx: Any) -> None:
@@ -186,9 +189,10 @@ def pgq_worker(
     )
     ready.put(os.getpid())
     go.wait()
+    cpu = time.process_time()
     asyncio.run(_run_worker(worker, stop, ready))
-    snap = worker.snapshot()
-    ready.put(("lost", snap.lost))
+    ready.put(("lost", worker.snapshot().lost))
+    ready.put(("cpu", time.process_time() - cpu))
 
 
 async def _run_worker(worker: Any, stop: Event, ready: MPQueue[Any]) -> None:
@@ -231,7 +235,7 @@ class Group:
     ready: MPQueue[Any]
     go: Event
     stop: Event
-    reports: list[tuple[str, int]]
+    reports: list[tuple[str, float]]
 
     def wait(self, kind: str | None = None, timeout: float = READY_TIMEOUT) -> None:
         """Wait for one message of `kind` (None: a plain pid) from every process."""
@@ -255,7 +259,7 @@ class Group:
             elif isinstance(msg, tuple):
                 self.reports.append(msg)
 
-    def finish(self, timeout: float = 60.0) -> list[tuple[str, int]]:
+    def finish(self, timeout: float = 60.0) -> list[tuple[str, float]]:
         """Stop, join and return the processes' final reports."""
         self.stop.set()
         deadline = time.monotonic() + timeout
@@ -303,6 +307,10 @@ class Phase:
     seconds: float
     xacts_per_job: float
     wal_bytes_per_job: float
+    #: CPU of the worker processes (all threads) while they worked, per job.
+    worker_cpu_us_per_job: float | None = None
+    #: CPU of the whole machine (every process, PostgreSQL included) over the run, per job.
+    machine_cpu_us_per_job: float | None = None
 
     @property
     def rate(self) -> float:
@@ -364,6 +372,7 @@ def drain(
     with group(ctx, workers, target, *args) as g:
         start = meter.start()
         t0 = time.perf_counter()
+        busy0 = machine_busy_seconds()
         g.go.set()
         while meter.execute(pending)[0][0]:
             if time.perf_counter() - t0 > DRAIN_TIMEOUT:
@@ -372,10 +381,15 @@ def drain(
                 raise PgqError("a bench worker process died (see its traceback above)")
             time.sleep(0.005)
         seconds = time.perf_counter() - t0
+        busy = machine_busy_seconds() - busy0
         reports = g.finish()
     meter.wait_children_gone()
-    lost = sum(v for k, v in reports if k == "lost")
-    return _phase(jobs, seconds, meter.cost(start, jobs)), lost
+    lost = sum(int(v) for k, v in reports if k == "lost")
+    cpu = sum(float(v) for k, v in reports if k == "cpu")
+    phase = _phase(jobs, seconds, meter.cost(start, jobs))
+    phase.worker_cpu_us_per_job = cpu / jobs * 1e6
+    phase.machine_cpu_us_per_job = busy / jobs * 1e6 if busy >= 0 else None
+    return phase, lost
 
 
 def pickup_latency(
@@ -436,7 +450,7 @@ def notify_cost(
         phase = enqueue_pgq(meter, dsn, schema, jobs, payload_bytes, many=False)
         time.sleep(0.5)
         reports = g.finish()
-    return phase, sum(v for k, v in reports if k == "notified")
+    return phase, sum(int(v) for k, v in reports if k == "notified")
 
 
 def _seed_conn(dsn: str, schema: str) -> psycopg.Connection[Any]:
@@ -612,6 +626,8 @@ def run_bench(
             "pickup_max_ms": max(lat) * 1000,
             "drain_xacts_per_job": dr.xacts_per_job,
             "drain_wal_bytes_per_job": dr.wal_bytes_per_job,
+            "drain_worker_cpu_us_per_job": dr.worker_cpu_us_per_job,
+            "drain_machine_cpu_us_per_job": dr.machine_cpu_us_per_job,
             "enqueue_xacts_per_job": enq.xacts_per_job,
             "enqueue_wal_bytes_per_job": enq.wal_bytes_per_job,
             "jobs": total,
@@ -661,6 +677,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="left" if not col else "right")
 
     def row(label: str, key: str, digits: int = 0) -> None:
+        if seed[key] is None or pgq[key] is None:
+            return
         a, b = float(seed[key]), float(pgq[key])
         table.add_row(label, _f(a, digits), _f(b, digits), f"{b / a:.2f}x" if a else "-")
 
@@ -670,6 +688,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     row("pickup p99 (ms)", "pickup_p99_ms", 1)
     row("drain transactions / job", "drain_xacts_per_job", 2)
     row("drain WAL bytes / job", "drain_wal_bytes_per_job")
+    row("drain worker CPU µs / job", "drain_worker_cpu_us_per_job")
+    row("drain machine CPU µs / job", "drain_machine_cpu_us_per_job")
     row("enqueue transactions / job", "enqueue_xacts_per_job", 2)
     row("enqueue WAL bytes / job", "enqueue_wal_bytes_per_job")
     table.add_row("jobs done", f"{seed['done']}/{seed['jobs']}", f"{pgq['done']}/{pgq['jobs']}", "")
@@ -804,8 +824,7 @@ def bench_command(
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:
-        if not as_json:
-            console.print(f"[dim]· {message}[/dim]")
+        console.print(f"[dim]· {message}[/dim]")
 
     with server(dsn) as (target, embedded):
         if stats_scale:

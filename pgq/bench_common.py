@@ -148,6 +148,17 @@ def machine() -> dict[str, Any]:
     }
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by every process on this machine since boot (Linux; else -inf)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("-inf")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def server_version(conn: psycopg.Connection[Any]) -> str:
     row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]) if row else "?"
