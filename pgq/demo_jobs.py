@@ -25,8 +25,8 @@ import psycopg
 from pgq_core import JobSpec, LeaseLost, PgqError, Queue
 from pgq_core.worker import JobContext
 
-#: queue -> worker concurrency in the demo
-DEMO_QUEUES: dict[str, int] = {"emails": 4, "thumbnails": 4, "reports": 3, "webhooks": 2}
+#: one in-app worker per queue
+DEMO_QUEUES = ("emails", "thumbnails", "reports", "webhooks")
 FROZEN_WORKER = "frozen-worker:demo"
 ERRORS = (
     "HTTP 503 Service Unavailable from https://hooks.example.com/orders",
@@ -150,7 +150,7 @@ class DemoProducer:
             ):
                 while not self._stop.is_set():
                     self._trickle(q, tick)
-                    if tick % 30 == 5:
+                    if tick % 25 == 3:
                         self._freeze(q)
                     tick += 1
                     self._stop.wait(1.0)
@@ -169,14 +169,14 @@ class DemoProducer:
 
     def _freeze(self, q: Queue) -> None:
         """Claim a report with a short lease, "freeze" past it, then write with the old fence."""
-        jobs = q.claim("reports", 1, timedelta(seconds=4), FROZEN_WORKER)
+        jobs = q.claim("reports", 1, timedelta(seconds=8), FROZEN_WORKER)
         if not jobs:
             return
         job = jobs[0]
         threading.Thread(target=self._wake_late, args=(job.id, job.fence), daemon=True).start()
 
     def _wake_late(self, job_id: int, fence: int) -> None:
-        if self._stop.wait(15.0):
+        if self._stop.wait(20.0):
             return
         with (
             contextlib.suppress(PgqError, psycopg.Error, OSError),

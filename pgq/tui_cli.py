@@ -118,7 +118,7 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
             handler=handle,
             refresh=refresh,
             concurrency=4,
-            lease=timedelta(seconds=10),
+            lease=timedelta(seconds=30),
             grace=3.0,
             start_workers=() if no_workers else list(DEMO_QUEUES),
         )

@@ -1,11 +1,22 @@
-"""The dashboard on the fixed sample state, for layout snapshots and screenshots."""
+"""The dashboard on the fixed sample state, and the key presses that reach each view.
+
+Shared by the layout snapshot tests and scripts/screenshots.py, so both show the same thing.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.pilot import Pilot
 
 from .app import DashboardApp
 from .pool import StaticPool
 from .sample import WORKERS, SampleSource, clock, warm
 from .throughput import Throughput
+
+SIZE = (132, 38)
+Steps = Callable[[Pilot[Any]], Awaitable[None]]
 
 
 def sample_app(read_only: bool = False) -> DashboardApp:
@@ -22,3 +33,72 @@ def sample_app(read_only: bool = False) -> DashboardApp:
         blink=False,
         throughput=warm(Throughput()),
     )
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Wait until no poll is in flight and the screen has caught up."""
+    app = pilot.app
+    assert isinstance(app, DashboardApp)
+    for _ in range(500):
+        if app.polls and not app._polling:
+            break
+        await pilot.pause(0.01)
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+
+
+async def _press(pilot: Pilot[Any], *keys: str) -> None:
+    await settle(pilot)
+    await pilot.press(*keys)
+    await settle(pilot)
+
+
+async def queues(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "down")
+
+
+async def leases(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "1", "tab")
+
+
+async def jobs(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "down", "down", "down", "enter")
+
+
+async def job_detail(pilot: Pilot[Any]) -> None:
+    await jobs(pilot)
+    await _press(pilot, "down", "down", "enter")
+
+
+async def workers(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "3")
+
+
+async def confirm_requeue_all(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "down", "down", "down", "R")
+
+
+async def confirm_kill(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "1", "tab", "down", "k")
+
+
+async def help_screen(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "question_mark")
+
+
+async def filtered(pilot: Pilot[Any]) -> None:
+    await jobs(pilot)
+    await _press(pilot, "s", "s", "s", "s", "slash", *"503")
+
+
+VIEWS: dict[str, Steps] = {
+    "queues": queues,
+    "leases": leases,
+    "jobs": jobs,
+    "job-detail": job_detail,
+    "workers": workers,
+    "confirm-requeue-all": confirm_requeue_all,
+    "confirm-kill": confirm_kill,
+    "help": help_screen,
+    "filter": filtered,
+}

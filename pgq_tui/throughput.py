@@ -45,13 +45,12 @@ class Throughput:
         return int(at // self.bucket_seconds)
 
     def _spread(self, series: _Series, delta: int, start: float, end: float) -> None:
-        first, last = self._bucket(start), self._bucket(end)
-        first = max(first, last - self.size + 1)
-        span = end - max(start, first * self.bucket_seconds)
-        for index in range(first, last + 1):
+        span = end - start
+        last = self._bucket(end)
+        for index in range(max(self._bucket(start), last - self.size + 1), last + 1):
             lo = max(start, index * self.bucket_seconds)
             hi = min(end, (index + 1) * self.bucket_seconds)
-            share = delta * (hi - lo) / span if span > 0 else delta
+            share = delta * (hi - lo) / span
             if share <= 0:
                 continue
             if series.buckets and series.buckets[-1][0] == index:

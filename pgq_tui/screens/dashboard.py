@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..app import DashboardApp
 
 #: Jobs view status choices, in the order `s` cycles them; None is every status.
+MESSAGE_SECONDS = 15.0
 JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
 
 
@@ -57,6 +58,8 @@ class DashboardScreen(Screen[None]):
         self.status_chosen = False
         self.filter_text = ""
         self.message = Text("")
+        self._tab_labels: dict[str, str] = {}
+        self.message_until = 0.0
 
     @property
     def dashboard(self) -> DashboardApp:
@@ -144,7 +147,9 @@ class DashboardScreen(Screen[None]):
         self.render_status_line()
 
     def say(self, message: str, style: str = "") -> None:
+        """Show `message` on the status line for MESSAGE_SECONDS."""
         self.message = Text(message, style=style)
+        self.message_until = self.dashboard.clock() + MESSAGE_SECONDS
         self.render_status_line()
 
     def render_status_line(self) -> None:
@@ -161,24 +166,29 @@ class DashboardScreen(Screen[None]):
         if self.filter_text:
             line.append(" · filter ", style="grey62")
             line.append(f"/{self.filter_text}", style="bold yellow")
-        if self.message.plain:
+        if self.message.plain and app.clock() < self.message_until:
             line.append(" · ", style="grey62")
             line.append_text(self.message)
         self.query_one("#status-line", Static).update(line)
 
     def _render_tab_labels(self) -> None:
-        tabs = self.query_one(TabbedContent)
         leases = len(self.data.leases) if self.data else 0
         expired = sum(1 for x in self.data.leases if x.seconds_left < 0) if self.data else 0
         label = Text(f"Leases {leases}")
         if expired:
             label.append(f" ({expired} expired)", style="bold red")
-        tabs.get_tab("leases").label = label
         jobs = len(self.data.jobs) if self.data else 0
-        tabs.get_tab("jobs").label = Text(f"Jobs {jobs}")
         workers = self.dashboard.pool.snapshots()
-        busy = sum(1 for w in workers if w.state not in ("stopped",))
-        tabs.get_tab("workers").label = Text(f"Workers {busy}")
+        busy = sum(1 for w in workers if w.state != "stopped")
+        self._set_tab_label("leases", label)
+        self._set_tab_label("jobs", Text(f"Jobs {jobs}"))
+        self._set_tab_label("workers", Text(f"Workers {busy}"))
+
+    def _set_tab_label(self, pane: str, label: Text) -> None:
+        """Only on change: a new label re-lays out the tabs and restarts their underline."""
+        if self._tab_labels.get(pane) != label.markup:
+            self._tab_labels[pane] = label.markup
+            self.query_one(TabbedContent).get_tab(pane).label = label
 
     def _render_jobs_bar(self) -> None:
         queue, status = self.jobs_query()

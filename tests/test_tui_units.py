@@ -1,0 +1,107 @@
+"""Pure pieces of the dashboard: throughput from a monotonic counter, humane formatting,
+lease urgency, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from pgq.context import PgqGroup, Settings
+from pgq.tui_cli import dashboard_command, demo_command
+from pgq_tui import humanize
+from pgq_tui.throughput import Throughput
+from pgq_tui.widgets.leases_table import urgency
+
+
+def test_first_observation_is_only_a_baseline() -> None:
+    t = Throughput(bucket_seconds=5, buckets=4)
+    t.observe("q", 1000, at=100.0)
+    assert t.series("q", now=100.0) == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_deltas_between_polls_become_rates_per_bucket() -> None:
+    t = Throughput(bucket_seconds=5, buckets=4)
+    t.observe("q", 0, at=100.0)
+    t.observe("q", 50, at=105.0)  # 50 jobs in [100, 105): 10/s
+    t.observe("q", 60, at=110.0)  # 10 jobs in [105, 110): 2/s
+    assert t.series("q", now=110.0) == [0.0, 10.0, 2.0, 0.0]
+    assert t.rate("q", now=110.0, window=10) == pytest.approx(6.0)
+
+
+def test_a_delta_spanning_buckets_is_spread_evenly() -> None:
+    t = Throughput(bucket_seconds=5, buckets=4)
+    t.observe("q", 0, at=100.0)
+    t.observe("q", 40, at=120.0)  # 2 jobs/s for 20 s; the window holds the last 4 buckets
+    assert t.series("q", now=120.0) == pytest.approx([2.0, 2.0, 2.0, 0.0])
+
+
+def test_a_counter_going_backwards_restarts_the_baseline() -> None:
+    t = Throughput(bucket_seconds=5, buckets=4)
+    t.observe("q", 500, at=100.0)
+    t.observe("q", 10, at=105.0)  # schema recreated
+    t.observe("q", 20, at=110.0)
+    assert min(t.series("q", now=110.0)) >= 0
+    assert sum(t.series("q", now=110.0)) == pytest.approx(2.0)
+
+
+def test_old_buckets_fall_off_the_window() -> None:
+    t = Throughput(bucket_seconds=5, buckets=4)
+    t.observe("q", 0, at=100.0)
+    t.observe("q", 50, at=105.0)
+    assert t.series("q", now=200.0) == [0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.25, "250ms"), (4.21, "4.2s"), (37.9, "37s"), (185, "3m05s"), (8040, "2h14m"),
+     (3 * 86400 + 4 * 3600, "3d04h")],
+)
+def test_durations_read_short(seconds: float, text: str) -> None:
+    assert humanize.duration(seconds) == text
+
+
+def test_ago_and_rates() -> None:
+    assert humanize.ago(0.2) == "just now"
+    assert humanize.ago(75) == "1m15s ago"
+    assert humanize.ago(-5) == "in 5.0s"
+    assert humanize.rate(0) == "0/s"
+    assert humanize.rate(2.345) == "2.3/s"
+    assert humanize.count(1234567) == "1,234,567"
+
+
+def test_sparkline_scales_to_the_largest_and_keeps_small_values_visible() -> None:
+    assert humanize.sparkline([0, 1, 8]) == " ▁█"
+    assert humanize.sparkline([0, 0]) == "  "
+    assert len(humanize.sparkline([1.0] * 24)) == 24
+
+
+def test_lease_urgency_thresholds() -> None:
+    assert urgency(20.0, 30.0) == "ok"
+    assert urgency(9.9, 30.0) == "low"  # under a third of its length
+    assert urgency(-0.1, 30.0) == "expired"  # awaiting the reaper
+
+
+def _cli() -> click.Group:
+    @click.group(cls=PgqGroup)
+    @click.option("--dsn")
+    @click.pass_context
+    def main(ctx: click.Context, dsn: str | None) -> None:
+        ctx.obj = Settings(dsn, None)
+
+    main.add_command(dashboard_command)
+    main.add_command(demo_command)
+    return main
+
+
+def test_dashboard_bad_handler_is_one_line() -> None:
+    result = CliRunner().invoke(_cli(), ["dashboard", "--handler", "no_such_module_x:run"])
+    assert result.exit_code == 1
+    assert result.output.startswith("pgq: error: cannot import handler module")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_dashboard_rejects_a_bad_refresh() -> None:
+    result = CliRunner().invoke(_cli(), ["dashboard", "--refresh", "0"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
