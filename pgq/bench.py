@@ -9,6 +9,7 @@ subtracted from the cost figures).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -104,7 +105,25 @@ SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE status = 'ready')
 TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
 JOB_STATUS = "SELECT status FROM {s}.jobs WHERE id = %s"
 SET_PATH = "SET search_path TO {}"
-DISABLE_TRIGGERS = "ALTER TABLE {s}.jobs DISABLE TRIGGER USER"
+#: Diagnostic runs of pgq with part of its per-job work switched off in a throwaway schema, to
+#: show what that part costs: the jobs trigger (done counts, NOTIFY), the fence history rows.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "no_trigger": ("ALTER TABLE {s}.jobs DISABLE TRIGGER USER",),
+    "no_history": (
+        "CREATE FUNCTION {s}.bench_skip_row() RETURNS trigger LANGUAGE plpgsql"
+        " AS 'BEGIN RETURN NULL; END'",
+        "CREATE TRIGGER bench_skip_row BEFORE INSERT ON {s}.job_events"
+        " FOR EACH ROW EXECUTE FUNCTION {s}.bench_skip_row()",
+    ),
+}
+
+TRUNCATE_SEED = "TRUNCATE {s}.jobs"
+TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
+#: Refill of the seed's table for later rounds: the same rows its INSERT writes, in one go.
+SEED_FILL = """
+INSERT INTO {s}.jobs (queue, payload)
+SELECT %(queue)s, jsonb_build_object('n', g, 'pad', repeat('x', %(pad)s))
+  FROM generate_series(0, %(n)s - 1) g"""
 
 QUEUE_NAME = "bench"
 READY_TIMEOUT = 120.0
@@ -484,135 +503,151 @@ class Options:
     batch: int
     payload_bytes: int
     latency_samples: int
+    rounds: int = 1
+
+
+def _drain_args(kind: str, dsn: str, schema: str, batch: int) -> tuple[Any, ...]:
+    worker = seed_worker if kind == "seed" else pgq_worker
+    return (worker, dsn, schema, batch, True, None)
+
+
+def _refill(conn: psycopg.Connection[Any], dsn: str, kind: str, schema: str, opts: Options) -> None:
+    """Empty a side's tables and enqueue the round's jobs again (unmeasured)."""
+    ident = sql.Identifier(schema)
+    if kind == "seed":
+        conn.execute(sql.SQL(TRUNCATE_SEED).format(s=ident))
+        conn.execute(
+            sql.SQL(SEED_FILL).format(s=ident),
+            {"queue": QUEUE_NAME, "n": opts.jobs, "pad": opts.payload_bytes},
+        )
+    else:
+        conn.execute(sql.SQL(TRUNCATE_PGQ).format(s=ident))
+        with Queue.connect(dsn, schema) as q:
+            q.enqueue_many(
+                JobSpec(QUEUE_NAME, _payload(opts.payload_bytes, n)) for n in range(opts.jobs)
+            )
+    _vacuum(conn, schema)
+
+
+def _median_phase(phases: list[Phase]) -> Phase:
+    return sorted(phases, key=lambda ph: ph.rate)[len(phases) // 2]
 
 
 def run_bench(
     dsn: str, embedded: bool, opts: Options, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Every figure of one bench run, as plain data."""
+    """Every figure of one bench run, as plain data.
+
+    Drains run in rounds, the sides interleaved (seed, pgq, pgq variants, then again), so a
+    noisy neighbour hits every side alike; each side reports its median round."""
     ctx = mp.get_context("spawn")
     single_jobs = min(opts.jobs, SINGLE_ENQUEUE_CAP)
     result: dict[str, Any] = {
         "params": {**asdict(opts), "single_enqueue_jobs": single_jobs},
         "machine": machine(),
     }
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    sides = ["seed", "pgq", *VARIANTS]
+    with contextlib.ExitStack() as stack, psycopg.connect(dsn, autocommit=True) as conn:
         meter = Meter(conn)
         result["server"] = {"version": server_version(conn), "embedded": embedded}
+        schemas = {
+            "seed": stack.enter_context(throwaway_schema(dsn, "bench_seed", pgq=False)),
+            **{k: stack.enter_context(throwaway_schema(dsn, "bench_pgq")) for k in sides[1:]},
+        }
+        _setup_seed(dsn, schemas["seed"])
+        for name, statements in VARIANTS.items():
+            for statement in statements:
+                conn.execute(sql.SQL(statement).format(s=sql.Identifier(schemas[name])))
 
-        with throwaway_schema(dsn, "bench_seed", pgq=False) as seed_schema:
-            _setup_seed(dsn, seed_schema)
-            say(f"seed: enqueue {opts.jobs} jobs, one INSERT each")
-            seed_enqueue = enqueue_seed(meter, dsn, seed_schema, opts.jobs, opts.payload_bytes)
-            _vacuum(conn, seed_schema)
-            say(f"seed: drain with {opts.workers} processes")
-            seed_drain, seed_lost = drain(
+        say(f"seed: enqueue {opts.jobs} jobs, one INSERT each")
+        enqueued = {
+            "seed": enqueue_seed(meter, dsn, schemas["seed"], opts.jobs, opts.payload_bytes)
+        }
+        for name in sides[1:]:
+            say(f"{name}: enqueue_many {opts.jobs} jobs")
+            enqueued[name] = enqueue_pgq(
+                meter, dsn, schemas[name], opts.jobs, opts.payload_bytes, many=True
+            )
+            _vacuum(conn, schemas[name])
+        _vacuum(conn, schemas["seed"])
+
+        drains: dict[str, list[Phase]] = {k: [] for k in sides}
+        lost = dict.fromkeys(sides, 0)
+        tallies: dict[str, tuple[int, int]] = {}
+        for r in range(opts.rounds):
+            for name in sides:
+                if r:
+                    _refill(conn, dsn, "seed" if name == "seed" else "pgq", schemas[name], opts)
+                say(f"round {r + 1}/{opts.rounds}: {name} drain, {opts.workers} processes")
+                kind = "seed" if name == "seed" else "pgq"
+                phase, lost_now = drain(
+                    meter,
+                    ctx,
+                    schemas[name],
+                    opts.jobs,
+                    opts.workers,
+                    *_drain_args(kind, dsn, schemas[name], opts.batch),
+                )
+                drains[name].append(phase)
+                lost[name] += lost_now
+                done, total = _tally(conn, schemas[name])
+                tallies[name] = (min(done, tallies.get(name, (done, 0))[0]), total)
+
+        seed_schema, pgq_schema = schemas["seed"], schemas["pgq"]
+        say(f"seed: pickup latency, {opts.latency_samples} jobs one at a time")
+        with _seed_conn(dsn, seed_schema) as producer:
+
+            def seed_enqueue_one(n: int) -> int:
+                params = {"queue": QUEUE_NAME, "payload": Jsonb(_payload(opts.payload_bytes, n))}
+                row = producer.execute(SEED_ENQUEUE + " RETURNING id", params).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            seed_latency = pickup_latency(
                 meter,
                 ctx,
                 seed_schema,
-                opts.jobs,
+                opts.latency_samples,
                 opts.workers,
                 seed_worker,
                 dsn,
                 seed_schema,
                 opts.batch,
-                True,
-                None,
+                False,
+                enqueue=seed_enqueue_one,
+                wait_running=False,
             )
-            seed_done, seed_total = _tally(conn, seed_schema)
-            say(f"seed: pickup latency, {opts.latency_samples} jobs one at a time")
-
-            with _seed_conn(dsn, seed_schema) as producer:
-
-                def seed_enqueue_one(n: int) -> int:
-                    params = {
-                        "queue": QUEUE_NAME,
-                        "payload": Jsonb(_payload(opts.payload_bytes, n)),
-                    }
-                    row = producer.execute(SEED_ENQUEUE + " RETURNING id", params).fetchone()
-                    assert row is not None
-                    return int(row[0])
-
-                seed_latency = pickup_latency(
-                    meter,
-                    ctx,
-                    seed_schema,
-                    opts.latency_samples,
-                    opts.workers,
-                    seed_worker,
-                    dsn,
-                    seed_schema,
-                    opts.batch,
-                    False,
-                    enqueue=seed_enqueue_one,
-                    wait_running=False,
-                )
-
-        with throwaway_schema(dsn, "bench_pgq") as pgq_schema:
-            say(f"pgq: enqueue_many {opts.jobs} jobs")
-            pgq_enqueue = enqueue_pgq(
-                meter, dsn, pgq_schema, opts.jobs, opts.payload_bytes, many=True
-            )
-            _vacuum(conn, pgq_schema)
-            say(f"pgq: drain with {opts.workers} worker processes")
-            pgq_drain, pgq_lost = drain(
+        say(f"pgq: pickup latency, {opts.latency_samples} jobs one at a time")
+        with Queue.connect(dsn, pgq_schema) as q:
+            pgq_latency = pickup_latency(
                 meter,
                 ctx,
                 pgq_schema,
-                opts.jobs,
+                opts.latency_samples,
                 opts.workers,
                 pgq_worker,
                 dsn,
                 pgq_schema,
                 opts.batch,
-                True,
-                None,
+                False,
+                enqueue=lambda n: q.enqueue(QUEUE_NAME, _payload(opts.payload_bytes, n)),
+                wait_running=True,
             )
-            pgq_done, pgq_total = _tally(conn, pgq_schema)
-            say(f"pgq: pickup latency, {opts.latency_samples} jobs one at a time")
-            with Queue.connect(dsn, pgq_schema) as q:
-                pgq_latency = pickup_latency(
-                    meter,
-                    ctx,
-                    pgq_schema,
-                    opts.latency_samples,
-                    opts.workers,
-                    pgq_worker,
-                    dsn,
-                    pgq_schema,
-                    opts.batch,
-                    False,
-                    enqueue=lambda n: q.enqueue(QUEUE_NAME, _payload(opts.payload_bytes, n)),
-                    wait_running=True,
-                )
-            say(f"pgq: enqueue {single_jobs} jobs one at a time, without and with listeners")
-            pgq_single = enqueue_pgq(
-                meter, dsn, pgq_schema, single_jobs, opts.payload_bytes, many=False
-            )
-            pgq_single_listened, notified = notify_cost(
-                meter, ctx, dsn, pgq_schema, single_jobs, opts.payload_bytes, opts.workers
-            )
+        say(f"pgq: enqueue {single_jobs} jobs one at a time, without and with listeners")
+        pgq_single = enqueue_pgq(
+            meter, dsn, pgq_schema, single_jobs, opts.payload_bytes, many=False
+        )
+        pgq_single_listened, notified = notify_cost(
+            meter, ctx, dsn, pgq_schema, single_jobs, opts.payload_bytes, opts.workers
+        )
 
-        with throwaway_schema(dsn, "bench_pgq") as bare_schema:
-            conn.execute(sql.SQL(DISABLE_TRIGGERS).format(s=sql.Identifier(bare_schema)))
-            say("pgq: enqueue_many and drain again with the jobs trigger (counts, NOTIFY) off")
-            bare_enqueue = enqueue_pgq(
-                meter, dsn, bare_schema, opts.jobs, opts.payload_bytes, many=True
-            )
-            _vacuum(conn, bare_schema)
-            bare_drain, _ = drain(
-                meter,
-                ctx,
-                bare_schema,
-                opts.jobs,
-                opts.workers,
-                pgq_worker,
-                dsn,
-                bare_schema,
-                opts.batch,
-                True,
-                None,
-            )
+    seed_drain, pgq_drain = _median_phase(drains["seed"]), _median_phase(drains["pgq"])
+    seed_enqueue, pgq_enqueue = enqueued["seed"], enqueued["pgq"]
+    seed_done, seed_total = tallies["seed"]
+    pgq_done, pgq_total = tallies["pgq"]
+    seed_lost, pgq_lost = lost["seed"], lost["pgq"]
+    variants = {k: (enqueued[k], _median_phase(drains[k])) for k in VARIANTS}
+    result["drain_rounds"] = {k: [ph.rate for ph in v] for k, v in drains.items()}
 
     def side(
         enq: Phase, dr: Phase, lat: list[float], done: int, total: int, lost: int
@@ -646,12 +681,12 @@ def run_bench(
             "notifications_received": notified,
         },
         "pgq_enqueue_many": pgq_enqueue.to_dict(),
-        "pgq_enqueue_many_no_trigger": bare_enqueue.to_dict(),
+        **{f"pgq_enqueue_many_{k}": enq.to_dict() for k, (enq, _) in variants.items()},
     }
     result["drain"] = {
         "seed": seed_drain.to_dict(),
         "pgq": pgq_drain.to_dict(),
-        "pgq_no_trigger": bare_drain.to_dict(),
+        **{f"pgq_{k}": dr.to_dict() for k, (_, dr) in variants.items()},
     }
     result["ratio"] = pgq_drain.rate / seed_drain.rate if seed_drain.rate else None
     return result
@@ -696,16 +731,17 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     console.print(table)
 
     methods = Table(title="enqueue and drain variants")
-    for col in ("run", "jobs", "jobs/s", "transactions / job", "WAL bytes / job"):
+    for col in ("run", "jobs", "jobs/s", "xacts / job", "WAL B / job", "worker CPU µs / job"):
         methods.add_column(col, justify="left" if col == "run" else "right")
     labels = {
         "seed_insert_per_job": "enqueue: seed INSERT, one per job",
         "pgq_enqueue_per_job": "enqueue: pgq enqueue, one per job",
         "pgq_enqueue_per_job_listened": "enqueue: pgq enqueue, one per job, listeners on",
         "pgq_enqueue_many": "enqueue: pgq enqueue_many (arrays)",
-        "pgq_enqueue_many_no_trigger": "enqueue: pgq enqueue_many, trigger off",
+        "pgq_enqueue_many_no_trigger": "enqueue: pgq enqueue_many, jobs trigger off",
+        "pgq_enqueue_many_no_history": "enqueue: pgq enqueue_many, no history rows",
     }
-    runs = [(labels[k], v) for k, v in result["enqueue"].items()]
+    runs = [(labels.get(k, k), v) for k, v in result["enqueue"].items()]
     runs += [(f"drain: {k.replace('_', ' ')}", v) for k, v in result["drain"].items()]
     for label, ph in runs:
         methods.add_row(
@@ -714,6 +750,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             _f(ph["rate"]),
             _f(ph["xacts_per_job"], 2),
             _f(ph["wal_bytes_per_job"]),
+            "" if ph["worker_cpu_us_per_job"] is None else _f(ph["worker_cpu_us_per_job"]),
         )
     console.print(methods)
     console.print(f"ratio (pgq drain / seed drain): [bold]{result['ratio']:.2f}x[/bold]")
@@ -753,6 +790,13 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     show_default=True,
     type=click.IntRange(1),
     help="Jobs enqueued one at a time for pickup latency.",
+)
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="Drain rounds per side, interleaved; each side reports its median round.",
 )
 @click.option(
     "--stats-scale",
@@ -807,6 +851,7 @@ def bench_command(
     batch: int,
     payload_bytes: int,
     latency_samples: int,
+    rounds: int,
     stats_scale: bool,
     done_jobs: int,
     ready_jobs: int,
@@ -837,7 +882,7 @@ def bench_command(
             else:
                 print_scale(result, console)
             return
-        opts = Options(jobs, workers, batch, payload_bytes, latency_samples)
+        opts = Options(jobs, workers, batch, payload_bytes, latency_samples, rounds)
         result = run_bench(target, embedded, opts, say)
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))

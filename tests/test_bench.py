@@ -57,7 +57,17 @@ def _bench_schemas(dsn: str) -> set[str]:
 def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
     before = _bench_schemas(dsn)
     data = _run_json(
-        dsn, "--jobs", "300", "--workers", "2", "--latency-samples", "5", "--payload-bytes", "20"
+        dsn,
+        "--jobs",
+        "300",
+        "--workers",
+        "2",
+        "--latency-samples",
+        "5",
+        "--payload-bytes",
+        "20",
+        "--rounds",
+        "2",
     )
     for side in ("seed", "pgq"):
         figures = data[side]
@@ -76,6 +86,12 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         assert phase["rate"] > 0, name
     assert data["enqueue"]["pgq_enqueue_per_job_listened"]["notifications_received"] > 0
     assert data["params"]["workers"] == 2
+    assert {k: len(v) for k, v in data["drain_rounds"].items()} == {
+        "seed": 2,
+        "pgq": 2,
+        "no_trigger": 2,
+        "no_history": 2,
+    }
     assert data["machine"]["nproc"] >= 1
     assert data["server"]["version"]
     assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
@@ -85,8 +101,18 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
 def test_stats_scale_tiny(dsn: str) -> None:
     before = _bench_schemas(dsn)
     data = _run_json(
-        dsn, "--stats-scale", "--done", "3000", "--ready", "200", "--running", "30",
-        "--dead", "20", "--repeat", "10",
+        dsn,
+        "--stats-scale",
+        "--done",
+        "3000",
+        "--ready",
+        "200",
+        "--running",
+        "30",
+        "--dead",
+        "20",
+        "--repeat",
+        "10",
     )
     assert data["counts"] == {"done": 3000, "ready": 200, "running": 30, "dead": 20}
     for call in ("stats", "leases"):

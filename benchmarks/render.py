@@ -1,0 +1,119 @@
+"""Markdown tables from `pgq bench --json` result files (used to write README.md).
+
+python benchmarks/render.py benchmarks/results/pg18-embedded.json [more.json ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def _n(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):,.{digits}f}"
+
+
+def side_by_side(d: dict[str, Any]) -> str:
+    seed, pgq = d["seed"], d["pgq"]
+    rows = [
+        ("enqueue (jobs/s; seed: INSERT per job, pgq: enqueue_many)", "enqueue_rate", 0),
+        ("drain (jobs/s)", "drain_rate", 0),
+        ("pickup latency p50 (ms)", "pickup_p50_ms", 1),
+        ("pickup latency p99 (ms)", "pickup_p99_ms", 1),
+        ("drain: transactions / job", "drain_xacts_per_job", 2),
+        ("drain: WAL bytes / job", "drain_wal_bytes_per_job", 0),
+        ("drain: worker-process CPU µs / job", "drain_worker_cpu_us_per_job", 0),
+        ("drain: whole-machine CPU µs / job", "drain_machine_cpu_us_per_job", 0),
+        ("enqueue: transactions / job", "enqueue_xacts_per_job", 3),
+        ("enqueue: WAL bytes / job", "enqueue_wal_bytes_per_job", 0),
+    ]
+    out = ["| | seed | pgq | pgq / seed |", "|---|--:|--:|--:|"]
+    for label, key, digits in rows:
+        a, b = seed.get(key), pgq.get(key)
+        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
+        out.append(f"| {label} | {_n(a, digits)} | {_n(b, digits)} | {ratio} |")
+    out.append(f"| jobs done | {seed['done']}/{seed['jobs']} | {pgq['done']}/{pgq['jobs']} | |")
+    out.append(f"\n**ratio (pgq drain / seed drain): {d['ratio']:.2f}x**")
+    return "\n".join(out)
+
+
+def runs(d: dict[str, Any]) -> str:
+    out = [
+        "| run | jobs | jobs/s | transactions / job | WAL bytes / job | worker CPU µs / job |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for group in ("enqueue", "drain"):
+        for name, ph in d[group].items():
+            extra = ""
+            if "listeners" in ph:
+                extra = f" ({ph['listeners']} listeners, {ph['notifications_received']} received)"
+            out.append(
+                f"| {group}: {name}{extra} | {ph['jobs']} | {_n(ph['rate'])} | "
+                f"{_n(ph['xacts_per_job'], 3)} | {_n(ph['wal_bytes_per_job'])} | "
+                f"{_n(ph.get('worker_cpu_us_per_job'))} |"
+            )
+    return "\n".join(out)
+
+
+def scale(d: dict[str, Any]) -> str:
+    c = d["counts"]
+    out = [
+        f"{c['done']:,} done (3 history rows each), {c['ready']:,} ready, "
+        f"{c['running']:,} running, {c['dead']:,} dead; fill {d['fill_seconds']:.0f} s.\n",
+        "| call | p50 ms | p95 ms | max ms | seq scan of jobs | buffers | plan uses |",
+        "|---|--:|--:|--:|---|--:|---|",
+    ]
+    for name in ("stats", "leases"):
+        t, e = d[name], d["explain"][name]
+        out.append(
+            f"| {name}() | {t['p50_ms']:.2f} | {t['p95_ms']:.2f} | {t['max_ms']:.2f} | "
+            f"{'yes' if e['seq_scan_of_jobs'] else 'no'} | {e['shared_blocks']} | "
+            f"{', '.join(e['index_scans'])}; seq scans: {', '.join(e['seq_scans']) or 'none'} |"
+        )
+    a = d["prune"]["stats_after"]
+    out.append(
+        f"| stats() after prune | {a['p50_ms']:.2f} | {a['p95_ms']:.2f} | {a['max_ms']:.2f} | | | |"
+    )
+    out += [
+        "",
+        "| relation | MB | MB per million done jobs | MB after prune + VACUUM |",
+        "|---|--:|--:|--:|",
+    ]
+    after = d["prune"]["sizes_after_vacuum"]
+    for name, s in d["sizes"].items():
+        out.append(
+            f"| {name} | {s['total_bytes'] / 2**20:,.1f} | {s['mb_per_million_done']:,.1f} | "
+            f"{after[name]['total_bytes'] / 2**20:,.1f} |"
+        )
+    p = d["prune"]
+    out.append(
+        f"\nprune (done older than {p['older_than_days']} days): {p['deleted']:,} jobs in "
+        f"{p['seconds']:.1f} s ({_n(p['rows_per_second'])} jobs/s), then VACUUM ANALYZE "
+        f"{p['vacuum_seconds']:.1f} s; {p['done_left']:,} done jobs left."
+    )
+    return "\n".join(out)
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        server = d["server"]
+        print(
+            f"### {path}: PostgreSQL {server['version']}"
+            f"{' (embedded)' if server['embedded'] else ''}\n"
+        )
+        if "counts" in d:
+            print(scale(d))
+        else:
+            print(side_by_side(d))
+            print()
+            print(runs(d))
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
