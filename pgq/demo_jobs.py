@@ -123,10 +123,26 @@ def initial_jobs(rng: random.Random) -> list[JobSpec]:
 class DemoProducer:
     """A thread that keeps a trickle of jobs coming and, now and then, plays a frozen worker."""
 
-    def __init__(self, dsn: str, schema: str, seed: int = 7) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        seed: int = 7,
+        *,
+        tick: float = 1.0,
+        freeze_every: int = 25,
+        freeze_lease: timedelta = timedelta(seconds=8),
+        wake_after: float = 20.0,
+    ) -> None:
+        """Every `freeze_every` ticks the frozen worker claims a report with `freeze_lease`
+        and writes `wake_after` seconds later (longer than the lease plus a reaper pass)."""
         self.dsn = dsn
         self.schema = schema
         self.rng = random.Random(seed)
+        self.tick = tick
+        self.freeze_every = freeze_every
+        self.freeze_lease = freeze_lease
+        self.wake_after = wake_after
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pgq-demo-producer", daemon=True)
 
@@ -150,10 +166,10 @@ class DemoProducer:
             ):
                 while not self._stop.is_set():
                     self._trickle(q, tick)
-                    if tick % 25 == 3:
+                    if tick % self.freeze_every == 3 % self.freeze_every:
                         self._freeze(q)
                     tick += 1
-                    self._stop.wait(1.0)
+                    self._stop.wait(self.tick)
             self._stop.wait(2.0)
 
     def _trickle(self, q: Queue, tick: int) -> None:
@@ -169,14 +185,14 @@ class DemoProducer:
 
     def _freeze(self, q: Queue) -> None:
         """Claim a report with a short lease, "freeze" past it, then write with the old fence."""
-        jobs = q.claim("reports", 1, timedelta(seconds=8), FROZEN_WORKER)
+        jobs = q.claim("reports", 1, self.freeze_lease, FROZEN_WORKER)
         if not jobs:
             return
         job = jobs[0]
         threading.Thread(target=self._wake_late, args=(job.id, job.fence), daemon=True).start()
 
     def _wake_late(self, job_id: int, fence: int) -> None:
-        if self._stop.wait(20.0):
+        if self._stop.wait(self.wake_after):
             return
         with (
             contextlib.suppress(PgqError, psycopg.Error, OSError),

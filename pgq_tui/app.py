@@ -112,6 +112,7 @@ class DashboardApp(App[None]):
         self.connection_history: list[str] = [CONNECTING]
         self.paused = False
         self.polls = 0
+        self.poll_failures = 0
         self._polling = False
         self._poll_again = False
         self._debounce: Any = None
@@ -221,6 +222,7 @@ class DashboardApp(App[None]):
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self._poll_done()
+        self.poll_failures += 1
         with contextlib.suppress(NoMatches):
             if message.disconnected:
                 self._set_connection(DISCONNECTED, message.error)

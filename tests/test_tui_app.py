@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import Static, TabbedContent
 
 from pgq_core import JobSpec, LeaseLost, Queue
-from pgq_tui.app import DashboardApp
+from pgq_tui.app import DashboardApp, Notified
 from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
@@ -392,6 +392,112 @@ async def test_unreachable_server_is_shown_without_the_password() -> None:
         header = app.dashboard.query_one(StatusHeader).render().plain
         assert "disconnected" in header
         assert "hunter2secret" not in header
-        await pilot.pause(0.5)
+        await wait_for(pilot, lambda: app.poll_failures >= 3, "three failed polls")
         assert app.connection == "disconnected"
         assert app.is_running
+        assert "hunter2secret" not in app.dashboard.query_one(StatusHeader).render().plain
+
+
+async def test_expired_lease_stands_out_until_the_reaper(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue("short", {})
+    [job] = queue.claim("short", 1, timedelta(seconds=1), "frozen")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: str(job.id) in leases.rows, "the lease row")
+        await wait_for(
+            pilot, lambda: "expired" in cells(leases, str(job.id)).get("left", ""), "expired"
+        )
+        assert "expired" in str(app.dashboard.query_one(TabbedContent).get_tab("leases").label)
+        assert queue.reap() == [(job.id, "ready")]
+        await wait_for(pilot, lambda: str(job.id) not in leases.rows, "reaped")
+
+
+async def test_pause_freezes_the_screen_and_resume_catches_up(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue("p", {})
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "p").get("ready") == 1, "1 ready")
+        await pilot.press("space")
+        assert "paused" in app.dashboard.query_one(StatusHeader).render().plain
+        await wait_for(pilot, lambda: not app._polling, "the poll in flight to land")
+        queue.enqueue("p", {})
+        polls = app.polls
+        app.request_refresh()  # what the timer and NOTIFY do
+        app.on_notified(Notified())
+        assert not app._polling and app.polls == polls
+        assert shown_counts(app, "p")["ready"] == 1
+        await pilot.press("space")
+        await wait_for(pilot, lambda: shown_counts(app, "p").get("ready") == 2, "caught up")
+
+
+async def test_throughput_sparkline_follows_completions(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue_many([JobSpec("t", {}) for _ in range(10)])
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "t").get("ready") == 10, "10 ready")
+        assert cells(app.dashboard.query_one(QueuesTable), "t")["spark"].strip() == ""
+        jobs = queue.claim("t", 10, timedelta(seconds=30), "w")
+        queue.complete_many([(j.id, j.fence) for j in jobs])
+        await wait_for(pilot, lambda: shown_counts(app, "t").get("done") == 10, "10 done")
+        assert sum(app.throughput.series("t", app.clock())) > 0
+        await wait_for(
+            pilot,
+            lambda: cells(app.dashboard.query_one(QueuesTable), "t")["spark"].strip() != "",
+            "a sparkline bar",
+        )
+
+
+async def test_command_palette_offers_the_actions(dsn: str, schema: str) -> None:
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE):
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+    assert {
+        "Requeue job", "Requeue all dead", "Kill job", "Start worker", "Stop workers",
+        "Filter", "Pause / resume", "Keys",
+    } <= titles
+
+
+async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue) -> None:
+    """The demo's mix on a real server: fast jobs finish, slow ones run, doomed ones die, and
+    the frozen worker's late write is rejected as stale."""
+    from pgq.demo_jobs import DEMO_QUEUES, FROZEN_WORKER, DemoProducer, handle
+
+    producer = DemoProducer(
+        dsn, schema, tick=0.5, freeze_every=1000,
+        freeze_lease=timedelta(seconds=1), wake_after=4.0,
+    )
+    assert producer.fill() > 0
+    producer.start()
+    app = dashboard(
+        dsn, schema, handler=handle, lease=timedelta(seconds=2), grace=1.0,
+        start_workers=list(DEMO_QUEUES),
+    )
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.pool.active() == len(DEMO_QUEUES), "workers")
+            await wait_for(pilot, lambda: db_counts(queue, "emails")["done"] > 0, "emails done")
+            await wait_for(pilot, lambda: db_counts(queue, "reports")["running"] > 0, "reports")
+            await wait_for(pilot, lambda: db_counts(queue, "webhooks")["dead"] > 0, "a dead job")
+
+            def stale_write_recorded() -> bool:
+                return any(
+                    e.event == "stale" and e.worker == FROZEN_WORKER
+                    for job in queue.jobs("reports", None, 500)
+                    for e in queue.history(job.id)
+                )
+
+            await wait_for(pilot, stale_write_recorded, "the frozen worker's stale write")
+            await wait_for(
+                pilot, lambda: shown_counts(app, "webhooks").get("dead", 0) > 0, "dead shown"
+            )
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+    finally:
+        producer.stop()
