@@ -27,7 +27,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -413,7 +413,12 @@ class Worker:
             loop.call_soon_threadsafe(self._request_stop, immediately)
 
     async def run(self) -> None:
-        """Work until stopped (or drained, with `burst`). Raises if the first connect fails."""
+        """Work until stopped (or drained, with `burst`). Raises if the first connect fails.
+
+        A worker runs once; make a new one to run again.
+        """
+        if self._loop is not None:
+            raise PgqError(f"worker {self.id} has already run")
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._beat_now = asyncio.Event()
@@ -442,15 +447,15 @@ class Worker:
             if self._stop_requested:
                 self._request_stop(self._immediate)
             background = [
-                asyncio.create_task(self._listen()),
-                asyncio.create_task(self._heartbeats()),
-                asyncio.create_task(self._reaper()),
+                asyncio.create_task(self._keep_running(loop))
+                for loop in (self._listen, self._heartbeats, self._reaper)
             ]
             try:
                 await self._pump()
-            except asyncio.CancelledError:
+            except BaseException:
                 self._request_stop(immediately=True)
-                await self._hand_back()
+                with contextlib.suppress(Exception):
+                    await self._hand_back()
                 raise
             await self._hand_back()
         finally:
@@ -854,6 +859,17 @@ class Worker:
         )
 
     # -- background tasks -------------------------------------------------------------------
+
+    async def _keep_running(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop; an unexpected error is logged and the loop restarted."""
+        while True:
+            try:
+                await loop()
+            except (_Disconnected, _Transient):
+                pass
+            except Exception:
+                log.exception("worker %s: %s failed; restarting it", self.id, loop.__name__)
+            await asyncio.sleep(1.0)
 
     async def _heartbeats(self) -> None:
         assert self._beat_now is not None
