@@ -605,3 +605,12 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
         echo_json({"deleted": deleted})
     else:
         click.echo(f"pruned {_plural(deleted, 'done job')} older than {_span(older_than)}")
+
+
+# Commands that live in their own modules: the worker, the dashboard and demo, the bench.
+from .bench import bench_command  # noqa: E402
+from .tui_cli import dashboard_command, demo_command  # noqa: E402
+from .worker_cli import worker_command  # noqa: E402
+
+for _command in (worker_command, dashboard_command, demo_command, bench_command):
+    main.add_command(_command)
