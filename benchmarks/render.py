@@ -73,9 +73,16 @@ def scale(d: dict[str, Any]) -> str:
             f"{'yes' if e['seq_scan_of_jobs'] else 'no'} | {e['shared_blocks']} | "
             f"{', '.join(e['index_scans'])}; seq scans: {', '.join(e['seq_scans']) or 'none'} |"
         )
-    a = d["prune"]["stats_after"]
+    a, e = d["prune"]["stats_after"], d["prune"].get("explain_stats_after")
+    plan = "| | |"
+    if e:
+        plan = (
+            f"{'yes' if e['seq_scan_of_jobs'] else 'no'} | {e['shared_blocks']} | "
+            f"{', '.join(e['index_scans'])}; seq scans: {', '.join(e['seq_scans']) or 'none'} |"
+        )
     out.append(
-        f"| stats() after prune | {a['p50_ms']:.2f} | {a['p95_ms']:.2f} | {a['max_ms']:.2f} | | | |"
+        f"| stats() after prune + VACUUM | {a['p50_ms']:.2f} | {a['p95_ms']:.2f} | "
+        f"{a['max_ms']:.2f} | {plan}"
     )
     out += [
         "",

@@ -2,8 +2,8 @@
 
 Both sides run the same number of worker processes on the same server, over the same jobs.
 Each worker process connects first, reports ready and waits for `go`, so process start-up is
-never timed. Drain end is seen by polling (through the meter, whose own transactions are
-subtracted from the cost figures).
+never timed. A drain ends when the last process finds the queue empty; nothing polls the
+database meanwhile, and the meter subtracts its own transactions from the cost figures.
 """
 
 from __future__ import annotations
@@ -98,10 +98,7 @@ WHERE id = %(id)s AND fence = %(fence)s AND status = 'running'"""
 #: The seed's example poll interval ("ten workers polling every 100 ms"); it has no NOTIFY.
 SEED_POLL_INTERVAL = 0.1
 
-# The bench's own bookkeeping (both schemas have the seed's two partial indexes).
-PENDING = """
-SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE status = 'ready')
-    OR EXISTS (SELECT 1 FROM {s}.jobs WHERE status = 'running')"""
+# The bench's own bookkeeping.
 TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
 JOB_STATUS = "SELECT status FROM {s}.jobs WHERE id = %s"
 SET_PATH = "SET search_path TO {}"
@@ -169,6 +166,7 @@ def seed_worker(
                     starts.put((job_id, time.time()))
                 cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
                 lost += cur.rowcount == 0
+        ready.put(("finished", time.time()))
     ready.put(("lost", lost))
     ready.put(("cpu", time.process_time() - cpu))
 
@@ -210,6 +208,7 @@ def pgq_worker(
     go.wait()
     cpu = time.process_time()
     asyncio.run(_run_worker(worker, stop, ready))
+    ready.put(("finished", time.time()))
     ready.put(("lost", worker.snapshot().lost))
     ready.put(("cpu", time.process_time() - cpu))
 
@@ -256,9 +255,10 @@ class Group:
     stop: Event
     reports: list[tuple[str, float]]
 
-    def wait(self, kind: str | None = None, timeout: float = READY_TIMEOUT) -> None:
-        """Wait for one message of `kind` (None: a plain pid) from every process."""
+    def wait(self, kind: str | None = None, timeout: float = READY_TIMEOUT) -> list[Any]:
+        """Wait for one message of `kind` (None: a plain pid) from every process; their values."""
         seen = 0
+        values: list[Any] = []
         deadline = time.monotonic() + timeout
         while seen < len(self.procs):
             try:
@@ -269,14 +269,18 @@ class Group:
                         "a bench worker process died (see its traceback above)"
                     ) from None
                 if time.monotonic() > deadline:
-                    raise PgqError("bench worker processes did not get ready in time") from None
+                    raise PgqError(
+                        f"bench worker processes: no {kind or 'ready'} in time"
+                    ) from None
                 continue
             if (kind is None and isinstance(msg, int)) or (
                 isinstance(msg, tuple) and msg[0] == kind
             ):
                 seen += 1
+                values.append(msg[1] if isinstance(msg, tuple) else msg)
             elif isinstance(msg, tuple):
                 self.reports.append(msg)
+        return values
 
     def finish(self, timeout: float = 60.0) -> list[tuple[str, float]]:
         """Stop, join and return the processes' final reports."""
@@ -386,20 +390,15 @@ def drain(
     target: Callable[..., None],
     *args: Any,
 ) -> tuple[Phase, int]:
-    """Time from `go` until no job is ready or running; (phase, jobs reported lost)."""
-    pending = sql.SQL(PENDING).format(s=sql.Identifier(schema))
+    """Time from `go` until the last worker process finds the queue empty (its first empty
+    claim, all its jobs settled); (phase, jobs reported lost). Nothing polls meanwhile."""
     with group(ctx, workers, target, *args) as g:
         start = meter.start()
-        t0 = time.perf_counter()
         busy0 = machine_busy_seconds()
+        t0 = time.time()
         g.go.set()
-        while meter.execute(pending)[0][0]:
-            if time.perf_counter() - t0 > DRAIN_TIMEOUT:
-                raise PgqError(f"drain did not finish in {DRAIN_TIMEOUT:.0f}s")
-            if any(not p.is_alive() and p.exitcode for p in g.procs):
-                raise PgqError("a bench worker process died (see its traceback above)")
-            time.sleep(0.005)
-        seconds = time.perf_counter() - t0
+        finished = g.wait("finished", timeout=DRAIN_TIMEOUT)
+        seconds = max(finished) - t0
         busy = machine_busy_seconds() - busy0
         reports = g.finish()
     meter.wait_children_gone()

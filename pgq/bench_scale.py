@@ -223,6 +223,7 @@ def run_stats_scale(
             "done_left": remaining,
             "sizes_after_vacuum": sizes(conn, schema, opts.done),
             "stats_after": _timed(q.stats, opts.repeat),
+            "explain_stats_after": explain(conn, schema, ops.stats()),
         }
     return result
 
