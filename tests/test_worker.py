@@ -448,3 +448,22 @@ async def test_cancelling_run_hands_held_jobs_back(dsn: str, schema: str, queue:
         await task
     job = queue.job(job_id)
     assert (job.status, job.history[-1].event) == ("ready", "released")
+
+
+async def test_heartbeats_keep_a_long_job_past_its_lease(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("q", {})
+
+    async def handler(ctx: JobContext) -> None:
+        await asyncio.sleep(3.0)  # three leases long
+
+    # A second worker reaps every 0.5 s: only the heartbeats keep the job from it.
+    reaper = make_worker(dsn, schema, lambda ctx: None, queues=["other"], reap_interval=0.5)
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=1), burst=True)
+    async with running(reaper):
+        await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(job_id)
+    assert (job.status, job.fence, job.attempts) == ("done", 1, 1)
+    assert [e.event for e in job.history] == ["enqueued", "claimed", "completed"]
+    assert worker.snapshot().lost == 0
