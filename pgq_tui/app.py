@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 
-from pgq_core import PgqError
+from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
 
 from .pool import Pool
@@ -101,6 +101,8 @@ class DashboardApp(App[None]):
         self.database = database
         self.schema = schema
         self.refresh_seconds = refresh
+        #: a poll that takes longer counts as a lost connection (and the connection is reset)
+        self.poll_timeout = max(10.0, 3 * min(refresh, 60.0))
         self.read_only = read_only
         self.listen = listen
         self.clock = clock
@@ -183,11 +185,20 @@ class DashboardApp(App[None]):
     @work(group="poll", exit_on_error=False)
     async def poll(self, jobs_query: tuple[str | None, str | None]) -> None:
         started = self.clock()
-        queue, status = jobs_query
+        fetch = asyncio.ensure_future(self._fetch(jobs_query))
+        done, _ = await asyncio.wait({fetch}, timeout=self.poll_timeout)
+        if not done:
+            # Close the connection under the hung call first, so cancelling it does not wait
+            # on the server (psycopg would try to cancel the query there).
+            with contextlib.suppress(Exception):
+                await self.source.reset()
+            fetch.cancel()
+            await asyncio.wait({fetch}, timeout=5)
+            error = f"no answer within {self.poll_timeout:g}s"
+            self.post_message(PollFailed(error, disconnected=True))
+            return
         try:
-            stats = await self.source.stats()
-            leases = await self.source.leases(LIMIT)
-            jobs = await self.source.jobs(queue, status, LIMIT)
+            stats, leases, jobs = fetch.result()
         except Disconnected as exc:
             self.post_message(PollFailed(str(exc), disconnected=True))
             return
@@ -199,6 +210,15 @@ class DashboardApp(App[None]):
             return
         now = self.clock()
         self.post_message(Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started)))
+
+    async def _fetch(
+        self, jobs_query: tuple[str | None, str | None]
+    ) -> tuple[list[QueueStats], list[Lease], list[JobRow]]:
+        queue, status = jobs_query
+        stats = await self.source.stats()
+        leases = await self.source.leases(LIMIT)
+        jobs = await self.source.jobs(queue, status, LIMIT)
+        return stats, leases, jobs
 
     def _poll_done(self) -> None:
         self._polling = False

@@ -283,5 +283,8 @@ class SampleSource:
         await asyncio.Event().wait()
         yield ""
 
+    async def reset(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None

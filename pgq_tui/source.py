@@ -38,6 +38,7 @@ class Source(Protocol):
         """Queue names as jobs become ready; ends (or raises Disconnected) when the link drops."""
         ...
 
+    async def reset(self) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -57,6 +58,10 @@ class PgSource:
             autocommit=True,
             application_name=APPLICATION_NAME,
             connect_timeout=self.connect_timeout,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
         )
 
     async def _get(self) -> AsyncQueue:
@@ -72,18 +77,19 @@ class PgSource:
     def _disconnected(self, exc: BaseException) -> Disconnected:
         return Disconnected(scrub(first_line(str(exc)) or type(exc).__name__, self.dsn))
 
-    async def _drop(self) -> None:
-        queue, self._queue = self._queue, None
-        if queue is not None:
-            with contextlib.suppress(Exception):  # the connection is already broken
-                await queue.close()
+    async def _forget(self, queue: AsyncQueue) -> None:
+        """Close `queue`'s connection; if it is the current one, the next call reconnects."""
+        if self._queue is queue:
+            self._queue = None
+        with contextlib.suppress(Exception):  # the connection is already broken
+            await queue.close()
 
     async def _call(self, name: str, *args: Any) -> Any:
         queue = await self._get()
         try:
             return await getattr(queue, name)(*args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            await self._drop()
+            await self._forget(queue)
             raise self._disconnected(exc) from None
 
     async def stats(self) -> list[QueueStats]:
@@ -129,5 +135,11 @@ class PgSource:
             with contextlib.suppress(Exception):  # closing a dead connection
                 await conn.close()
 
+    async def reset(self) -> None:
+        """Close the connection at once, even while a call hangs on it (that call then fails
+        instead of waiting on the server); the next call reconnects."""
+        if self._queue is not None:
+            await self._forget(self._queue)
+
     async def close(self) -> None:
-        await self._drop()
+        await self.reset()

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 
 from pgq_core import JobRow, Lease, QueueStats
 
+from .. import humanize
 from ..widgets.jobs_table import STATUS_STYLE, JobsTable
 from ..widgets.keyed_table import KeyedTable
 from ..widgets.leases_table import LeasesTable
@@ -158,7 +159,11 @@ class DashboardScreen(Screen[None]):
         if self.data is not None:
             age = max(0.0, app.clock() - self.data.polled_at)
             line.append(" refreshed ", style="grey62")
-            line.append("just now" if age < 1 else f"{age:.0f}s ago")
+            stale = age > 3 * app.refresh_seconds + 1
+            line.append(
+                "just now" if age < 1 else f"{humanize.duration(age)} ago",
+                style="bold red" if stale else "",
+            )
             line.append(f" in {self.data.took * 1000:.0f}ms", style="grey62")
         else:
             line.append(" waiting for the first refresh…", style="grey62")

@@ -1,0 +1,154 @@
+"""The dashboard through a proxy the test controls: the server vanishes, hangs, comes back.
+
+The proxy forwards a Unix socket to the real server; `cut()` closes every link and refuses new
+ones (the server went away), `freeze()` keeps links open but forwards nothing (the server
+hangs), `restore()` puts things back. The app must say so in its header and recover by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from textual.pilot import Pilot
+
+from pgq_core import Queue
+from pgq_tui.launch import make_app
+from pgq_tui.widgets.queues_table import QueuesTable
+from pgq_tui.widgets.status_header import StatusHeader
+
+TIMEOUT = 30.0
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Proxy:
+    def __init__(self, upstream: Callable[[], Any]) -> None:
+        self.upstream = upstream
+        self.frozen = False
+        self.refusing = False
+        self.links: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self, path: str) -> None:
+        self.server = await asyncio.start_unix_server(self._accept, path)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.close()
+            return
+        up_reader, up_writer = await self.upstream()
+        self.links += [writer, up_writer]
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                while self.frozen:
+                    await asyncio.sleep(0.02)
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    def cut(self) -> None:
+        self.refusing = True
+        for writer in self.links:
+            writer.close()
+        self.links.clear()
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def restore(self) -> None:
+        self.frozen = False
+        self.refusing = False
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def proxied(dsn: str, tmp_path: Path) -> AsyncIterator[tuple[Proxy, str]]:
+    """(proxy, a DSN that goes through it)."""
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host") or "localhost")
+    port = int(params.get("port") or 5432)
+
+    async def upstream() -> Streams:
+        if host.startswith("/"):
+            return await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        return await asyncio.open_connection(host, port)
+
+    sock_dir = tmp_path / "sock"
+    sock_dir.mkdir()
+    proxy = Proxy(upstream)
+    await proxy.start(str(sock_dir / ".s.PGSQL.5432"))
+    try:
+        yield proxy, make_conninfo(dsn, host=str(sock_dir), port="5432", connect_timeout="2")
+    finally:
+        await proxy.close()
+
+
+async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def ready_shown(app: Any, queue: str) -> int | None:
+    table = app.dashboard.query_one(QueuesTable)
+    if queue not in table.rows:
+        return None
+    return int(str(table.get_row(queue)[1]).replace(",", ""))
+
+
+async def test_server_going_away_and_coming_back(
+    proxied: tuple[Proxy, str], schema: str, queue: Queue
+) -> None:
+    proxy, dsn = proxied
+    queue.enqueue("before", {})
+    app = make_app(dsn, schema, "proxied-db", refresh=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: ready_shown(app, "before") == 1, "data through the proxy")
+        header = app.dashboard.query_one(StatusHeader)
+        proxy.cut()
+        await wait_for(pilot, lambda: app.connection == "disconnected", "disconnected")
+        assert "disconnected" in header.render().plain
+        failures = app.poll_failures
+        await wait_for(pilot, lambda: app.poll_failures >= failures + 2, "retries failing")
+        assert app.is_running
+        queue.enqueue("after", {})
+        proxy.restore()
+        await wait_for(pilot, lambda: ready_shown(app, "after") == 1, "fresh data after")
+        assert app.connection == "connected"
+        assert "live" in header.render().plain
+
+
+async def test_a_hung_server_times_the_poll_out_and_recovers(
+    proxied: tuple[Proxy, str], schema: str, queue: Queue
+) -> None:
+    proxy, dsn = proxied
+    queue.enqueue("before", {})
+    app = make_app(dsn, schema, "proxied-db", refresh=0.2)
+    app.poll_timeout = 1.0
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: ready_shown(app, "before") == 1, "data through the proxy")
+        proxy.freeze()
+        await wait_for(pilot, lambda: app.connection == "disconnected", "the poll timing out")
+        assert "no answer within" in app.problem
+        queue.enqueue("after", {})
+        proxy.restore()
+        await wait_for(pilot, lambda: ready_shown(app, "after") == 1, "fresh data after")
+        assert app.connection == "connected"
