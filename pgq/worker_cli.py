@@ -73,7 +73,13 @@ def worker_command(
     poll_interval: timedelta,
     log_level: str,
 ) -> None:
-    """Run HANDLER on jobs from QUEUES. SIGTERM/SIGINT: finish, hand back; twice: stop now."""
+    """Run a handler on the jobs of QUEUES until stopped.
+
+    The handler gets a job context (id, queue, payload, fence, attempts, max_attempts, lost):
+    returning completes the job, raising fails it (retried with backoff, dead after
+    max_attempts). SIGTERM/SIGINT stops claiming, lets running jobs finish within --grace and
+    hands the rest back; a second signal hands them back at once.
+    """
     if any(not q.strip() for q in queues):
         fail("queue names must not be empty")
     handler = load_handler(handler_spec)
