@@ -16,7 +16,7 @@ from pgq_core import JobRow, Lease, QueueStats
 from .. import humanize
 from ..widgets.jobs_table import STATUS_STYLE, JobsTable
 from ..widgets.keyed_table import KeyedTable
-from ..widgets.leases_table import LeasesTable
+from ..widgets.leases_table import LeasesTable, seconds_left
 from ..widgets.queues_table import QueuesTable
 from ..widgets.status_header import StatusHeader
 from ..widgets.workers_table import WorkersTable
@@ -178,7 +178,12 @@ class DashboardScreen(Screen[None]):
 
     def _render_tab_labels(self) -> None:
         leases = len(self.data.leases) if self.data else 0
-        expired = sum(1 for x in self.data.leases if x.seconds_left < 0) if self.data else 0
+        expired = 0
+        if self.data is not None:
+            now = self.dashboard.clock()
+            expired = sum(
+                1 for x in self.data.leases if seconds_left(x, self.data.polled_at, now) < 0
+            )
         label = Text(f"Leases {leases}")
         if expired:
             label.append(f" ({expired} expired)", style="bold red")
