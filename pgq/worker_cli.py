@@ -111,10 +111,3 @@ def worker_command(
         sys.stdout.flush()
         os._exit(0)
 
-
-if __name__ == "__main__":
-    from .cli import main
-
-    if "worker" not in main.commands:
-        main.add_command(worker_command)
-    main()

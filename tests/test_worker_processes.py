@@ -40,10 +40,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = TIMEOUT, what: str =
 
 
 def worker_argv(dsn: str, schema: str, *args: str) -> list[str]:
-    from pgq.cli import main
-
-    entry = ["-m", "pgq"] if "worker" in main.commands else ["-m", "pgq.worker_cli"]
-    return [sys.executable, *entry, "--dsn", dsn, "--schema", schema, "worker", *args]
+    return [sys.executable, "-m", "pgq", "--dsn", dsn, "--schema", schema, "worker", *args]
 
 
 class Workers:
