@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import sys
-import threading
 from datetime import timedelta
 
 import click
@@ -105,8 +104,12 @@ def worker_command(
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
     asyncio.run(run_until_stopped(worker, on_signal))
-    if any(t.name.startswith("pgq-job-") and t.is_alive() for t in threading.enumerate()):
-        log.warning("worker %s: exiting with handler threads still running", worker.id)
+    if worker.handlers_still_running():
+        log.warning(
+            "worker %s: exiting with %d handler(s) still running (told to stop, not returned)",
+            worker.id,
+            worker.handlers_still_running(),
+        )
         logging.shutdown()
         sys.stdout.flush()
         os._exit(0)

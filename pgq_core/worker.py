@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from .queue import AsyncQueue, Queue, listen_statement, make_worker_id
 
 T = TypeVar("T")
 log = logging.getLogger("pgq.worker")
+log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 #: libpq options for every worker connection: fail fast when the server is gone.
 CONNECT_OPTIONS: dict[str, Any] = {
@@ -368,6 +370,8 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._beat_now: asyncio.Event | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads_lock = threading.Lock()
+        self._in_threads = 0
         self._link: _Link | None = None
 
     # -- public ---------------------------------------------------------------------------
@@ -477,8 +481,19 @@ class Worker:
                 )
 
     def handlers_still_running(self) -> int:
-        """Handlers that were told to stop (lease lost or handed back) but have not returned."""
-        return len(self._zombies)
+        """Handlers executing now; after `run()` returned, those told to stop that did not."""
+        with self._threads_lock:
+            in_threads = self._in_threads
+        return in_threads + sum(1 for h in self._zombies if self._async_handler)
+
+    def _call_sync(self, ctx: JobContext) -> Any:
+        with self._threads_lock:
+            self._in_threads += 1
+        try:
+            return self.handler(ctx)
+        finally:
+            with self._threads_lock:
+                self._in_threads -= 1
 
     # -- state ----------------------------------------------------------------------------
 
@@ -723,7 +738,7 @@ class Worker:
                 await self.handler(held.ctx)
             else:
                 assert self._loop is not None
-                await self._loop.run_in_executor(self._executor, self.handler, held.ctx)
+                await self._loop.run_in_executor(self._executor, self._call_sync, held.ctx)
         except asyncio.CancelledError:
             if self._held.get(held.job.id) is held:
                 raise
