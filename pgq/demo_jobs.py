@@ -28,12 +28,23 @@ from pgq_core.worker import JobContext
 #: one in-app worker per queue
 DEMO_QUEUES = ("emails", "thumbnails", "reports", "webhooks")
 FROZEN_WORKER = "frozen-worker:demo"
-ERRORS = (
-    "HTTP 503 Service Unavailable from https://hooks.example.com/orders",
-    "HTTP 429 Too Many Requests (retry-after 2s)",
-    "ConnectionResetError: [Errno 104] Connection reset by peer",
-    "TimeoutError: smtp.example.com did not answer within 5s",
+
+
+class HTTPError(Exception):
+    """What a webhook or API call raises on a non-2xx answer."""
+
+
+ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (HTTPError, "503 Service Unavailable from https://hooks.example.com/orders"),
+    (HTTPError, "429 Too Many Requests (retry-after 2s)"),
+    (ConnectionResetError, "[Errno 104] Connection reset by peer"),
+    (TimeoutError, "smtp.example.com did not answer within 5s"),
 )
+
+
+def _raise_one() -> None:
+    kind, message = random.choice(ERRORS)
+    raise kind(message)
 
 
 async def handle(ctx: JobContext) -> None:
@@ -46,10 +57,10 @@ async def handle(ctx: JobContext) -> None:
             await asyncio.sleep(0.2)
         return
     await asyncio.sleep(float(payload.get("ms", 150)) / 1000)
-    if kind == "doomed":
-        raise RuntimeError(payload.get("error") or random.choice(ERRORS))
-    if kind == "flaky" and random.random() < float(payload.get("fail_rate", 0.4)):
-        raise RuntimeError(random.choice(ERRORS))
+    if kind == "doomed" or (
+        kind == "flaky" and random.random() < float(payload.get("fail_rate", 0.4))
+    ):
+        _raise_one()
 
 
 def _email(rng: random.Random) -> JobSpec:

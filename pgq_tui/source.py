@@ -15,9 +15,21 @@ from typing import Any, Protocol
 import psycopg
 
 from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
-from pgq_core.config import first_line, scrub
+from pgq_core.config import scrub
 
 APPLICATION_NAME = "pgq-dashboard"
+
+
+def reason(exc: BaseException) -> str:
+    """One line from a libpq error: its first line, completed by the next when it ends in ':'
+    (libpq puts the actual reason, e.g. "Connection refused", on the second line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    return text.removeprefix("connection failed: ")
 
 
 class Disconnected(Exception):
@@ -75,7 +87,7 @@ class PgSource:
             return self._queue
 
     def _disconnected(self, exc: BaseException) -> Disconnected:
-        return Disconnected(scrub(first_line(str(exc)) or type(exc).__name__, self.dsn))
+        return Disconnected(scrub(reason(exc), self.dsn))
 
     async def _forget(self, queue: AsyncQueue) -> None:
         """Close `queue`'s connection; if it is the current one, the next call reconnects."""

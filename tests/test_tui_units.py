@@ -105,3 +105,27 @@ def test_dashboard_rejects_a_bad_refresh() -> None:
     result = CliRunner().invoke(_cli(), ["dashboard", "--refresh", "0"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_libpq_reasons_read_as_one_line() -> None:
+    from pgq_tui.source import reason
+
+    refused = Exception(
+        'connection failed: connection to server at "127.0.0.1", port 9 failed:\n'
+        "Connection refused\n\tIs the server running on that host and accepting TCP/IP?"
+    )
+    assert reason(refused) == (
+        'connection to server at "127.0.0.1", port 9 failed: Connection refused'
+    )
+    assert reason(Exception("terminating connection due to administrator command")) == (
+        "terminating connection due to administrator command"
+    )
+
+
+def test_retry_times_in_history_details_are_shortened() -> None:
+    from pgq_tui.widgets.timeline import short_detail
+
+    assert short_detail("boom (retry at 2026-11-29 19:59:23.467455+00)") == (
+        "boom (retry at 19:59:23)"
+    )
+    assert short_detail("lease expired") == "lease expired"

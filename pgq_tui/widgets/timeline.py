@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC
 
@@ -26,6 +27,14 @@ EVENTS: dict[str, tuple[str, str, str]] = {
 }
 
 
+_RETRY_AT = re.compile(r"\(retry at \d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)(?:\.\d+)?[^)]*\)")
+
+
+def short_detail(detail: str) -> str:
+    """Full timestamps inside a detail shortened to the time of day (the date is the event's)."""
+    return _RETRY_AT.sub(r"(retry at \1)", detail)
+
+
 def timeline(history: Sequence[JobEvent]) -> Text:
     """One line per event, oldest first: UTC time, offset from the first event, event, fence,
     worker, detail. Claims bump the fence; a stale write carries the old fence it tried."""
@@ -45,5 +54,5 @@ def timeline(history: Sequence[JobEvent]) -> Text:
         text.append(f" fence {event.fence:<3}", style="magenta")
         text.append(f" {humanize.short_worker(event.worker, 30)}", style="grey70")
         if event.detail:
-            text.append(f"  {event.detail}", style="italic grey62")
+            text.append(f"  {short_detail(event.detail)}", style="italic grey62")
     return text
