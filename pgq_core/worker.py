@@ -8,8 +8,11 @@ Invariants:
 - Every write carries the job's fence; a write that matches no row means another claim (or an
   operator) owns the job: the handler is told (`JobContext.lost`, async tasks are cancelled),
   its result is thrown away, a `stale` event is recorded, and the worker goes on.
-- Completions and failures are settled in batches (one statement each), flushed as soon as
-  every held job has finished, a batch is full, or the oldest has waited `flush_delay`.
+- Completions and failures are settled in batches, each member checked against its own
+  id + fence, flushed as soon as every held job has finished, a batch is full, or the oldest
+  has waited `flush_delay`. The hot path is one statement per step: complete what finished
+  and claim for the slots that frees (`complete_and_claim`): one round trip, one commit.
+- A job counts as done only once the statement completing it committed.
 - One connection carries the queue's statements, a second one LISTENs. Losing the database
   keeps the process: it logs one line, retries with backoff, and resumes; held jobs are then
   either still its own (the fence matches) or given up.
@@ -31,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
@@ -43,7 +46,6 @@ from .ops import Op
 from .queries import query
 from .queue import AsyncQueue, Queue, listen_statement, make_worker_id
 
-T = TypeVar("T")
 log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
