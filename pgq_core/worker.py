@@ -153,6 +153,8 @@ class _Held:
     started_at: float
     task: asyncio.Task[None] | None = None
     error: str | None = None
+    #: its completion was in flight when the connection broke: it may have committed unseen
+    uncertain: bool = False
 
 
 class _Disconnected(Exception):
@@ -668,22 +670,23 @@ class Worker:
             step.append(ops.claim(queue, free, self.lease, self.id))
         try:
             results = await self._call(*step)
-        except (_Disconnected, _Transient):
+        except (_Disconnected, _Transient) as exc:
             unsettled = [h for h in batch if self._held.get(h.job.id) is h]
+            for h in unsettled:
+                h.uncertain = h.uncertain or (isinstance(exc, _Disconnected) and h in completes)
             if unsettled:
                 self._pending[:0] = unsettled
                 self._first_pending_at = time.monotonic()
             return None
         self.statements += len(step)
-        lost: list[tuple[_Held, str]] = []
-        if fails:
-            lost += self._settle(fails, results.pop(0).lost, "fail")
+        fails_lost: list[int] = results.pop(0).lost if fails else []
         jobs: list[Job] = []
+        completes_lost: list[int] = []
         if completes and queue is not None:
             settled, jobs = results.pop(0)
-            lost += self._settle(completes, settled.lost, "complete")
+            completes_lost = settled.lost
         elif completes:
-            lost += self._settle(completes, results.pop(0).lost, "complete")
+            completes_lost = results.pop(0).lost
         elif queue is not None:
             jobs = results.pop(0)
         claimed = 0
@@ -692,11 +695,39 @@ class Worker:
                 self._start(job)
             claimed = len(jobs)
             self._claimed(queue, claimed)
+        lost = self._settle(fails, fails_lost, "fail")
+        if completes_lost:
+            completes_lost = await self._unless_done_unseen(completes, completes_lost)
+        lost += self._settle(completes, completes_lost, "complete")
         if self._pending:
             self._first_pending_at = time.monotonic()
         for action in ("complete", "fail"):
             await self._record_stale([h for h, a in lost if a == action], action)
         return claimed
+
+    async def _unless_done_unseen(self, batch: list[_Held], lost_ids: list[int]) -> list[int]:
+        """Of `lost_ids`, those really lost (see `_done_unseen`)."""
+        lost = set(lost_ids)
+        return [h.job.id for h in batch if h.job.id in lost and not await self._done_unseen(h)]
+
+    async def _done_unseen(self, held: _Held) -> bool:
+        """A completion sent just before the connection broke may have committed unseen: its
+        job is then done with our fence. Such a job is counted done, not lost."""
+        if not held.uncertain:
+            return False
+        try:
+            (detail,) = await self._call(ops.job(held.job.id))
+        except (_Disconnected, _Transient):
+            return False
+        if detail is None or (detail.status, detail.fence) != ("done", held.job.fence):
+            return False
+        if self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+            if held in self._pending:
+                self._pending.remove(held)
+            self._done += 1
+            self._wakeup()
+        return True
 
     def _next_queue(self) -> str:
         if not self._round:
@@ -907,9 +938,12 @@ class Worker:
             except (_Disconnected, _Transient):
                 continue
             lost_ids = set(settled.lost)
-            lost = [h for h in held if h.job.id in lost_ids and self._held.get(h.job.id) is h]
-            for h in lost:
-                self._lose(h, "heartbeat")
+            lost: list[_Held] = []
+            for h in held:
+                if h.job.id not in lost_ids or await self._done_unseen(h):
+                    continue
+                if self._lose(h, "heartbeat"):
+                    lost.append(h)
             await self._record_stale(lost, "heartbeat")
 
     async def _reaper(self) -> None:

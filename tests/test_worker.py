@@ -467,3 +467,33 @@ async def test_heartbeats_keep_a_long_job_past_its_lease(
     assert (job.status, job.fence, job.attempts) == ("done", 1, 1)
     assert [e.event for e in job.history] == ["enqueued", "claimed", "completed"]
     assert worker.snapshot().lost == 0
+
+
+async def test_a_completion_committed_unseen_counts_as_done(
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection breaks after the completing statement committed, before its reply."""
+    from pgq_core import worker as worker_module
+
+    ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    real_call = worker_module._Link.call
+    broken: list[str] = []
+
+    async def call_then_break(link: Any, *step: Any) -> list[Any]:
+        results = await real_call(link, *step)
+        if not broken and any(op.name.startswith("complete") for op in step):
+            broken.append(step[-1].name)
+            await link._queue.conn.close()
+            link._down(link._queue, "simulated: reply lost")
+            raise worker_module._Disconnected
+        return results
+
+    monkeypatch.setattr(worker_module._Link, "call", call_then_break)
+    worker = make_worker(dsn, schema, lambda ctx: None, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+
+    assert broken
+    snap = worker.snapshot()
+    assert (snap.done, snap.lost) == (3, 0)
+    for job_id in ids:
+        assert [e.event for e in queue.job(job_id).history] == ["enqueued", "claimed", "completed"]
