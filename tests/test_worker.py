@@ -4,6 +4,7 @@ lost leases, transactional completion, burst exit, graceful stop, LISTEN wake-up
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -399,8 +400,8 @@ def test_load_handler(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         "async def send(ctx):\n    return 1\n\nclass Box:\n    def run(self, ctx):\n"
         "        return 2\n\nbox = Box()\nnot_callable = 3\n"
     )
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # load_handler makes the current directory importable
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert load_handler("my_jobs:send").__name__ == "send"
     assert load_handler("my_jobs:box.run")(None) == 2  # type: ignore[arg-type]
     for spec, message in [

@@ -51,16 +51,17 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         logs.mkdir(exist_ok=True)
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str, cwd: Path = TESTS) -> subprocess.Popen[bytes]:
         env = dict(os.environ, PGQ_DSN=self.dsn, PGQ_SCHEMA=self.schema)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+        if cwd == TESTS:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
         log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
         proc = subprocess.Popen(
             worker_argv(self.dsn, self.schema, *args),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=TESTS,
+            cwd=cwd,
         )
         proc.log_path = Path(log.name)  # type: ignore[attr-defined]
         self.procs.append(proc)
@@ -303,6 +304,18 @@ def test_cli_burst_drains_and_exits_zero(queue: Queue, workers: Workers) -> None
     log = workers.log(proc)
     assert "queues drained (burst)" in log and "200 done" in log
     assert len(log.strip().splitlines()) <= 4, log  # quiet: state changes only
+
+
+def test_cli_handler_module_from_the_current_directory(
+    queue: Queue, workers: Workers, tmp_path: Path
+) -> None:
+    here = tmp_path / "app"
+    here.mkdir()
+    (here / "app_jobs.py").write_text("def handle(ctx):\n    assert ctx.payload == {'n': 1}\n")
+    job_id = queue.enqueue("here", {"n": 1})
+    proc = workers.start("here", "--handler", "app_jobs:handle", "--burst", cwd=here)
+    assert proc.wait(60) == 0, workers.log(proc)
+    assert queue.job(job_id).status == "done"
 
 
 @pytest.mark.parametrize(
