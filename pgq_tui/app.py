@@ -25,14 +25,14 @@ from pgq_core.config import first_line
 
 from .pool import Pool
 from .screens.confirm import ConfirmScreen
-from .screens.dashboard import DashboardScreen, Snapshot
+from .screens.dashboard import JOBS_LIMIT, DashboardScreen, Snapshot
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
 from .source import Disconnected, Source
 from .throughput import Throughput
 from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHeader
 
-LIMIT = 200
+LIMIT = JOBS_LIMIT
 NOTIFY_DEBOUNCE = 0.3
 TICK = 0.5
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 #: Jobs view status choices, in the order `s` cycles them; None is every status.
 MESSAGE_SECONDS = 15.0
+#: rows fetched per poll for the Leases and Jobs views
+JOBS_LIMIT = 200
 JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
 
 
@@ -202,17 +204,30 @@ class DashboardScreen(Screen[None]):
 
     def _render_jobs_bar(self) -> None:
         queue, status = self.jobs_query()
-        bar = Text(no_wrap=True)
+        stats = self.selected_stats()
+        counts: dict[str, int] = {}
+        if stats is not None:
+            counts = {
+                "dead": stats.dead,
+                "ready": stats.ready + stats.scheduled,
+                "running": stats.running,
+                "done": stats.done,
+            }
+        bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append(" queue ", style="grey62")
         bar.append(queue or "all", style="bold")
-        bar.append("   status ", style="grey62")
+        bar.append("   ")
         for choice in JOB_STATUSES:
             name = choice or "all"
+            label = f" {name} {humanize.count(counts[name])} " if name in counts else f" {name} "
             if choice == status:
-                bar.append(f" {name} ", style=f"reverse {STATUS_STYLE.get(name, 'bold')}")
+                bar.append(label, style=f"reverse {STATUS_STYLE.get(name, 'bold')}")
             else:
-                bar.append(f" {name} ", style="grey50")
-        bar.append("   s next status · Enter open · r requeue · k kill", style="grey50")
+                bar.append(label, style="grey50")
+        shown = len(self.data.jobs) if self.data is not None else 0
+        if shown >= JOBS_LIMIT:
+            bar.append(f"   newest {JOBS_LIMIT} shown", style="yellow")
+        bar.append("   s status · / filter · Enter open · r requeue · k kill", style="grey50")
         self.query_one("#jobs-bar", Static).update(bar)
 
     def _render_workers_hint(self) -> None:
