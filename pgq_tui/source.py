@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
@@ -61,6 +62,8 @@ class PgSource:
         self.dsn = dsn
         self.schema = schema
         self.connect_timeout = connect_timeout
+        #: names this dashboard's connections in pg_stat_activity
+        self.application_name = f"{APPLICATION_NAME} {secrets.token_hex(3)}"
         self._queue: AsyncQueue | None = None
         self._lock = asyncio.Lock()
 
@@ -68,7 +71,7 @@ class PgSource:
         return await psycopg.AsyncConnection.connect(
             self.dsn,
             autocommit=True,
-            application_name=APPLICATION_NAME,
+            application_name=self.application_name,
             connect_timeout=self.connect_timeout,
             keepalives=1,
             keepalives_idle=10,

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
 
@@ -22,7 +23,7 @@ from pgq_tui.app import DashboardApp, Notified
 from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
-from pgq_tui.source import APPLICATION_NAME
+from pgq_tui.source import PgSource
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.keyed_table import KeyedTable, plain
 from pgq_tui.widgets.leases_table import LeasesTable
@@ -227,9 +228,10 @@ async def test_job_detail_shows_payload_error_and_fence_history(
     job_id = queue.enqueue("mail", {"to": "ada@example.com"}, max_attempts=2)
     [first] = queue.claim("mail", 1, timedelta(seconds=60), "worker-a")
     queue.fail(first.id, first.fence, "SMTP 451 try later", worker="worker-a")
-    queue.conn.execute(
-        f'UPDATE "{schema}".jobs SET run_at = now() WHERE id = %s', (job_id,)
-    )  # skip the backoff so the second claim happens now
+    queue.conn.execute(  # skip the backoff so the second claim happens now
+        sql.SQL("UPDATE {}.jobs SET run_at = now() WHERE id = %s").format(sql.Identifier(schema)),
+        (job_id,),
+    )
     [second] = queue.claim("mail", 1, timedelta(seconds=60), "worker-b")
     with pytest.raises(LeaseLost):
         queue.complete(first.id, first.fence)
@@ -278,7 +280,8 @@ def rendered(screen: JobDetailScreen, selector: str) -> str:
 async def test_filter_narrows_the_jobs_view(dsn: str, schema: str, queue: Queue) -> None:
     ids = make_dead(queue, "hooks", 3)
     queue.conn.execute(
-        f'UPDATE "{schema}".jobs SET last_error = %s WHERE id = %s', ("HTTP 503", ids[1])
+        sql.SQL("UPDATE {}.jobs SET last_error = %s WHERE id = %s").format(sql.Identifier(schema)),
+        ("HTTP 503", ids[1]),
     )
     app = dashboard(dsn, schema)
     async with app.run_test(size=SIZE) as pilot:
@@ -367,11 +370,12 @@ async def test_survives_the_server_dropping_its_connections(
     app = dashboard(dsn, schema)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.connection == "connected", "connected")
-        await pilot.pause(0.5)
+        assert isinstance(app.source, PgSource)
+        await wait_for(pilot, lambda: backends(conn, app.source) == 2, "poll and LISTEN links")
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = %s AND pid <> pg_backend_pid()",
-            (APPLICATION_NAME,),
+            (app.source.application_name,),
         )
         await wait_for(pilot, lambda: "disconnected" in app.connection_history, "disconnected")
         queue.enqueue("after", {})
@@ -380,6 +384,15 @@ async def test_survives_the_server_dropping_its_connections(
         )
         assert app.connection == "connected"
         assert app.connection_history[-2:] == ["disconnected", "connected"]
+        await wait_for(pilot, lambda: backends(conn, app.source) == 2, "LISTEN back as well")
+
+
+def backends(conn: psycopg.Connection[Any], source: Any) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+        (source.application_name,),
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 async def test_unreachable_server_is_shown_without_the_password() -> None:
