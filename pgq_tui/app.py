@@ -246,9 +246,8 @@ class DashboardApp(App[None]):
         with contextlib.suppress(NoMatches):
             if message.disconnected:
                 self._set_connection(DISCONNECTED, message.error)
-            else:
-                self._set_connection(self.connection, message.error)
-                self.dashboard.say(message.error, "bold red")
+            else:  # the server answered, with an error (e.g. the schema is not migrated)
+                self._set_connection(CONNECTED, message.error)
 
     def tick(self) -> None:
         if self.paused:

@@ -514,3 +514,12 @@ async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue)
             await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
     finally:
         producer.stop()
+
+
+async def test_an_unmigrated_schema_is_explained_not_fatal(dsn: str) -> None:
+    app = dashboard(dsn, "no_such_schema_here")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.poll_failures >= 2, "failed polls")
+        header = app.dashboard.query_one(StatusHeader).render().plain
+        assert "pgq migrate" in header
+        assert app.is_running

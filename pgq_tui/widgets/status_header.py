@@ -29,7 +29,10 @@ class StatusHeader(Widget):
         text.append(" pgq ", style="bold black on #5fafff")
         text.append(f" {self.database}", style="bold")
         text.append(f"  schema {self.schema} ", style="grey62")
-        if self.connection == CONNECTED:
+        if self.connection == CONNECTED and self.problem:
+            text.append(" ⚠ ", style="bold black on yellow")
+            text.append(f" {self.problem}", style="bold yellow")
+        elif self.connection == CONNECTED:
             text.append(" ● live ", style="bold black on green")
         elif self.connection == CONNECTING:
             text.append(" ◌ connecting ", style="bold black on yellow")
