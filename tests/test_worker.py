@@ -498,3 +498,36 @@ async def test_a_completion_committed_unseen_counts_as_done(
     assert (snap.done, snap.lost) == (3, 0)
     for job_id in ids:
         assert [e.event for e in queue.job(job_id).history] == ["enqueued", "claimed", "completed"]
+
+
+async def test_failures_and_completions_settle_together(
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step with failures and completions runs both in one transaction, pipelined."""
+    from pgq_core import worker as worker_module
+
+    ids = queue.enqueue_many([JobSpec("q", {"n": n}, max_attempts=1) for n in range(40)])
+    real_pipelined = worker_module._Link._pipelined
+    pipelined: list[tuple[str, ...]] = []
+
+    async def spy(link: Any, q: Any, step: Any) -> list[Any]:
+        pipelined.append(tuple(op.name for op in step))
+        return await real_pipelined(link, q, step)
+
+    monkeypatch.setattr(worker_module._Link, "_pipelined", spy)
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.payload["n"] % 2:
+            raise RuntimeError(f"odd {ctx.payload['n']}")
+
+    worker = make_worker(dsn, schema, handler, concurrency=10, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    snap = worker.snapshot()
+    assert (snap.done, snap.failed, snap.lost) == (20, 20, 0)
+    assert ("fail", "complete_and_claim") in pipelined
+    for n, job_id in enumerate(ids):
+        job = queue.job(job_id)
+        if n % 2:
+            assert (job.status, job.last_error) == ("dead", f"RuntimeError: odd {n}")
+        else:
+            assert (job.status, job.last_error) == ("done", None)
