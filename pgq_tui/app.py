@@ -34,6 +34,9 @@ from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHe
 
 LIMIT = JOBS_LIMIT
 NOTIFY_DEBOUNCE = 0.3
+WRITE_ACTIONS = frozenset(
+    {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers"}
+)
 TICK = 0.5
 
 
@@ -286,6 +289,12 @@ class DashboardApp(App[None]):
         self.request_refresh()
 
     # actions ---------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: the write actions stay in the footer, greyed out, and do not run."""
+        if self.read_only and action in WRITE_ACTIONS:
+            return None
+        return True
+
     def _refuse_read_only(self) -> bool:
         """True (and says why) when an action must not run: read-only, or a dialog is open."""
         if isinstance(self.screen, (ConfirmScreen, HelpScreen)):

@@ -353,6 +353,11 @@ async def test_read_only_refuses_every_action(dsn: str, schema: str, queue: Queu
         await pilot.press("2")
         app.dashboard.query_one(JobsTable).focus()
         await pilot.press("r", "k")
+        for action in (  # what the command palette calls
+            app.action_requeue_job, app.action_requeue_queue, app.action_kill_job,
+            app.action_start_worker, app.action_stop_workers,
+        ):
+            action()
         await polled(pilot, app)
         assert app.screen is app.dashboard
         assert app.pool.snapshots() == []
