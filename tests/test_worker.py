@@ -548,3 +548,18 @@ async def test_logs_are_quiet_and_never_show_the_password(
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3, messages  # started, drained, stopped: nothing per job or poll
     assert messages[0].startswith(f"worker {worker.id} started: queues q, concurrency 10")
+
+
+async def test_async_handler_completes_its_own_job_in_its_transaction(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("q", {})
+
+    async def handler(ctx: JobContext) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+            await ctx.complete_async(conn)
+
+    worker = make_worker(dsn, schema, handler, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert worker.snapshot().done == 1
+    assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "completed"]
