@@ -86,14 +86,15 @@ def scale(d: dict[str, Any]) -> str:
     )
     out += [
         "",
-        "| relation | MB | MB per million done jobs | MB after prune + VACUUM |",
-        "|---|--:|--:|--:|",
+        "| relation | MB own | MB with indexes + TOAST | per million done jobs (MB) "
+        "| after prune + VACUUM (MB) |",
+        "|---|--:|--:|--:|--:|",
     ]
     after = d["prune"]["sizes_after_vacuum"]
     for name, s in d["sizes"].items():
         out.append(
-            f"| {name} | {s['total_bytes'] / 2**20:,.1f} | {s['mb_per_million_done']:,.1f} | "
-            f"{after[name]['total_bytes'] / 2**20:,.1f} |"
+            f"| {name} | {s['bytes'] / 2**20:,.1f} | {s['total_bytes'] / 2**20:,.1f} | "
+            f"{s['mb_per_million_done']:,.1f} | {after[name]['total_bytes'] / 2**20:,.1f} |"
         )
     p = d["prune"]
     out.append(
