@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 
 from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
@@ -32,7 +33,6 @@ from .source import Disconnected, Source
 from .throughput import Throughput
 from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHeader
 
-LIMIT = JOBS_LIMIT
 NOTIFY_DEBOUNCE = 0.3
 WRITE_ACTIONS = frozenset(
     {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers"}
@@ -56,13 +56,7 @@ class PollFailed(Message):
 
 
 class Notified(Message):
-    pass
-
-
-@dataclass
-class ListenState(Message):
-    up: bool
-    error: str = ""
+    """A NOTIFY arrived: jobs became ready somewhere."""
 
 
 class DashboardApp(App[None]):
@@ -120,7 +114,7 @@ class DashboardApp(App[None]):
         self.poll_failures = 0
         self._polling = False
         self._poll_again = False
-        self._debounce: Any = None
+        self._debounce: Timer | None = None
         self._quitting = False
         self._dashboard: DashboardScreen | None = None
         self.start_workers = tuple(start_workers)
@@ -187,8 +181,22 @@ class DashboardApp(App[None]):
 
     @work(group="poll", exit_on_error=False)
     async def poll(self, jobs_query: tuple[str | None, str | None]) -> None:
-        started = self.clock()
+        """Posts exactly one Polled or PollFailed, whatever happens, so polling never stalls."""
+        outcome: Message = PollFailed("poll interrupted", disconnected=False)
         fetch = asyncio.ensure_future(self._fetch(jobs_query))
+        try:
+            outcome = await self._await_fetch(fetch, jobs_query)
+        finally:
+            if not fetch.done():
+                fetch.cancel()
+            self.post_message(outcome)
+
+    async def _await_fetch(
+        self,
+        fetch: asyncio.Future[tuple[list[QueueStats], list[Lease], list[JobRow]]],
+        jobs_query: tuple[str | None, str | None],
+    ) -> Message:
+        started = self.clock()
         done, _ = await asyncio.wait({fetch}, timeout=self.poll_timeout)
         if not done:
             # Close the connection under the hung call first, so cancelling it does not wait
@@ -197,30 +205,25 @@ class DashboardApp(App[None]):
                 await self.source.reset()
             fetch.cancel()
             await asyncio.wait({fetch}, timeout=5)
-            error = f"no answer within {self.poll_timeout:g}s"
-            self.post_message(PollFailed(error, disconnected=True))
-            return
+            return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
             stats, leases, jobs = fetch.result()
         except Disconnected as exc:
-            self.post_message(PollFailed(str(exc), disconnected=True))
-            return
+            return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
-            self.post_message(PollFailed(first_line(str(exc)), disconnected=False))
-            return
+            return PollFailed(first_line(str(exc)), disconnected=False)
         except Exception as exc:  # noqa: BLE001 - never a traceback: show it and carry on
-            self.post_message(PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False))
-            return
+            return PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False)
         now = self.clock()
-        self.post_message(Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started)))
+        return Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started))
 
     async def _fetch(
         self, jobs_query: tuple[str | None, str | None]
     ) -> tuple[list[QueueStats], list[Lease], list[JobRow]]:
         queue, status = jobs_query
         stats = await self.source.stats()
-        leases = await self.source.leases(LIMIT)
-        jobs = await self.source.jobs(queue, status, LIMIT)
+        leases = await self.source.leases(JOBS_LIMIT)
+        jobs = await self.source.jobs(queue, status, JOBS_LIMIT)
         return stats, leases, jobs
 
     def _poll_done(self) -> None:
@@ -269,14 +272,10 @@ class DashboardApp(App[None]):
         A dropped link is retried with backoff; the poll timer keeps working meanwhile."""
         backoff = 0.5
         while True:
-            try:
+            with contextlib.suppress(Exception):  # Disconnected, or anything: retried alike
                 async for _queue in self.source.notifications():
                     backoff = 0.5
                     self.post_message(Notified())
-            except Disconnected:
-                pass
-            except Exception:  # noqa: BLE001 - retried like a dropped link
-                pass
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
