@@ -141,7 +141,7 @@ class DemoProducer:
         seed: int = 7,
         *,
         tick: float = 1.0,
-        freeze_every: int = 25,
+        freeze_every: int = 15,
         freeze_lease: timedelta = timedelta(seconds=8),
         wake_after: float = 20.0,
     ) -> None:

@@ -528,3 +528,28 @@ async def test_an_unmigrated_schema_is_explained_not_fatal(dsn: str) -> None:
         header = app.dashboard.query_one(StatusHeader).render().plain
         assert "pgq migrate" in header
         assert app.is_running
+
+
+async def test_kill_from_the_job_detail_screen(dsn: str, schema: str, queue: Queue) -> None:
+    job_id = queue.enqueue("detail", {"x": 1})
+    [job] = queue.claim("detail", 1, timedelta(seconds=60), "busy-worker")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: str(job_id) in leases.rows, "the lease row")
+        leases.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), "job detail")
+        detail = app.screen
+        assert isinstance(detail, JobDetailScreen)
+        await wait_for(pilot, lambda: detail.job is not None, "the job loaded")
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm modal")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: queue.job(job_id).status == "dead", "killed")
+        await wait_for(
+            pilot, lambda: detail.job is not None and detail.job.status == "dead", "detail live"
+        )
+        assert "killed" in rendered(detail, "#history")
+        with pytest.raises(LeaseLost):
+            queue.heartbeat(job.id, job.fence)
