@@ -23,6 +23,7 @@ class KeyedTable(DataTable[Cell]):
     `sync` updates only the cells that changed, removes and adds only the rows that came or
     went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
     numbers can change under an operator's cursor without the table jumping.
+    Invariant: a row's first cell reads exactly as its key (reordering sorts on it).
     """
 
     COLUMNS: tuple[tuple[str, str, int | None], ...] = ()  # (key, label, width)
