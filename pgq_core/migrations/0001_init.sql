@@ -32,8 +32,9 @@ CREATE TABLE {schema}.jobs (
 -- The seed's two partial indexes: claiming, and the lease check.
 CREATE INDEX jobs_ready_idx ON {schema}.jobs (queue, run_at) WHERE status = 'ready';
 CREATE INDEX jobs_lease_idx ON {schema}.jobs (lease_until) WHERE status = 'running';
--- Stats count dead jobs per queue without touching done rows.
-CREATE INDEX jobs_dead_idx ON {schema}.jobs (queue) WHERE status = 'dead';
+-- Stats count dead jobs per queue, and operators list them newest first, without touching
+-- done rows.
+CREATE INDEX jobs_dead_idx ON {schema}.jobs (queue, id) WHERE status = 'dead';
 -- Prune finds old done jobs without a scan.
 CREATE INDEX jobs_done_idx ON {schema}.jobs (finished_at) WHERE status = 'done';
 
