@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 import pytest
 from click.testing import CliRunner
+from rich.text import Text
 
 from pgq.context import PgqGroup, Settings
 from pgq.tui_cli import dashboard_command, demo_command
@@ -129,3 +130,43 @@ def test_retry_times_in_history_details_are_shortened() -> None:
         "boom (retry at 19:59:23)"
     )
     assert short_detail("lease expired") == "lease expired"
+
+
+ERROR_COLOURS = ("red", "magenta", "pink")
+
+
+def _styles(text: Text) -> list[str]:
+    return [str(text.style)] + [str(span.style) for span in text.spans]
+
+
+def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
+    from pgq_tui.sample import DETAIL, JOBS, LEASES, WORKERS
+    from pgq_tui.widgets.fence import fence_text
+    from pgq_tui.widgets.jobs_table import job_row
+    from pgq_tui.widgets.leases_table import lease_row
+    from pgq_tui.widgets.timeline import timeline
+    from pgq_tui.widgets.workers_table import current_jobs
+
+    assert str(fence_text(1).style) == ""
+    assert str(fence_text(3).style) == "bold"
+    fence_cells = [job_row(job, 0.0)[1][4] for job in JOBS]
+    fence_cells += [lease_row(lease, 0.0, 0.0)[1][5] for lease in LEASES]
+    fence_cells += [current_jobs(worker, 0.0) for worker in WORKERS]
+    history = timeline(DETAIL.history)
+    at = history.plain.index(" fence ")
+    fence_spans = [s for s in history.spans if s.start <= at + 8 and s.end > at]
+    assert fence_spans and all(
+        not any(colour in str(s.style) for colour in ERROR_COLOURS) for s in fence_spans
+    )
+    for cell in fence_cells:
+        assert isinstance(cell, Text)
+        for style in _styles(cell):
+            assert not any(colour in style for colour in ERROR_COLOURS), (cell.plain, style)
+
+
+def test_current_jobs_keep_id_fence_and_age_apart() -> None:
+    from pgq_tui.sample import EPOCH, WORKERS
+    from pgq_tui.widgets.workers_table import current_jobs
+
+    assert current_jobs(WORKERS[0], EPOCH).plain == "#10502 f1 22s · #10503 f1 17s · #10506 f1 2.5s"
+    assert current_jobs(WORKERS[3], EPOCH).plain == "idle"

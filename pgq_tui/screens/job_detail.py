@@ -19,6 +19,7 @@ from pgq_core import JobDetail, JobNotFound, PgqError
 
 from .. import humanize
 from ..source import Disconnected
+from ..widgets.fence import fence_style, fence_text
 from ..widgets.jobs_table import STATUS_STYLE
 from ..widgets.status_header import StatusHeader
 from ..widgets.timeline import timeline
@@ -40,7 +41,7 @@ def facts(job: JobDetail, now: float) -> Table:
         "attempts",
         Text(f"{job.attempts} of {job.max_attempts}", style="yellow" if job.attempts > 1 else ""),
     )
-    table.add_row("fence", Text(str(job.fence), style="magenta"))
+    table.add_row("fence", fence_text(job.fence))
     table.add_row("worker", job.worker or "—")
     table.add_row("queued", humanize.ago(now - job.queued_at.timestamp()))
     if job.status == "ready":
@@ -142,7 +143,7 @@ class JobDetailScreen(Screen[None]):
             "  ",
             (job.status, STATUS_STYLE.get(job.status, "")),
             ("  fence ", "grey62"),
-            (str(job.fence), "magenta"),
+            (str(job.fence), fence_style(job.fence)),
         )
         self.query_one("#job-title", Static).update(title)
         self.query_one("#payload", Static).update(payload(job))

@@ -9,6 +9,7 @@ from rich.text import Text
 from pgq_core import JobRow
 
 from .. import humanize
+from .fence import fence_text
 from .keyed_table import KeyedTable, Row
 
 STATUS_STYLE = {
@@ -51,7 +52,7 @@ def job_row(job: JobRow, now: float) -> Row:
                 f"{job.attempts}/{job.max_attempts}",
                 style="yellow" if job.attempts > 1 else "",
             ),
-            Text(str(job.fence), style="magenta"),
+            fence_text(job.fence),
             Text(humanize.short_worker(job.worker, 26), style="grey62"),
             Text(when(job, now)),
             Text(error, style="red"),

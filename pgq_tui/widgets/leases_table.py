@@ -9,6 +9,7 @@ from rich.text import Text
 from pgq_core import Lease
 
 from .. import humanize
+from .fence import fence_text
 from .keyed_table import KeyedTable, Row
 
 BAR_WIDTH = 10
@@ -54,7 +55,7 @@ def lease_row(lease: Lease, polled_at: float, now: float) -> Row:
             countdown(left, lease.lease_seconds),
             Text(humanize.duration(lease.lease_seconds) if lease.lease_seconds else "—"),
             Text(humanize.short_worker(lease.worker, 34)),
-            Text(str(lease.fence), style="magenta"),
+            fence_text(lease.fence),
             Text(
                 f"{lease.attempts}/{lease.max_attempts}",
                 style="yellow" if lease.attempts > 1 else "",

@@ -51,7 +51,8 @@ def timeline(history: Sequence[JobEvent]) -> Text:
         text.append(f" {'+' + humanize.duration(offset) if i else '':>8} ", style="grey50")
         text.append(f"{marker} ", style=style)
         text.append(f"{label:<21}", style=style)
-        text.append(f" fence {event.fence:<3}", style="magenta")
+        text.append(" fence ", style="grey50")
+        text.append(f"{event.fence:<3}")
         text.append(f" {humanize.short_worker(event.worker, 30)}", style="grey70")
         if event.detail:
             text.append(f"  {short_detail(event.detail)}", style="italic grey62")

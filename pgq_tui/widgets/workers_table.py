@@ -8,6 +8,7 @@ from typing import Protocol
 from rich.text import Text
 
 from .. import humanize
+from .fence import fence_style
 from .keyed_table import KeyedTable, Row
 
 STATE_STYLE = {
@@ -56,16 +57,19 @@ class WorkerView(Protocol):
 
 
 def current_jobs(worker: WorkerView, now: float, limit: int = 4) -> Text:
+    """Oldest first: "#id fN age", jobs apart by " · "; beyond `limit`, only a count."""
     text = Text()
     jobs = sorted(worker.running, key=lambda j: j.started_at)
     for i, job in enumerate(jobs[:limit]):
         if i:
-            text.append("  ")
-        text.append(f"#{job.id}", style="bold")
-        text.append(f" f{job.fence}", style="magenta")
-        text.append(f" {humanize.duration(now - job.started_at)}", style="grey62")
+            text.append(" · ", style="grey50")
+        text.append(f"#{job.id}")
+        text.append(" ")
+        text.append(f"f{job.fence}", style=fence_style(job.fence))
+        text.append(" ")
+        text.append(humanize.duration(now - job.started_at), style="grey62")
     if len(jobs) > limit:
-        text.append(f"  +{len(jobs) - limit} more", style="grey50")
+        text.append(f" · +{len(jobs) - limit} more", style="grey50")
     if not jobs:
         text.append("idle", style="grey50")
     return text
