@@ -85,6 +85,7 @@ class DashboardApp(App[None]):
         database: str,
         schema: str,
         refresh: float = 2.0,
+        timed_polls: bool = True,
         read_only: bool = False,
         listen: bool = True,
         clock: Callable[[], float] = time.time,
@@ -98,6 +99,9 @@ class DashboardApp(App[None]):
         self.database = database
         self.schema = schema
         self.refresh_seconds = refresh
+        #: False: poll only when asked (start, actions, NOTIFY), though `refresh` is still shown;
+        #: for deterministic renders of what a user sees
+        self.timed_polls = timed_polls
         #: a poll that takes longer counts as a lost connection (and the connection is reset)
         self.poll_timeout = max(10.0, 3 * min(refresh, 60.0))
         self.read_only = read_only
@@ -130,7 +134,8 @@ class DashboardApp(App[None]):
 
     def dashboard_ready(self) -> None:
         """Called once by the dashboard screen when its widgets exist: start the live loop."""
-        self.set_interval(self.refresh_seconds, self.request_refresh)
+        if self.timed_polls:
+            self.set_interval(self.refresh_seconds, self.request_refresh)
         self.set_interval(TICK, self.tick)
         if self.listen:
             self.listen_loop()

@@ -20,13 +20,15 @@ Steps = Callable[[Pilot[Any]], Awaitable[None]]
 
 
 def sample_app(read_only: bool = False) -> DashboardApp:
-    """Frozen clock, no LISTEN, no cursor blink; every number is a constant of `sample`."""
+    """Frozen clock, no LISTEN, no timed polls (though "every 1s" shows), no cursor blink;
+    every number is a constant of `sample`."""
     return DashboardApp(
         SampleSource(),
         StaticPool(WORKERS),
         database="ops@db.example.com:5432/shop",
         schema="pgq",
-        refresh=3600,
+        refresh=1,
+        timed_polls=False,
         read_only=read_only,
         listen=False,
         clock=clock,

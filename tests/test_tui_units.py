@@ -170,3 +170,19 @@ def test_current_jobs_keep_id_fence_and_age_apart() -> None:
 
     assert current_jobs(WORKERS[0], EPOCH).plain == "#10502 f1 22s · #10503 f1 17s · #10506 f1 2.5s"
     assert current_jobs(WORKERS[3], EPOCH).plain == "idle"
+
+
+async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.testing import SIZE, sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        line = app.dashboard.query_one("#status-line", Static).content
+        assert isinstance(line, Text)
+        assert "every 1s + on NOTIFY" in line.plain
+        assert app.refresh_seconds == 1
+        assert not app.timed_polls
+        assert not [t for t in app._timers if t._callback == app.request_refresh]
