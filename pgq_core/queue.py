@@ -55,6 +55,11 @@ def _missing(schema: str) -> SchemaMissing:
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
 
 
+def _is_missing(exc: psycopg.errors.UndefinedTable, schema: str) -> bool:
+    """True when the error is about the queue's own tables (not, say, a user's trigger)."""
+    return f'"{schema}.' in (exc.diag.message_primary or "")
+
+
 def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:
     if settled.lost:
         raise LeaseLost(job_id, fence, action)
@@ -93,6 +98,8 @@ class Queue:
                 cur.execute(query(op.name, self.schema), op.params)
                 rows = cur.fetchall() if cur.description else []
         except psycopg.errors.UndefinedTable as exc:
+            if not _is_missing(exc, self.schema):
+                raise
             raise _missing(self.schema) from exc
         return op.read(rows)
 
@@ -245,6 +252,8 @@ class AsyncQueue:
                 await cur.execute(query(op.name, self.schema), op.params)
                 rows = await cur.fetchall() if cur.description else []
         except psycopg.errors.UndefinedTable as exc:
+            if not _is_missing(exc, self.schema):
+                raise
             raise _missing(self.schema) from exc
         return op.read(rows)
 

@@ -488,3 +488,18 @@ def test_enqueue_many_beyond_one_chunk_is_all_or_nothing(queue: Queue, conn: Any
         queue.enqueue_many(bad)
     count = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(ident)).fetchone()
     assert count == (6000,)
+
+
+def test_a_missing_table_of_the_users_is_not_reported_as_a_missing_schema(
+    queue: Queue, conn: Any
+) -> None:
+    ident = sql.Identifier(queue.schema)
+    conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {0}.audit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN INSERT INTO no_such_audit_table VALUES (NEW.id); RETURN NEW; END $$;"
+            " CREATE TRIGGER audit BEFORE INSERT ON {0}.jobs FOR EACH ROW EXECUTE FUNCTION {0}.audit()"
+        ).format(ident)
+    )
+    with pytest.raises(psycopg.errors.UndefinedTable, match="no_such_audit_table"):
+        queue.enqueue("q", {})

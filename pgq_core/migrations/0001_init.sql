@@ -63,44 +63,42 @@ CREATE TABLE {schema}.queue_counts (
 );
 
 -- Keeps queue_counts exact whatever statement moves a job into or out of 'done' (pgq's own or
--- an operator's plain SQL), and wakes listeners when jobs become ready now. The payload of a
--- notification is the queue name; a notification is only a hint.
+-- an operator's plain SQL), and wakes listeners when a statement leaves jobs ready now. The
+-- payload of a notification is the queue name; a notification is only a hint (an UPDATE that
+-- touches ready rows without changing them may send one more). No joins: a done count per
+-- queue is the done rows after the statement minus those before it.
 CREATE FUNCTION {schema}.jobs_after_change() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-  IF TG_OP = 'INSERT' THEN
+  IF TG_OP = 'UPDATE' THEN
+    IF NOT EXISTS (SELECT 1 FROM new_rows WHERE status <> 'running')
+       AND NOT EXISTS (SELECT 1 FROM old_rows WHERE status = 'done') THEN
+      RETURN NULL;  -- claims and heartbeats: nothing to count, nobody to wake
+    END IF;
+  END IF;
+  IF TG_OP <> 'DELETE' THEN
     PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)
-      FROM (SELECT DISTINCT n.queue FROM new_rows n
-             WHERE n.status = 'ready' AND n.run_at <= now()) q;
+      FROM (SELECT DISTINCT queue FROM new_rows
+             WHERE status = 'ready' AND run_at <= now()) q;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT n.queue, pg_backend_pid() % 16, count(*), count(*)
-        FROM new_rows n WHERE n.status = 'done' GROUP BY n.queue
+      SELECT queue, pg_backend_pid() % 16, count(*), count(*)
+        FROM new_rows WHERE status = 'done' GROUP BY queue
       ON CONFLICT (queue, shard) DO UPDATE
         SET done = c.done + excluded.done, completed = c.completed + excluded.completed;
   ELSIF TG_OP = 'UPDATE' THEN
-    -- Claims and heartbeats (running afterwards, never done before) need neither count nor hint.
-    IF NOT EXISTS (SELECT 1 FROM new_rows WHERE status <> 'running')
-       AND NOT EXISTS (SELECT 1 FROM old_rows WHERE status = 'done') THEN
-      RETURN NULL;
-    END IF;
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)
-      FROM (SELECT DISTINCT n.queue FROM new_rows n JOIN old_rows o ON o.id = n.id
-             WHERE n.status = 'ready' AND n.run_at <= now() AND o.status <> 'ready') q;
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT d.queue, pg_backend_pid() % 16, sum(d.delta), sum(d.arrived)
-        FROM (SELECT n.queue, 1 AS delta, (o.status <> 'done')::int AS arrived
-                FROM new_rows n JOIN old_rows o ON o.id = n.id
-               WHERE n.status = 'done' AND (o.status <> 'done' OR o.queue <> n.queue)
+      SELECT queue, pg_backend_pid() % 16, sum(d), greatest(sum(d), 0)
+        FROM (SELECT queue, 1 AS d FROM new_rows WHERE status = 'done'
               UNION ALL
-              SELECT o.queue, -1, 0
-                FROM new_rows n JOIN old_rows o ON o.id = n.id
-               WHERE o.status = 'done' AND (n.status <> 'done' OR o.queue <> n.queue)) d
-       GROUP BY d.queue
+              SELECT queue, -1 FROM old_rows WHERE status = 'done') x
+       GROUP BY queue HAVING sum(d) <> 0
       ON CONFLICT (queue, shard) DO UPDATE
         SET done = c.done + excluded.done, completed = c.completed + excluded.completed;
   ELSE
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT o.queue, pg_backend_pid() % 16, -count(*), 0
-        FROM old_rows o WHERE o.status = 'done' GROUP BY o.queue
+      SELECT queue, pg_backend_pid() % 16, -count(*), 0
+        FROM old_rows WHERE status = 'done' GROUP BY queue
       ON CONFLICT (queue, shard) DO UPDATE SET done = c.done + excluded.done;
   END IF;
   RETURN NULL;
