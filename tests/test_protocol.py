@@ -498,7 +498,8 @@ def test_a_missing_table_of_the_users_is_not_reported_as_a_missing_schema(
         sql.SQL(
             "CREATE FUNCTION {0}.audit() RETURNS trigger LANGUAGE plpgsql AS"
             " $$ BEGIN INSERT INTO no_such_audit_table VALUES (NEW.id); RETURN NEW; END $$;"
-            " CREATE TRIGGER audit BEFORE INSERT ON {0}.jobs FOR EACH ROW EXECUTE FUNCTION {0}.audit()"
+            " CREATE TRIGGER audit BEFORE INSERT ON {0}.jobs"
+            " FOR EACH ROW EXECUTE FUNCTION {0}.audit()"
         ).format(ident)
     )
     with pytest.raises(psycopg.errors.UndefinedTable, match="no_such_audit_table"):
