@@ -7,6 +7,7 @@ frozen at `NOW`, so two renders are identical byte for byte.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ EPOCH = NOW.timestamp()
 W1 = "demo-host:4242:a1b2c3"
 W2 = "demo-host:4242:d4e5f6"
 W_OLD = "batch-07:311:9f8e7d"
+W3 = "demo-host:4242:0a0b0c"
 
 
 def ago(seconds: float) -> datetime:
@@ -31,11 +33,12 @@ def clock() -> float:
     return EPOCH
 
 
+#: running and expiring agree with LEASES; dead, ready and scheduled with `SampleSource.jobs`
 STATS = [
-    QueueStats("emails", 42, 3, 6, 1, 0, 12873, 12873, 1.8),
-    QueueStats("reports", 7, 12, 3, 2, 4, 961, 961, 48.2),
-    QueueStats("thumbnails", 318, 0, 8, 0, 0, 40211, 40211, 412.0),
-    QueueStats("webhooks", 0, 25, 2, 1, 17, 5530, 5530, None),
+    QueueStats("emails", 42, 3, 3, 1, 0, 12873, 12873, 1.8),
+    QueueStats("reports", 7, 12, 2, 1, 4, 961, 961, 48.2),
+    QueueStats("thumbnails", 318, 0, 1, 0, 0, 40211, 40211, 412.0),
+    QueueStats("webhooks", 0, 25, 1, 1, 17, 5530, 5530, None),
 ]
 
 #: completed counts observed over the last two minutes, per queue (for the sparklines)
@@ -80,7 +83,7 @@ LEASES = [
     lease(10502, "emails", W2, 1, 1, 7.9, 30),
     lease(10503, "emails", W2, 1, 1, 12.4, 30),
     lease(10477, "reports", W1, 1, 1, 19.0, 30),
-    lease(10505, "thumbnails", W1, 1, 1, 24.7, 30),
+    lease(10505, "thumbnails", W3, 1, 1, 24.7, 30),
     lease(10506, "emails", W2, 1, 1, 27.5, 30),
 ]
 
@@ -144,6 +147,68 @@ JOBS = [
     job_row(10452, "webhooks", "ready", 2, 2, W2, "HTTP 429 Too Many Requests", 300, None, -14),
     job_row(10488, "webhooks", "running", 3, 3, W_OLD, "timeout after 30s", 700),
 ]
+
+FILLER_ERRORS = {
+    "emails": "SMTPServerDisconnected: connection unexpectedly closed",
+    "reports": "TimeoutError: report query ran past 120s",
+    "thumbnails": "UnidentifiedImageError: cannot identify image file",
+    "webhooks": "HTTP 503 from https://hooks.example.com/orders",
+}
+
+
+def _every_job() -> list[JobRow]:
+    """JOBS, one running row per lease, and generated rows up to each queue's counts in STATS
+    (done only up to what one page shows), so every view agrees with the queue counts."""
+    rows = list(JOBS)
+    known = {job.id for job in rows}
+    rows += [
+        job_row(x.id, x.queue, "running", x.attempts, x.fence, x.worker, None, 60)
+        for x in LEASES
+        if x.id not in known
+    ]
+    newer = iter(range(10507, 20000))
+    older = iter(range(10440, 0, -3))
+    done_ids = iter(range(10300, 0, -1))
+    for stats in STATS:
+        have = Counter(job.status for job in rows if job.queue == stats.queue)
+        waiting = stats.ready + stats.scheduled - have["ready"]
+        oldest = stats.oldest_due_seconds or 0.0
+        for i in range(waiting):
+            # the scheduled ones first (due later), then ready ones, the oldest due first
+            if i < stats.scheduled:
+                run_at = -(30.0 + 7 * i)
+            else:
+                run_at = oldest * (waiting - i) / (waiting - stats.scheduled)
+            rows.append(
+                job_row(next(newer), stats.queue, "ready", 0, 0, None, None, 5 + i, None, run_at)
+            )
+        for i in range(stats.dead - have["dead"]):
+            error = FILLER_ERRORS[stats.queue]
+            queued, finished = 2400 + 120 * i, 1100 + 120 * i
+            rows.append(
+                job_row(next(older), stats.queue, "dead", 5, 5, W1, error, queued, finished)
+            )
+    for i in range(200):
+        for stats in STATS:
+            if i < stats.done:
+                worker = (W2, W1, W3, W1)[STATS.index(stats)]
+                rows.append(
+                    job_row(
+                        next(done_ids),
+                        stats.queue,
+                        "done",
+                        1,
+                        1,
+                        worker,
+                        None,
+                        60 + 4 * i,
+                        58 + 4 * i,
+                    )
+                )
+    return sorted(rows, key=lambda job: job.id, reverse=True)
+
+
+EVERY_JOB = _every_job()
 
 DETAIL = JobDetail(
     id=10471,
@@ -236,7 +301,7 @@ WORKERS = [
         ),
     ),
     SampleWorker(
-        "demo-host:4242:0a0b0c",
+        W3,
         ("thumbnails",),
         "draining",
         4,
@@ -261,7 +326,7 @@ class SampleSource:
     async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]:
         return [
             j
-            for j in JOBS
+            for j in EVERY_JOB
             if (queue is None or j.queue == queue) and (status is None or j.status == status)
         ][:limit]
 

@@ -186,3 +186,32 @@ async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> N
         assert app.refresh_seconds == 1
         assert not app.timed_polls
         assert not [t for t in app._timers if t._callback == app.request_refresh]
+
+
+async def test_each_tab_counts_the_rows_of_its_table() -> None:
+    from textual.widgets import TabbedContent
+
+    from pgq_tui.sample import LEASES, STATS, WORKERS
+    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
+    from pgq_tui.widgets.jobs_table import JobsTable
+
+    def labels() -> list[str]:
+        tabs = app.dashboard.query_one(TabbedContent)
+        return [tabs.get_tab(pane).label.plain for pane in ("leases", "jobs", "workers")]
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await VIEWS["queues"](pilot)  # reports: its dead jobs are listed first
+        reports = next(s for s in STATS if s.queue == "reports")
+        assert app.dashboard.query_one(JobsTable).row_count == reports.dead
+        assert labels() == [
+            f"Leases {len(LEASES)} (1 expired)",
+            f"Jobs {reports.dead}",
+            f"Workers {len(WORKERS)}",
+        ]
+        first = app.dashboard.query_one(JobsTable).selected_key
+        assert first is not None
+        await pilot.press("2", "slash", *first)
+        await settle(pilot)
+        assert labels()[1] == f"Jobs 1 of {reports.dead}"

@@ -179,22 +179,25 @@ class DashboardScreen(Screen[None]):
         self.query_one("#status-line", Static).update(line)
 
     def _render_tab_labels(self) -> None:
-        leases = len(self.data.leases) if self.data else 0
+        """Each label counts the rows its table holds ("shown of all" while a filter hides some)."""
         expired = 0
         if self.data is not None:
             now = self.dashboard.clock()
             expired = sum(
                 1 for x in self.data.leases if seconds_left(x, self.data.polled_at, now) < 0
             )
-        label = Text(f"Leases {leases}")
+        leases = self._count_label("Leases", self.query_one(LeasesTable))
         if expired:
-            label.append(f" ({expired} expired)", style="bold red")
-        jobs = len(self.data.jobs) if self.data else 0
-        workers = self.dashboard.pool.snapshots()
-        busy = sum(1 for w in workers if w.state != "stopped")
-        self._set_tab_label("leases", label)
-        self._set_tab_label("jobs", Text(f"Jobs {jobs}"))
-        self._set_tab_label("workers", Text(f"Workers {busy}"))
+            leases.append(f" ({expired} expired)", style="bold red")
+        self._set_tab_label("leases", leases)
+        self._set_tab_label("jobs", self._count_label("Jobs", self.query_one(JobsTable)))
+        self._set_tab_label("workers", self._count_label("Workers", self.query_one(WorkersTable)))
+
+    @staticmethod
+    def _count_label(name: str, table: KeyedTable) -> Text:
+        if table.row_count == table.total_rows:
+            return Text(f"{name} {table.row_count}")
+        return Text(f"{name} {table.row_count} of {table.total_rows}")
 
     def _set_tab_label(self, pane: str, label: Text) -> None:
         """Only on change: a new label re-lays out the tabs and restarts their underline."""
@@ -331,6 +334,7 @@ class DashboardScreen(Screen[None]):
             if table.id == "queues":
                 continue
             table.set_filter(self.filter_text if table is self._active_table() else "")
+        self._render_tab_labels()
 
     def data_refreshed(self) -> None:
         return None

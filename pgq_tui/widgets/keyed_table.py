@@ -45,6 +45,11 @@ class KeyedTable(DataTable[Cell]):
         self.sync(self._all_rows)
 
     @property
+    def total_rows(self) -> int:
+        """Rows given to the last `sync`, before the filter (`row_count`: after it)."""
+        return len(self._all_rows)
+
+    @property
     def selected_key(self) -> str | None:
         if not self.row_count:
             return None
