@@ -215,3 +215,16 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
         await pilot.press("2", "slash", *first)
         await settle(pilot)
         assert labels()[1] == f"Jobs 1 of {reports.dead}"
+
+
+async def test_the_header_keeps_database_and_schema_apart() -> None:
+    from pgq_tui.testing import SIZE, sample_app, settle
+    from pgq_tui.widgets.status_header import StatusHeader
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        header = app.dashboard.query_one(StatusHeader).render()
+        assert " ops@db.example.com:5432/shop  ·  schema pgq  " in header.plain
+        database = header.plain.index("ops@")
+        assert all("bold" not in str(s.style) for s in header.spans if s.start == database)

@@ -138,11 +138,11 @@ class JobDetailScreen(Screen[None]):
         now = self.dashboard.clock()
         title = Text.assemble(
             (f" job {job.id} ", "bold black on #5fafff"),
-            "  ",
-            (job.queue, "bold"),
-            "  ",
+            ("  queue ", "grey62"),
+            job.queue,
+            ("  ·  ", "grey62"),
             (job.status, STATUS_STYLE.get(job.status, "")),
-            ("  fence ", "grey62"),
+            ("  ·  fence ", "grey62"),
             (str(job.fence), fence_style(job.fence)),
         )
         self.query_one("#job-title", Static).update(title)

@@ -27,8 +27,9 @@ class StatusHeader(Widget):
     def render(self) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" pgq ", style="bold black on #5fafff")
-        text.append(f" {self.database}", style="bold")
-        text.append(f"  schema {self.schema} ", style="grey62")
+        text.append(f" {self.database}")
+        text.append("  ·  schema ", style="grey62")
+        text.append(f"{self.schema}  ")
         if self.connection == CONNECTED and self.problem:
             text.append(" ⚠ ", style="bold black on yellow")
             text.append(f" {self.problem}", style="bold yellow")
