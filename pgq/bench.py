@@ -1,6 +1,9 @@
 """`pgq bench`: the seed's plain SQL against pgq's worker, side by side on one throwaway server.
 
-Both sides run the same number of worker processes on the same server, over the same jobs.
+Three sides drain the same jobs with the same number of worker processes on the same server,
+in the same run: `seed` (the seed's SQL, claim `--batch`), `pgq_same_batch` (pgq's worker
+claiming `--batch` too: what batched settlement alone buys) and `pgq` (claiming
+`--concurrency`: what the larger claim buys on top).
 Each worker process connects first, reports ready and waits for `go`, so process start-up is
 never timed. A drain ends when the last process finds the queue empty; nothing polls the
 database meanwhile, and the meter subtracts its own transactions from the cost figures.
@@ -334,6 +337,8 @@ class Phase:
     worker_cpu_us_per_job: float | None = None
     #: CPU of the whole machine (every process, PostgreSQL included) over the run, per job.
     machine_cpu_us_per_job: float | None = None
+    #: Jobs per claim (the seed's LIMIT, pgq's worker concurrency); None for enqueues.
+    claim: int | None = None
 
     @property
     def rate(self) -> float:
@@ -500,6 +505,7 @@ class Options:
     jobs: int
     workers: int
     batch: int
+    concurrency: int
     payload_bytes: int
     latency_samples: int
     rounds: int = 1
@@ -532,26 +538,36 @@ def _median_phase(phases: list[Phase]) -> Phase:
     return sorted(phases, key=lambda ph: ph.rate)[len(phases) // 2]
 
 
+#: pgq's sides: the claim size each drains with ("batch": the seed's, "concurrency": pgq's).
+PGQ_SIDES: dict[str, str] = {
+    "pgq_same_batch": "batch",
+    "pgq": "concurrency",
+    **dict.fromkeys(VARIANTS, "concurrency"),
+}
+
+
 def run_bench(
     dsn: str, embedded: bool, opts: Options, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Every figure of one bench run, as plain data.
 
-    Drains run in rounds, the sides interleaved (seed, pgq, pgq variants, then again), so a
-    noisy neighbour hits every side alike; each side reports its median round."""
+    Drains run in rounds, the sides interleaved (seed, pgq at the seed's claim size, pgq at its
+    own, pgq variants, then again), so a noisy neighbour hits every side alike; each side
+    reports its median round. Pickup latency is measured for the seed and for `pgq` only."""
     ctx = mp.get_context("spawn")
     single_jobs = min(opts.jobs, SINGLE_ENQUEUE_CAP)
     result: dict[str, Any] = {
         "params": {**asdict(opts), "single_enqueue_jobs": single_jobs},
         "machine": machine(),
     }
-    sides = ["seed", "pgq", *VARIANTS]
+    claims = {"seed": opts.batch, **{k: getattr(opts, v) for k, v in PGQ_SIDES.items()}}
+    sides = list(claims)
     with contextlib.ExitStack() as stack, psycopg.connect(dsn, autocommit=True) as conn:
         meter = Meter(conn)
         result["server"] = {"version": server_version(conn), "embedded": embedded}
         schemas = {
             "seed": stack.enter_context(throwaway_schema(dsn, "bench_seed", pgq=False)),
-            **{k: stack.enter_context(throwaway_schema(dsn, "bench_pgq")) for k in sides[1:]},
+            **{k: stack.enter_context(throwaway_schema(dsn, "bench_pgq")) for k in PGQ_SIDES},
         }
         _setup_seed(dsn, schemas["seed"])
         for name, statements in VARIANTS.items():
@@ -562,7 +578,7 @@ def run_bench(
         enqueued = {
             "seed": enqueue_seed(meter, dsn, schemas["seed"], opts.jobs, opts.payload_bytes)
         }
-        for name in sides[1:]:
+        for name in PGQ_SIDES:
             say(f"{name}: enqueue_many {opts.jobs} jobs")
             enqueued[name] = enqueue_pgq(
                 meter, dsn, schemas[name], opts.jobs, opts.payload_bytes, many=True
@@ -575,18 +591,22 @@ def run_bench(
         tallies: dict[str, tuple[int, int]] = {}
         for r in range(opts.rounds):
             for name in sides:
-                if r:
-                    _refill(conn, dsn, "seed" if name == "seed" else "pgq", schemas[name], opts)
-                say(f"round {r + 1}/{opts.rounds}: {name} drain, {opts.workers} processes")
                 kind = "seed" if name == "seed" else "pgq"
+                if r:
+                    _refill(conn, dsn, kind, schemas[name], opts)
+                say(
+                    f"round {r + 1}/{opts.rounds}: {name} drain, {opts.workers} processes, "
+                    f"claim {claims[name]}"
+                )
                 phase, lost_now = drain(
                     meter,
                     ctx,
                     schemas[name],
                     opts.jobs,
                     opts.workers,
-                    *_drain_args(kind, dsn, schemas[name], opts.batch),
+                    *_drain_args(kind, dsn, schemas[name], claims[name]),
                 )
+                phase.claim = claims[name]
                 drains[name].append(phase)
                 lost[name] += lost_now
                 done, total = _tally(conn, schemas[name])
@@ -627,7 +647,7 @@ def run_bench(
                 pgq_worker,
                 dsn,
                 pgq_schema,
-                opts.batch,
+                opts.concurrency,
                 False,
                 enqueue=lambda n: q.enqueue(QUEUE_NAME, _payload(opts.payload_bytes, n)),
                 wait_running=True,
@@ -640,24 +660,28 @@ def run_bench(
             meter, ctx, dsn, pgq_schema, single_jobs, opts.payload_bytes, opts.workers
         )
 
-    seed_drain, pgq_drain = _median_phase(drains["seed"]), _median_phase(drains["pgq"])
-    seed_enqueue, pgq_enqueue = enqueued["seed"], enqueued["pgq"]
-    seed_done, seed_total = tallies["seed"]
-    pgq_done, pgq_total = tallies["pgq"]
-    seed_lost, pgq_lost = lost["seed"], lost["pgq"]
-    variants = {k: (enqueued[k], _median_phase(drains[k])) for k in VARIANTS}
+    median = {k: _median_phase(v) for k, v in drains.items()}
+    latencies: dict[str, list[float] | None] = {
+        "seed": seed_latency,
+        "pgq_same_batch": None,
+        "pgq": pgq_latency,
+    }
     result["drain_rounds"] = {k: [ph.rate for ph in v] for k, v in drains.items()}
 
-    def side(
-        enq: Phase, dr: Phase, lat: list[float], done: int, total: int, lost: int
-    ) -> dict[str, Any]:
+    def side(name: str) -> dict[str, Any]:
+        enq, dr, lat = enqueued[name], median[name], latencies[name]
+        done, total = tallies[name]
+        pickup: dict[str, float | None] = {
+            "pickup_p50_ms": percentile(lat, 50) * 1000 if lat else None,
+            "pickup_p99_ms": percentile(lat, 99) * 1000 if lat else None,
+            "pickup_max_ms": max(lat) * 1000 if lat else None,
+        }
         return {
+            "claim_size": claims[name],
             "enqueue_rate": enq.rate,
             "drain_rate": dr.rate,
             "drain_seconds": dr.seconds,
-            "pickup_p50_ms": percentile(lat, 50) * 1000,
-            "pickup_p99_ms": percentile(lat, 99) * 1000,
-            "pickup_max_ms": max(lat) * 1000,
+            **pickup,
             "drain_xacts_per_job": dr.xacts_per_job,
             "drain_wal_bytes_per_job": dr.wal_bytes_per_job,
             "drain_worker_cpu_us_per_job": dr.worker_cpu_us_per_job,
@@ -666,57 +690,88 @@ def run_bench(
             "enqueue_wal_bytes_per_job": enq.wal_bytes_per_job,
             "jobs": total,
             "done": done,
-            "lost": lost,
+            "lost": lost[name],
         }
 
-    result["seed"] = side(seed_enqueue, seed_drain, seed_latency, seed_done, seed_total, seed_lost)
-    result["pgq"] = side(pgq_enqueue, pgq_drain, pgq_latency, pgq_done, pgq_total, pgq_lost)
+    for name in SIDES:
+        result[name] = side(name)
     result["enqueue"] = {
-        "seed_insert_per_job": seed_enqueue.to_dict(),
+        "seed_insert_per_job": enqueued["seed"].to_dict(),
         "pgq_enqueue_per_job": pgq_single.to_dict(),
         "pgq_enqueue_per_job_listened": {
             **pgq_single_listened.to_dict(),
             "listeners": opts.workers,
             "notifications_received": notified,
         },
-        "pgq_enqueue_many": pgq_enqueue.to_dict(),
-        **{f"pgq_enqueue_many_{k}": enq.to_dict() for k, (enq, _) in variants.items()},
+        "pgq_enqueue_many": enqueued["pgq"].to_dict(),
+        **{f"pgq_enqueue_many_{k}": enqueued[k].to_dict() for k in VARIANTS},
     }
     result["drain"] = {
-        "seed": seed_drain.to_dict(),
-        "pgq": pgq_drain.to_dict(),
-        **{f"pgq_{k}": dr.to_dict() for k, (_, dr) in variants.items()},
+        "seed": median["seed"].to_dict(),
+        "pgq_same_batch": median["pgq_same_batch"].to_dict(),
+        "pgq": median["pgq"].to_dict(),
+        **{f"pgq_{k}": median[k].to_dict() for k in VARIANTS},
     }
-    result["ratio"] = pgq_drain.rate / seed_drain.rate if seed_drain.rate else None
+    seed_rate = median["seed"].rate
+    result["ratio"] = median["pgq"].rate / seed_rate if seed_rate else None
+    result["ratio_same_batch"] = median["pgq_same_batch"].rate / seed_rate if seed_rate else None
     return result
 
 
 # ---------------------------------------------------------------- output
+
+#: The sides of the main table, in column order.
+SIDES = ("seed", "pgq_same_batch", "pgq")
+RUN_COLUMNS = (
+    "run",
+    "claim",
+    "jobs",
+    "jobs/s",
+    "xacts / job",
+    "WAL B / job",
+    "worker CPU µs / job",
+)
 
 
 def _f(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def side_label(name: str, claim: int) -> str:
+    return f"seed (LIMIT {claim})" if name == "seed" else f"pgq (claim {claim})"
+
+
 def print_tables(result: dict[str, Any], console: Console) -> None:
-    seed, pgq = result["seed"], result["pgq"]
+    sides = {name: result[name] for name in SIDES}
+    seed = sides["seed"]
     server_info, params = result["server"], result["params"]
     title = (
         f"pgq bench · PostgreSQL {server_info['version']}"
         f"{' (embedded)' if server_info['embedded'] else ''} · {params['jobs']} jobs, "
-        f"{params['workers']} workers, batch {params['batch']}, payload {params['payload_bytes']} B"
+        f"{params['workers']} worker processes per side, payload {params['payload_bytes']} B"
     )
     table = Table(title=title)
-    for col in ("", "seed", "pgq", "pgq / seed"):
-        table.add_column(col, justify="left" if not col else "right")
+    table.add_column("")
+    for name, fig in sides.items():
+        table.add_column(side_label(name, fig["claim_size"]), justify="right")
+    for name, fig in sides.items():
+        if name != "seed":
+            table.add_column(f"{side_label(name, fig['claim_size'])} / seed", justify="right")
 
     def row(label: str, key: str, digits: int = 0) -> None:
-        if seed[key] is None or pgq[key] is None:
+        values = [fig[key] for fig in sides.values()]
+        if all(v is None for v in values):
             return
-        a, b = float(seed[key]), float(pgq[key])
-        table.add_row(label, _f(a, digits), _f(b, digits), f"{b / a:.2f}x" if a else "-")
+        cells = ["-" if v is None else _f(float(v), digits) for v in values]
+        a = seed[key]
+        ratios = [f"{float(v) / float(a):.2f}x" if a and v is not None else "-" for v in values[1:]]
+        table.add_row(label, *cells, *ratios)
 
-    row("enqueue (jobs/s)", "enqueue_rate")
+    row("enqueue (jobs/s; seed INSERT, pgq enqueue_many)", "enqueue_rate")
     row("drain (jobs/s)", "drain_rate")
     row("pickup p50 (ms)", "pickup_p50_ms", 1)
     row("pickup p99 (ms)", "pickup_p99_ms", 1)
@@ -726,11 +781,11 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     row("drain machine CPU µs / job", "drain_machine_cpu_us_per_job")
     row("enqueue transactions / job", "enqueue_xacts_per_job", 2)
     row("enqueue WAL bytes / job", "enqueue_wal_bytes_per_job")
-    table.add_row("jobs done", f"{seed['done']}/{seed['jobs']}", f"{pgq['done']}/{pgq['jobs']}", "")
+    table.add_row("jobs done", *(f"{fig['done']}/{fig['jobs']}" for fig in sides.values()), "", "")
     console.print(table)
 
-    methods = Table(title="enqueue and drain variants")
-    for col in ("run", "jobs", "jobs/s", "xacts / job", "WAL B / job", "worker CPU µs / job"):
+    methods = Table(title="enqueue and drain runs")
+    for col in RUN_COLUMNS:
         methods.add_column(col, justify="left" if col == "run" else "right")
     labels = {
         "seed_insert_per_job": "enqueue: seed INSERT, one per job",
@@ -745,6 +800,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     for label, ph in runs:
         methods.add_row(
             label,
+            "" if ph["claim"] is None else str(ph["claim"]),
             str(ph["jobs"]),
             _f(ph["rate"]),
             _f(ph["xacts_per_job"], 2),
@@ -752,7 +808,11 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             "" if ph["worker_cpu_us_per_job"] is None else _f(ph["worker_cpu_us_per_job"]),
         )
     console.print(methods)
-    console.print(f"ratio (pgq drain / seed drain): [bold]{result['ratio']:.2f}x[/bold]")
+    console.print(
+        f"ratio (pgq drain / seed drain): [bold]{_x(result['ratio'])}[/bold] at claim "
+        f"{result['pgq']['claim_size']}; ratio_same_batch: {_x(result['ratio_same_batch'])} "
+        f"at the seed's claim size {seed['claim_size']}"
+    )
 
 
 # ---------------------------------------------------------------- command
@@ -774,7 +834,16 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     default=10,
     show_default=True,
     type=click.IntRange(1, 1000),
-    help="Jobs per claim (the seed's LIMIT; pgq's worker concurrency).",
+    help="The seed's LIMIT: jobs per seed claim (10 as the seed writes it). The "
+    "pgq_same_batch side runs pgq's worker with this concurrency, so the same claim size.",
+)
+@click.option(
+    "--concurrency",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
+    "(ratio), its pickup latency and the variants.",
 )
 @click.option(
     "--payload-bytes",
@@ -848,6 +917,7 @@ def bench_command(
     jobs: int,
     workers: int,
     batch: int,
+    concurrency: int,
     payload_bytes: int,
     latency_samples: int,
     rounds: int,
@@ -860,7 +930,14 @@ def bench_command(
     as_json: bool,
 ) -> None:
     """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
-    with a throwaway schema that is dropped afterwards)."""
+    with throwaway schemas that are dropped afterwards).
+
+    \b
+    Drain sides, same server, same run, same number of processes:
+      seed            the seed's SQL as written, claim --batch (LIMIT 10)
+      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
+      pgq             pgq's worker, concurrency --concurrency (its claim size)
+    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed."""
     group_settings = ctx.find_object(Settings)
     dsn = group_settings.dsn if group_settings else None
     if group_settings and group_settings.schema:
@@ -881,7 +958,7 @@ def bench_command(
             else:
                 print_scale(result, console)
             return
-        opts = Options(jobs, workers, batch, payload_bytes, latency_samples, rounds)
+        opts = Options(jobs, workers, batch, concurrency, payload_bytes, latency_samples, rounds)
         result = run_bench(target, embedded, opts, say)
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))

@@ -15,13 +15,17 @@ from pgq.bench import standalone
 from pgq_core import JobSpec, Queue
 
 SIDE_FIGURES = (
+    "claim_size",
     "enqueue_rate",
     "drain_rate",
     "drain_seconds",
     "pickup_p50_ms",
     "pickup_p99_ms",
+    "pickup_max_ms",
     "drain_xacts_per_job",
     "drain_wal_bytes_per_job",
+    "drain_worker_cpu_us_per_job",
+    "drain_machine_cpu_us_per_job",
     "enqueue_xacts_per_job",
     "enqueue_wal_bytes_per_job",
     "jobs",
@@ -62,6 +66,10 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         "300",
         "--workers",
         "2",
+        "--batch",
+        "3",
+        "--concurrency",
+        "7",
         "--latency-samples",
         "5",
         "--payload-bytes",
@@ -69,25 +77,48 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         "--rounds",
         "2",
     )
-    for side in ("seed", "pgq"):
+    claims = {"seed": 3, "pgq_same_batch": 3, "pgq": 7}
+    for side, claim in claims.items():
         figures = data[side]
         assert set(SIDE_FIGURES) <= set(figures), side
+        assert figures["claim_size"] == claim, side
         assert figures["jobs"] == 300 and figures["done"] == 300, side
         assert figures["lost"] == 0, side
         assert figures["drain_rate"] > 0 and figures["enqueue_rate"] > 0, side
-        assert 0 <= figures["pickup_p50_ms"] <= figures["pickup_p99_ms"], side
         assert figures["drain_wal_bytes_per_job"] > 0, side
         assert figures["drain_xacts_per_job"] > 0, side
-    # The seed commits at least one transaction per job (its completion); pgq settles in batches.
+        assert figures["drain_worker_cpu_us_per_job"] > 0, side
+        assert figures["enqueue_xacts_per_job"] >= 0, side
+        assert figures["enqueue_wal_bytes_per_job"] > 0, side
+    # Pickup latency is measured for the seed and pgq at its own claim size only.
+    for side in ("seed", "pgq"):
+        assert 0 <= data[side]["pickup_p50_ms"] <= data[side]["pickup_p99_ms"], side
+    assert data["pgq_same_batch"]["pickup_p50_ms"] is None
+    # The seed commits at least one transaction per job (its completion); pgq settles in
+    # batches, so fewer than one, and fewer still with the larger claim.
     assert data["seed"]["drain_xacts_per_job"] >= 1
-    assert data["ratio"] == pytest.approx(data["pgq"]["drain_rate"] / data["seed"]["drain_rate"])
+    assert data["pgq_same_batch"]["drain_xacts_per_job"] < 1
+    seed_rate = data["seed"]["drain_rate"]
+    assert data["ratio"] == pytest.approx(data["pgq"]["drain_rate"] / seed_rate)
+    assert data["ratio_same_batch"] == pytest.approx(
+        data["pgq_same_batch"]["drain_rate"] / seed_rate
+    )
     for name, phase in {**data["enqueue"], **data["drain"]}.items():
         assert set(PHASE_FIGURES) <= set(phase), name
         assert phase["rate"] > 0, name
+    assert {k: ph["claim"] for k, ph in data["drain"].items()} == {
+        "seed": 3,
+        "pgq_same_batch": 3,
+        "pgq": 7,
+        "pgq_no_trigger": 7,
+        "pgq_no_history": 7,
+    }
     assert data["enqueue"]["pgq_enqueue_per_job_listened"]["notifications_received"] > 0
     assert data["params"]["workers"] == 2
+    assert (data["params"]["batch"], data["params"]["concurrency"]) == (3, 7)
     assert {k: len(v) for k, v in data["drain_rounds"].items()} == {
         "seed": 2,
+        "pgq_same_batch": 2,
         "pgq": 2,
         "no_trigger": 2,
         "no_history": 2,
@@ -95,6 +126,13 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
     assert data["machine"]["nproc"] >= 1
     assert data["server"]["version"]
     assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
+
+
+def test_bench_help_names_both_claim_sizes() -> None:
+    result = CliRunner().invoke(_cli(), ["bench", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "--batch" in result.output and "--concurrency" in result.output
+    assert "seed's LIMIT" in result.output
 
 
 @pytest.mark.slow
