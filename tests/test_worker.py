@@ -175,7 +175,7 @@ async def test_operator_kill_cancels_the_async_handler_at_the_next_heartbeat(
             cancelled.set()
             raise
 
-    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=1.5))
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=3))
     async with running(worker):
         await asyncio.wait_for(started.wait(), TIMEOUT)
         assert [r.id for r in worker.snapshot().running] == [job_id]
@@ -196,8 +196,8 @@ async def test_operator_kill_cancels_the_async_handler_at_the_next_heartbeat(
     ]
     stale = history[-1]
     assert stale.worker == worker.id and stale.detail == "heartbeat rejected: stale fence"
-    # Seen at a heartbeat (every lease / 3), not by waiting for the lease to run out.
-    assert (stale.at - history[2].at).total_seconds() < 1.5
+    # Seen at a heartbeat (every lease / 3 = 1 s), not by waiting for the lease to run out.
+    assert (stale.at - history[2].at).total_seconds() < 3
     assert queue.job(job_id).status == "dead"
 
 
@@ -356,9 +356,17 @@ async def test_notification_wakes_an_idle_worker(dsn: str, schema: str, queue: Q
 
     # Polling alone would take a minute: only LISTEN/NOTIFY can make this pass.
     worker = make_worker(dsn, schema, handler, poll_interval=60.0)
+    listening = sql.SQL(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = {}"
+    ).format(sql.Literal(f'LISTEN "{schema}_jobs"'))
+
+    def listener_connected() -> bool:
+        row = queue.conn.execute(listening).fetchone()
+        return row is not None and row[0] == 1
+
     async with running(worker):
         await until(lambda: worker.statements >= 1, what="first claim")
-        await asyncio.sleep(0.3)  # let the listener connect; a notification is a hint only
+        await until(listener_connected, what="the worker LISTENs")
         queue.enqueue("q", {})
         await asyncio.wait_for(done.wait(), TIMEOUT)
 
