@@ -571,3 +571,42 @@ async def test_async_handler_completes_its_own_job_in_its_transaction(
     await asyncio.wait_for(worker.run(), TIMEOUT)
     assert worker.snapshot().done == 1
     assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "completed"]
+
+
+async def test_after_a_lost_connection_held_jobs_are_kept_or_given_up(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept, stolen = queue.enqueue_many([JobSpec("q", {}) for _ in range(2)])
+    started: set[int] = set()
+    gate = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        started.add(ctx.id)
+        await gate.wait()
+
+    caplog.set_level("INFO", logger="pgq.worker")
+    worker = make_worker(dsn, schema, handler)
+    async with running(worker):
+        await until(lambda: started == {kept, stolen}, what="both jobs running")
+        # While the worker is cut off, one of its jobs is reaped and claimed elsewhere.
+        queue.conn.execute(
+            sql.SQL("UPDATE {}.jobs SET lease_until = now() - interval '1 s' WHERE id = %s").format(
+                sql.Identifier(schema)
+            ),
+            (stolen,),
+        )
+        link = worker._link
+        assert link is not None and link._queue is not None
+        await link._queue.conn.close()
+        assert queue.reap() == [(stolen, "ready")]
+        [other] = queue.claim("q", 1, worker="other")
+        assert other.id == stolen
+        await until(lambda: worker.state == "disconnected" or worker.snapshot().lost, what="loss")
+        await until(lambda: worker.snapshot().lost == 1, what="the stolen job given up")
+        assert [r.id for r in worker.snapshot().running] == [kept]
+        gate.set()
+        await until(lambda: worker.snapshot().done == 1, what="the kept job completed")
+
+    assert queue.job(kept).status == "done"
+    assert (queue.job(stolen).status, queue.job(stolen).worker) == ("running", "other")
+    assert caplog.text.count("database unavailable") <= 1
