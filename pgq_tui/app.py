@@ -38,6 +38,10 @@ WRITE_ACTIONS = frozenset(
     {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers"}
 )
 TICK = 0.5
+#: on quit, how long running jobs of this app's workers may take to finish before they are
+#: told to stop and handed back, and how long handing back may take
+QUIT_GRACE = 2.5
+QUIT_HAND_BACK = 3.0
 
 
 class _Selecting(Protocol):
@@ -462,17 +466,34 @@ class DashboardApp(App[None]):
             self.push_screen(HelpScreen(self.read_only))
 
     async def action_quit(self) -> None:
-        """Stops this app's workers (gracefully, within their grace) before leaving."""
+        """First `q`: workers stop gracefully for at most QUIT_GRACE, then at once, and the app
+        exits (always, within QUIT_GRACE + QUIT_HAND_BACK + a few seconds). Second `q`: at once."""
         if self._quitting:
+            self.pool.stop_all(immediately=True)
+            self.exit()
             return
         self._quitting = True
-        if self.pool.active():
-            self.dashboard.say(f"stopping {self.pool.active()} worker(s)…", "yellow")
-            self.pool.stop_all()
-            await self.pool.wait(timeout=30.0)
-        with contextlib.suppress(Exception):  # leaving anyway
-            await asyncio.wait_for(self.source.close(), timeout=3)
-        self.exit()
+        self._leave()
+
+    @work(group="quit", exit_on_error=False)
+    async def _leave(self) -> None:
+        try:
+            active = self.pool.active()
+            if active:
+                with contextlib.suppress(NoMatches):
+                    self.dashboard.say(
+                        f"stopping {active} worker(s): running jobs get {QUIT_GRACE:g}s"
+                        " · q again quits now",
+                        "yellow",
+                    )
+                self.pool.stop_all()
+                if await self.pool.wait(QUIT_GRACE, cancel=False):
+                    self.pool.stop_all(immediately=True)
+                    await self.pool.wait(QUIT_HAND_BACK)
+            with contextlib.suppress(Exception):  # leaving anyway
+                await asyncio.wait_for(self.source.close(), timeout=3)
+        finally:
+            self.exit()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -20,8 +20,8 @@ class Pool(Protocol):
     def start(self, queue: str) -> str: ...
     def snapshots(self) -> Sequence[WorkerView]: ...
     def active(self) -> int: ...
-    def stop_all(self) -> int: ...
-    async def wait(self, timeout: float) -> None: ...
+    def stop_all(self, immediately: bool = False) -> int: ...
+    async def wait(self, timeout: float, *, cancel: bool = True) -> int: ...
 
 
 class WorkerPool:
@@ -89,25 +89,28 @@ class WorkerPool:
     def active(self) -> int:
         return sum(1 for task in self._tasks.values() if not task.done())
 
-    def stop_all(self) -> int:
-        """Ask every running worker to stop; returns how many were asked."""
+    def stop_all(self, immediately: bool = False) -> int:
+        """Ask every running worker to stop (gracefully, or `immediately`: running handlers are
+        told to stop and their jobs handed back at once); returns how many were asked."""
         asked = 0
         for worker in self._workers:
             if not self._tasks[worker.id].done():
-                worker.stop()
+                worker.stop(immediately=immediately)
                 asked += 1
         return asked
 
-    async def wait(self, timeout: float) -> None:
-        """Wait for stopped workers to finish; cancel whatever outlives `timeout`."""
+    async def wait(self, timeout: float, *, cancel: bool = True) -> int:
+        """Wait up to `timeout` for the workers to end; returns how many still run.
+        With `cancel`, whatever outlives `timeout` is cancelled (and given 2 s to unwind)."""
         pending = [t for t in self._tasks.values() if not t.done()]
         if not pending:
-            return
+            return 0
         _, late = await asyncio.wait(pending, timeout=timeout)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.wait(late, timeout=2)
+        if late and cancel:
+            for task in late:
+                task.cancel()
+            _, late = await asyncio.wait(late, timeout=2)
+        return len(late)
 
 
 class StaticPool:
@@ -129,8 +132,8 @@ class StaticPool:
     def active(self) -> int:
         return 0
 
-    def stop_all(self) -> int:
+    def stop_all(self, immediately: bool = False) -> int:
         return 0
 
-    async def wait(self, timeout: float) -> None:
-        return None
+    async def wait(self, timeout: float, *, cancel: bool = True) -> int:
+        return 0

@@ -6,6 +6,7 @@ database with the sync `queue` fixture, and waits poll a condition with a genero
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -553,3 +554,39 @@ async def test_kill_from_the_job_detail_screen(dsn: str, schema: str, queue: Que
         assert "killed" in rendered(detail, "#history")
         with pytest.raises(LeaseLost):
             queue.heartbeat(job.id, job.fence)
+
+
+async def _hold_until_lost(ctx: Any) -> None:
+    """A job far longer than any test: it ends only when its worker takes it back."""
+    while not ctx.lost:
+        await asyncio.sleep(0.05)
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    """Like wait_for, for after the app has exited (no pilot)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
+    dsn: str, schema: str, queue: Queue, presses: int
+) -> None:
+    """The workers' own grace (60 s) is longer than TIMEOUT: exiting within it shows the quit
+    cap at work; a second q does not wait for the cap either."""
+    ids = queue.enqueue_many([JobSpec("slow", {"i": i}) for i in range(3)])
+    app = dashboard(dsn, schema, handler=_hold_until_lost, grace=60.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_counts(app, "slow").get("ready") == 3, "3 ready")
+        select_queue(app, "slow")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: db_counts(queue, "slow")["running"] == 3, "3 running")
+        await pilot.press(*["q"] * presses)
+        await _until(lambda: app.return_code is not None, "the app to exit")
+    await _until(lambda: app.pool.active() == 0, "the worker to end")
+    assert [s.state for s in app.pool.snapshots()] == ["stopped"]
+    assert db_counts(queue, "slow")["ready"] == 3  # handed back, not left to expire
+    assert {j.id for j in queue.jobs("slow", "ready")} == set(ids)
