@@ -228,3 +228,22 @@ async def test_the_header_keeps_database_and_schema_apart() -> None:
         assert " ops@db.example.com:5432/shop  ·  schema pgq  " in header.plain
         database = header.plain.index("ops@")
         assert all("bold" not in str(s.style) for s in header.spans if s.start == database)
+
+
+async def test_a_cell_growing_in_place_widens_its_column() -> None:
+    """E.g. a job that fails after it was first listed: its error must not be cut short."""
+    from pgq_tui.testing import VIEWS, sample_app, settle
+    from pgq_tui.widgets.jobs_table import JobsTable
+
+    app = sample_app()
+    async with app.run_test(size=(220, 40)) as pilot:
+        await settle(pilot)
+        await VIEWS["jobs"](pilot)
+        table = app.dashboard.query_one(JobsTable)
+        error = next(c for c in table.columns.values() if c.key.value == "error")
+        before = error.content_width
+        longer = "x" * (before + 20)
+        rows = [(key, [*cells[:-1], Text(longer)]) for key, cells in table._all_rows]
+        table.sync(rows)
+        await pilot.pause()
+        assert error.content_width == len(longer)

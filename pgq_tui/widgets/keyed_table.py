@@ -24,6 +24,7 @@ class KeyedTable(DataTable[Cell]):
     went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
     numbers can change under an operator's cursor without the table jumping.
     Invariant: a row's first cell reads exactly as its key (reordering sorts on it).
+    A column without a width fits its widest cell, also when a cell grows in place.
     """
 
     COLUMNS: tuple[tuple[str, str, int | None], ...] = ()  # (key, label, width)
@@ -72,6 +73,7 @@ class KeyedTable(DataTable[Cell]):
         for key in [k for k in self._keys if k not in wanted]:
             self.remove_row(key)
         column_keys = [c[0] for c in self.COLUMNS]
+        auto_width = {key for key, _, width in self.COLUMNS if width is None}
         existing = set(self._keys)
         for key, cells in rows:
             cells = [self._align(column_keys[i], c) for i, c in enumerate(cells)]
@@ -79,7 +81,7 @@ class KeyedTable(DataTable[Cell]):
                 current = self.get_row(key)
                 for column, old, new in zip(column_keys, current, cells, strict=True):
                     if plain(old) != plain(new) or _style(old) != _style(new):
-                        self.update_cell(key, column, new)
+                        self.update_cell(key, column, new, update_width=column in auto_width)
             else:
                 self.add_row(*cells, key=key)
         order = [key for key, _ in rows]
