@@ -24,7 +24,7 @@ from textual.timer import Timer
 from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
 
-from .pool import Pool
+from .pool import QUIT_GRACE, QUIT_HAND_BACK, Pool
 from .screens.confirm import ConfirmScreen
 from .screens.dashboard import JOBS_LIMIT, DashboardScreen, Snapshot
 from .screens.help import HelpScreen
@@ -38,10 +38,6 @@ WRITE_ACTIONS = frozenset(
     {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers"}
 )
 TICK = 0.5
-#: on quit, how long running jobs of this app's workers may take to finish before they are
-#: told to stop and handed back, and how long handing back may take
-QUIT_GRACE = 2.5
-QUIT_HAND_BACK = 3.0
 
 
 class _Selecting(Protocol):

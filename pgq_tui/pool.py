@@ -11,6 +11,11 @@ from pgq_core.config import first_line, scrub
 
 from .widgets.workers_table import WorkerView
 
+#: on quit, how long running jobs of this app's workers may take to finish before they are
+#: told to stop and handed back, and how long handing back may take
+QUIT_GRACE = 2.5
+QUIT_HAND_BACK = 3.0
+
 
 class Pool(Protocol):
     """What the app needs of its workers; `StaticPool` stands in for layout snapshots."""

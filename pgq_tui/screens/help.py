@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..pool import QUIT_GRACE
+
 KEYS: tuple[tuple[str, str], ...] = (
     ("↑ ↓ / PgUp PgDn", "move the cursor"),
     ("Tab / Shift+Tab", "move between the queues table and the view below"),
@@ -25,7 +27,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("space", "pause / resume live updates"),
     ("Ctrl+P", "command palette: the same actions by name"),
     ("?", "this help"),
-    ("q", "quit (stops this app's workers first)"),
+    ("q", f"quit: running jobs get {QUIT_GRACE:g}s, then go back to ready (q q: at once)"),
 )
 
 
@@ -48,6 +50,7 @@ def key_table(read_only: bool) -> Table:
             ("dead", "bold red"),
         ),
     )
+    table.add_row("fence", Text("a counter; bold above 1: the job was claimed more than once"))
     return table
 
 
