@@ -16,34 +16,56 @@ def _n(value: Any, digits: int = 0) -> str:
     return f"{float(value):,.{digits}f}"
 
 
+SIDES = ("seed", "pgq_same_batch", "pgq")
+
+
+def _label(name: str, claim: int) -> str:
+    return f"seed (LIMIT {claim})" if name == "seed" else f"pgq (claim {claim})"
+
+
 def side_by_side(d: dict[str, Any]) -> str:
-    seed, pgq = d["seed"], d["pgq"]
+    sides = {name: d[name] for name in SIDES}
+    seed = sides["seed"]
+    labels = [_label(k, v["claim_size"]) for k, v in sides.items()]
     rows = [
         ("enqueue (jobs/s; seed: INSERT per job, pgq: enqueue_many)", "enqueue_rate", 0),
-        ("drain (jobs/s)", "drain_rate", 0),
+        ("**drain (jobs/s)**", "drain_rate", 0),
         ("pickup latency p50 (ms)", "pickup_p50_ms", 1),
         ("pickup latency p99 (ms)", "pickup_p99_ms", 1),
-        ("drain: transactions / job", "drain_xacts_per_job", 2),
+        ("drain: transactions / job", "drain_xacts_per_job", 3),
         ("drain: WAL bytes / job", "drain_wal_bytes_per_job", 0),
         ("drain: worker-process CPU µs / job", "drain_worker_cpu_us_per_job", 0),
         ("drain: whole-machine CPU µs / job", "drain_machine_cpu_us_per_job", 0),
         ("enqueue: transactions / job", "enqueue_xacts_per_job", 3),
         ("enqueue: WAL bytes / job", "enqueue_wal_bytes_per_job", 0),
     ]
-    out = ["| | seed | pgq | pgq / seed |", "|---|--:|--:|--:|"]
+    out = [
+        "| | " + " | ".join(labels) + " | " + " | ".join(f"{x} / seed" for x in labels[1:]) + " |",
+        "|---|" + "--:|" * (2 * len(labels) - 1),
+    ]
     for label, key, digits in rows:
-        a, b = seed.get(key), pgq.get(key)
-        ratio = f"{b / a:.2f}x" if a and b is not None else "-"
-        out.append(f"| {label} | {_n(a, digits)} | {_n(b, digits)} | {ratio} |")
-    out.append(f"| jobs done | {seed['done']}/{seed['jobs']} | {pgq['done']}/{pgq['jobs']} | |")
-    out.append(f"\n**ratio (pgq drain / seed drain): {d['ratio']:.2f}x**")
+        values = [v.get(key) for v in sides.values()]
+        a = seed.get(key)
+        ratios = [f"{v / a:.2f}x" if a and v is not None else "-" for v in values[1:]]
+        cells = [_n(v, digits) for v in values]
+        out.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+    done = [f"{v['done']}/{v['jobs']}" for v in sides.values()]
+    out.append("| jobs done | " + " | ".join(done) + " | | |")
+    out.append(
+        f"\n**ratio (pgq drain / seed drain) = {d['ratio']:.2f}x** at claim "
+        f"{sides['pgq']['claim_size']}; ratio_same_batch = {d['ratio_same_batch']:.2f}x at "
+        f"claim {seed['claim_size']}."
+    )
+    rounds = "; ".join(f"{k} " + " / ".join(_n(r) for r in v) for k, v in d["drain_rounds"].items())
+    out.append(f"\nDrain rounds (jobs/s): {rounds}.")
     return "\n".join(out)
 
 
 def runs(d: dict[str, Any]) -> str:
     out = [
-        "| run | jobs | jobs/s | transactions / job | WAL bytes / job | worker CPU µs / job |",
-        "|---|--:|--:|--:|--:|--:|",
+        "| run | claim | jobs | jobs/s | transactions / job | WAL bytes / job "
+        "| worker CPU µs / job |",
+        "|---|--:|--:|--:|--:|--:|--:|",
     ]
     for group in ("enqueue", "drain"):
         for name, ph in d[group].items():
@@ -51,9 +73,9 @@ def runs(d: dict[str, Any]) -> str:
             if "listeners" in ph:
                 extra = f" ({ph['listeners']} listeners, {ph['notifications_received']} received)"
             out.append(
-                f"| {group}: {name}{extra} | {ph['jobs']} | {_n(ph['rate'])} | "
-                f"{_n(ph['xacts_per_job'], 3)} | {_n(ph['wal_bytes_per_job'])} | "
-                f"{_n(ph.get('worker_cpu_us_per_job'))} |"
+                f"| {group}: {name}{extra} | {_n(ph.get('claim'))} | {ph['jobs']} | "
+                f"{_n(ph['rate'])} | {_n(ph['xacts_per_job'], 3)} | "
+                f"{_n(ph['wal_bytes_per_job'])} | {_n(ph.get('worker_cpu_us_per_job'))} |"
             )
     return "\n".join(out)
 
