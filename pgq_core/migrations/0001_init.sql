@@ -51,9 +51,9 @@ CREATE TABLE {schema}.job_events (
 );
 CREATE INDEX job_events_job_idx ON {schema}.job_events (job_id, id);
 
--- Done jobs per queue, kept by trigger so stats never count done rows. Sharded by backend so
--- concurrent completions do not queue on one counter row; `completed` only ever grows
--- (prune lowers `done`, not `completed`), so a reader can derive throughput from it.
+-- Done jobs per queue, kept by trigger so stats never count done rows. Sharded by backend (64
+-- shards) so concurrent completions rarely queue on one counter row; `completed` only ever
+-- grows (prune lowers `done`, not `completed`), so a reader can derive throughput from it.
 CREATE TABLE {schema}.queue_counts (
   queue     text   NOT NULL,
   shard     int    NOT NULL,
@@ -82,13 +82,13 @@ BEGIN
   END IF;
   IF TG_OP = 'INSERT' THEN
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT queue, pg_backend_pid() % 16, count(*), count(*)
+      SELECT queue, pg_backend_pid() % 64, count(*), count(*)
         FROM new_rows WHERE status = 'done' GROUP BY queue
       ON CONFLICT (queue, shard) DO UPDATE
         SET done = c.done + excluded.done, completed = c.completed + excluded.completed;
   ELSIF TG_OP = 'UPDATE' THEN
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT queue, pg_backend_pid() % 16, sum(d), greatest(sum(d), 0)
+      SELECT queue, pg_backend_pid() % 64, sum(d), greatest(sum(d), 0)
         FROM (SELECT queue, 1 AS d FROM new_rows WHERE status = 'done'
               UNION ALL
               SELECT queue, -1 FROM old_rows WHERE status = 'done') x
@@ -97,7 +97,7 @@ BEGIN
         SET done = c.done + excluded.done, completed = c.completed + excluded.completed;
   ELSE
     INSERT INTO {schema}.queue_counts AS c (queue, shard, done, completed)
-      SELECT queue, pg_backend_pid() % 16, -count(*), 0
+      SELECT queue, pg_backend_pid() % 64, -count(*), 0
         FROM old_rows WHERE status = 'done' GROUP BY queue
       ON CONFLICT (queue, shard) DO UPDATE SET done = c.done + excluded.done;
   END IF;
