@@ -136,6 +136,11 @@ def main(paths: list[str]) -> None:
             f"### {path}: PostgreSQL {server['version']}"
             f"{' (embedded)' if server['embedded'] else ''}\n"
         )
+        m = d["machine"]
+        print(
+            f"Machine: {m['nproc']} CPUs, {m['memory_gb']} GB; load average (1/5/15 min) "
+            f"{m.get('load_at_start')} at start, {m.get('load_at_end')} at end.\n"
+        )
         if "counts" in d:
             print(scale(d))
         else:

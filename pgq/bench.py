@@ -43,6 +43,7 @@ from .bench_common import (
     CHILD_APP,
     Cost,
     Meter,
+    load_average,
     machine,
     machine_busy_seconds,
     percentile,
@@ -715,6 +716,7 @@ def run_bench(
     seed_rate = median["seed"].rate
     result["ratio"] = median["pgq"].rate / seed_rate if seed_rate else None
     result["ratio_same_batch"] = median["pgq_same_batch"].rate / seed_rate if seed_rate else None
+    result["machine"]["load_at_end"] = load_average()
     return result
 
 

@@ -143,9 +143,18 @@ def machine() -> dict[str, Any]:
     return {
         "nproc": os.cpu_count(),
         "memory_gb": round(mem / 2**30, 1),
+        "load_at_start": load_average(),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }
+
+
+def load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def machine_busy_seconds() -> float:

@@ -22,7 +22,7 @@ from rich.table import Table
 from pgq_core import Queue, ops
 from pgq_core.queries import query
 
-from .bench_common import machine, percentile, server_version, throwaway_schema
+from .bench_common import load_average, machine, percentile, server_version, throwaway_schema
 
 QUEUES = 4
 PRUNE_OLDER_THAN = timedelta(days=7)
@@ -225,6 +225,7 @@ def run_stats_scale(
             "stats_after": _timed(q.stats, opts.repeat),
             "explain_stats_after": explain(conn, schema, ops.stats()),
         }
+    result["machine"]["load_at_end"] = load_average()
     return result
 
 

@@ -124,6 +124,7 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         "no_history": 2,
     }
     assert data["machine"]["nproc"] >= 1
+    assert len(data["machine"]["load_at_start"]) == len(data["machine"]["load_at_end"]) == 3
     assert data["server"]["version"]
     assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
 
