@@ -247,3 +247,27 @@ async def test_a_cell_growing_in_place_widens_its_column() -> None:
         table.sync(rows)
         await pilot.pause()
         assert error.content_width == len(longer)
+
+
+async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> None:
+    """From the Jobs view, 1 then Enter opens the highlighted lease (not the queue under it)."""
+    from pgq_tui.screens.job_detail import JobDetailScreen
+    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
+    from pgq_tui.widgets.jobs_table import JobsTable
+    from pgq_tui.widgets.leases_table import LeasesTable
+    from pgq_tui.widgets.queues_table import QueuesTable
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        assert isinstance(app.focused, QueuesTable)  # from the queues, the cursor stays there
+        await VIEWS["jobs"](pilot)
+        assert isinstance(app.focused, JobsTable)
+        await pilot.press("1")
+        await settle(pilot)
+        assert isinstance(app.focused, LeasesTable)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, JobDetailScreen)
+        assert app.screen.job_id == int(app.dashboard.query_one(LeasesTable).selected_key or 0)

@@ -288,8 +288,12 @@ class DashboardScreen(Screen[None]):
         self._apply_filter()
 
     def action_show_tab(self, tab: str) -> None:
+        """The cursor follows into the shown view unless it is on the queues table."""
+        in_views = self.focused is not self.query_one(QueuesTable)
         self.query_one(TabbedContent).active = tab
         self._apply_filter()
+        if in_views:
+            self._active_table().focus()
 
     def action_next_status(self) -> None:
         index = JOB_STATUSES.index(self.job_status)
