@@ -3,6 +3,8 @@ lease urgency, and the CLI's one-line errors."""
 
 from __future__ import annotations
 
+import io
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -144,7 +146,7 @@ def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
     from pgq_tui.widgets.fence import fence_text
     from pgq_tui.widgets.jobs_table import job_row
     from pgq_tui.widgets.leases_table import lease_row
-    from pgq_tui.widgets.timeline import timeline
+    from pgq_tui.widgets.timeline import event_line
     from pgq_tui.widgets.workers_table import current_jobs
 
     assert str(fence_text(1).style) == ""
@@ -152,12 +154,13 @@ def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
     fence_cells = [job_row(job, 0.0)[1][4] for job in JOBS]
     fence_cells += [lease_row(lease, 0.0, 0.0)[1][5] for lease in LEASES]
     fence_cells += [current_jobs(worker, 0.0) for worker in WORKERS]
-    history = timeline(DETAIL.history)
-    at = history.plain.index(" fence ")
-    fence_spans = [s for s in history.spans if s.start <= at + 8 and s.end > at]
-    assert fence_spans and all(
-        not any(colour in str(s.style) for colour in ERROR_COLOURS) for s in fence_spans
-    )
+    for event in DETAIL.history:
+        line = event_line(event, DETAIL.history[0].at, first=False)
+        at = line.plain.index(" fence ")
+        fence_spans = [s for s in line.spans if s.start <= at + 8 and s.end > at]
+        assert fence_spans and all(
+            not any(colour in str(s.style) for colour in ERROR_COLOURS) for s in fence_spans
+        )
     for cell in fence_cells:
         assert isinstance(cell, Text)
         for style in _styles(cell):
@@ -271,3 +274,25 @@ async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> No
         await settle(pilot)
         assert isinstance(app.screen, JobDetailScreen)
         assert app.screen.job_id == int(app.dashboard.query_one(LeasesTable).selected_key or 0)
+
+
+def test_a_long_history_detail_wraps_in_its_own_column() -> None:
+    from datetime import timedelta
+
+    from rich.console import Console
+
+    from pgq_core import JobEvent
+    from pgq_tui.sample import NOW
+    from pgq_tui.widgets.timeline import timeline
+
+    detail = "HTTPError: 503 Service Unavailable from https://hooks.example.com/orders " * 2
+    history = [
+        JobEvent(NOW, "claimed", 1, "w", None),
+        JobEvent(NOW + timedelta(seconds=1), "failed", 1, "w", detail),
+    ]
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(timeline(history))
+    lines = console.export_text().splitlines()
+    assert len(lines) > 2  # the detail wrapped
+    column = lines[1].index("HTTPError")
+    assert all(line[:column].strip() == "" for line in lines[2:])

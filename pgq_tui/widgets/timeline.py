@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 
+from rich.table import Table
 from rich.text import Text
 
 from pgq_core import JobEvent
@@ -35,25 +36,32 @@ def short_detail(detail: str) -> str:
     return _RETRY_AT.sub(r"(retry at \1)", detail)
 
 
-def timeline(history: Sequence[JobEvent]) -> Text:
-    """One line per event, oldest first: UTC time, offset from the first event, event, fence,
-    worker, detail. Claims bump the fence; a stale write carries the old fence it tried."""
-    text = Text()
+def event_line(event: JobEvent, start: datetime, first: bool) -> Text:
+    """An event without its detail: UTC time, offset from the first event, event, fence,
+    worker."""
+    marker, label, style = EVENTS.get(event.event, ("·", event.event, ""))
+    offset = (event.at - start).total_seconds()
+    text = Text(no_wrap=True)
+    text.append(event.at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3], style="grey62")
+    text.append(f" {'' if first else '+' + humanize.duration(offset):>8} ", style="grey50")
+    text.append(f"{marker} ", style=style)
+    text.append(f"{label:<21}", style=style)
+    text.append(" fence ", style="grey50")
+    text.append(f"{event.fence:<3}")
+    text.append(f" {humanize.short_worker(event.worker, 30)}", style="grey70")
+    return text
+
+
+def timeline(history: Sequence[JobEvent]) -> Table | Text:
+    """One row per event, oldest first; a long detail wraps within its own column.
+    Claims bump the fence; a stale write carries the old fence it tried."""
     if not history:
         return Text("no history recorded", style="grey50")
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     start = history[0].at
     for i, event in enumerate(history):
-        marker, label, style = EVENTS.get(event.event, ("·", event.event, ""))
-        offset = (event.at - start).total_seconds()
-        if i:
-            text.append("\n")
-        text.append(event.at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3], style="grey62")
-        text.append(f" {'+' + humanize.duration(offset) if i else '':>8} ", style="grey50")
-        text.append(f"{marker} ", style=style)
-        text.append(f"{label:<21}", style=style)
-        text.append(" fence ", style="grey50")
-        text.append(f"{event.fence:<3}")
-        text.append(f" {humanize.short_worker(event.worker, 30)}", style="grey70")
-        if event.detail:
-            text.append(f"  {short_detail(event.detail)}", style="italic grey62")
-    return text
+        detail = Text(short_detail(event.detail or ""), style="italic grey62")
+        table.add_row(event_line(event, start, first=not i), detail)
+    return table
