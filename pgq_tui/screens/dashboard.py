@@ -135,6 +135,8 @@ class DashboardScreen(Screen[None]):
             self.query_one(JobsTable).show(data.jobs, data.polled_at)
         else:
             self.dashboard.request_refresh()
+        self.query_one(WorkersTable).show(self.dashboard.pool.snapshots(), self.dashboard.clock())
+        self._render_workers_hint()
         self._render_tab_labels()
         self._render_jobs_bar()
         self.render_status_line()
