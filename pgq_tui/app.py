@@ -261,14 +261,16 @@ class DashboardApp(App[None]):
                 self._set_connection(CONNECTED, message.error)
 
     def tick(self) -> None:
-        if self.paused:
-            return
+        """Paused, only the clock and the age of the (frozen) data move on."""
         now = self.clock()
         with contextlib.suppress(NoMatches):
             for screen in self.screen_stack:
                 for header in screen.query(StatusHeader):
                     header.now = now
-            self.dashboard.tick(now)
+            if self.paused:
+                self.dashboard.render_status_line()
+            else:
+                self.dashboard.tick(now)
 
     # LISTEN ----------------------------------------------------------------------------
     @work(group="listen", exit_on_error=False)

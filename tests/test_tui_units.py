@@ -296,3 +296,23 @@ def test_a_long_history_detail_wraps_in_its_own_column() -> None:
     assert len(lines) > 2  # the detail wrapped
     column = lines[1].index("HTTPError")
     assert all(line[:column].strip() == "" for line in lines[2:])
+
+
+async def test_paused_the_status_line_still_tells_the_age_of_the_data() -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.sample import EPOCH
+    from pgq_tui.testing import SIZE, sample_app, settle
+
+    now = [EPOCH]
+    app = sample_app()
+    app.clock = lambda: now[0]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("space")
+        now[0] += 30
+        app.tick()
+        line = app.dashboard.query_one("#status-line", Static).content
+        assert isinstance(line, Text)
+        assert "refreshed 30s ago" in line.plain
+        assert all("red" not in str(span.style) for span in line.spans)

@@ -163,7 +163,7 @@ class DashboardScreen(Screen[None]):
         if self.data is not None:
             age = max(0.0, app.clock() - self.data.polled_at)
             line.append(" refreshed ", style="grey62")
-            stale = age > 3 * app.refresh_seconds + 1
+            stale = age > 3 * app.refresh_seconds + 1 and not app.paused
             line.append(
                 "just now" if age < 1 else f"{humanize.duration(age)} ago",
                 style="bold red" if stale else "",
