@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 import psycopg
@@ -12,6 +15,9 @@ from pgq_core import migrate, parse_duration, resolve
 from pgq_core.worker import load_handler
 
 from .context import fail, settings
+
+if TYPE_CHECKING:
+    from pgq_tui.app import DashboardApp
 
 DEMO_SCHEMA = "pgq_demo"
 
@@ -24,6 +30,20 @@ def _lease(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
     if parsed.total_seconds() <= 0:
         raise click.BadParameter("the lease must be longer than 0")
     return parsed
+
+
+def leave_stuck_handlers(app: DashboardApp, exit_now: Callable[[int], object] = os._exit) -> None:
+    """After the dashboard ended: if a handler ignored its stop (a sync one never returning),
+    say so and exit at once rather than hang on its thread at interpreter exit."""
+    stuck = app.pool.handlers_still_running()
+    if stuck:
+        click.echo(
+            f"pgq: warning: {stuck} handler(s) told to stop did not return; exiting anyway",
+            err=True,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        exit_now(1 if app.return_code else 0)
 
 
 @click.command("dashboard")
@@ -81,6 +101,7 @@ def dashboard_command(
         lease=lease,
     )
     app.run()
+    leave_stuck_handlers(app)
 
 
 @click.command("demo")
@@ -125,6 +146,7 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
         app.run()
     finally:
         producer.stop()
+    leave_stuck_handlers(app)
     click.echo(
         f"demo data is in schema {target.schema}: "
         f"pgq --schema {target.schema} stats   (or pgq --schema {target.schema} dashboard)"

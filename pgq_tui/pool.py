@@ -27,6 +27,7 @@ class Pool(Protocol):
     def active(self) -> int: ...
     def stop_all(self, immediately: bool = False) -> int: ...
     async def wait(self, timeout: float, *, cancel: bool = True) -> int: ...
+    def handlers_still_running(self) -> int: ...
 
 
 class WorkerPool:
@@ -117,6 +118,11 @@ class WorkerPool:
             _, late = await asyncio.wait(late, timeout=2)
         return len(late)
 
+    def handlers_still_running(self) -> int:
+        """Handlers of this pool's workers that were told to stop and have not returned (a
+        sync handler ignoring `ctx.lost` keeps its thread, and so the process, alive)."""
+        return sum(w.handlers_still_running() for w in self._workers)
+
 
 class StaticPool:
     """Fixed worker snapshots, for layout snapshots and screenshots; cannot start workers."""
@@ -141,4 +147,7 @@ class StaticPool:
         return 0
 
     async def wait(self, timeout: float, *, cancel: bool = True) -> int:
+        return 0
+
+    def handlers_still_running(self) -> int:
         return 0

@@ -590,3 +590,40 @@ async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
     assert [s.state for s in app.pool.snapshots()] == ["stopped"]
     assert db_counts(queue, "slow")["ready"] == 3  # handed back, not left to expire
     assert {j.id for j in queue.jobs("slow", "ready")} == set(ids)
+
+
+async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A sync handler that never looks at ctx.lost keeps its thread: the app exits all the same
+    and the CLI is told, so it can leave without joining that thread."""
+    import threading
+
+    from pgq.tui_cli import leave_stuck_handlers
+
+    release = threading.Event()
+
+    def stubborn(ctx: Any) -> None:
+        release.wait(TIMEOUT * 3)
+
+    queue.enqueue("stuck", {})
+    app = dashboard(dsn, schema, handler=stubborn, grace=60.0)
+    exits: list[int] = []
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: shown_counts(app, "stuck").get("ready") == 1, "ready")
+            select_queue(app, "stuck")
+            await pilot.press("w")
+            await wait_for(pilot, lambda: db_counts(queue, "stuck")["running"] == 1, "running")
+            await pilot.press("q")
+            await _until(lambda: app.return_code is not None, "the app to exit")
+        await _until(lambda: app.pool.active() == 0, "the worker to end")
+        assert app.pool.handlers_still_running() == 1
+        assert db_counts(queue, "stuck")["ready"] == 1  # handed back all the same
+        leave_stuck_handlers(app, exits.append)
+        assert exits == [0]
+    finally:
+        release.set()
+    await _until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
+    leave_stuck_handlers(app, exits.append)
+    assert exits == [0]
