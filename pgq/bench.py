@@ -539,6 +539,8 @@ def _median_phase(phases: list[Phase]) -> Phase:
     return sorted(phases, key=lambda ph: ph.rate)[len(phases) // 2]
 
 
+#: The sides compared (one JSON object and one table column each), in column order.
+SIDES = ("seed", "pgq_same_batch", "pgq")
 #: pgq's sides: the claim size each drains with ("batch": the seed's, "concurrency": pgq's).
 PGQ_SIDES: dict[str, str] = {
     "pgq_same_batch": "batch",
@@ -722,8 +724,6 @@ def run_bench(
 
 # ---------------------------------------------------------------- output
 
-#: The sides of the main table, in column order.
-SIDES = ("seed", "pgq_same_batch", "pgq")
 RUN_COLUMNS = (
     "run",
     "claim",
