@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import click
 import psycopg
 
-from pgq_core import migrate, parse_duration, resolve
+from pgq_core import embedded, migrate, parse_duration, resolve
+from pgq_core.config import Target
 from pgq_core.worker import load_handler
 
 from .context import fail, settings
@@ -32,15 +33,20 @@ def _lease(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
     return parsed
 
 
-def leave_stuck_handlers(app: DashboardApp, exit_now: Callable[[int], object] = os._exit) -> None:
+def leave_stuck_handlers(
+    app: DashboardApp, target: Target, exit_now: Callable[[int], object] = os._exit
+) -> None:
     """After the dashboard ended: if a handler ignored its stop (a sync one never returning),
-    say so and exit at once rather than hang on its thread at interpreter exit."""
+    say so and exit at once rather than hang on its thread at interpreter exit. Exiting at once
+    skips atexit, so this process's hold on the embedded server is dropped first."""
     stuck = app.pool.handlers_still_running()
     if stuck:
         click.echo(
             f"pgq: warning: {stuck} handler(s) told to stop did not return; exiting anyway",
             err=True,
         )
+        if target.embedded:
+            embedded.stop(embedded.default_home())
         sys.stdout.flush()
         sys.stderr.flush()
         exit_now(1 if app.return_code else 0)
@@ -101,7 +107,7 @@ def dashboard_command(
         lease=lease,
     )
     app.run()
-    leave_stuck_handlers(app)
+    leave_stuck_handlers(app, target)
 
 
 @click.command("demo")
@@ -146,7 +152,7 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
         app.run()
     finally:
         producer.stop()
-    leave_stuck_handlers(app)
+    leave_stuck_handlers(app, target)
     click.echo(
         f"demo data is in schema {target.schema}: "
         f"pgq --schema {target.schema} stats   (or pgq --schema {target.schema} dashboard)"

@@ -600,6 +600,7 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
     import threading
 
     from pgq.tui_cli import leave_stuck_handlers
+    from pgq_core.config import Target
 
     release = threading.Event()
 
@@ -620,10 +621,10 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
         await _until(lambda: app.pool.active() == 0, "the worker to end")
         assert app.pool.handlers_still_running() == 1
         assert db_counts(queue, "stuck")["ready"] == 1  # handed back all the same
-        leave_stuck_handlers(app, exits.append)
+        leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
         assert exits == [0]
     finally:
         release.set()
     await _until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
-    leave_stuck_handlers(app, exits.append)
+    leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
     assert exits == [0]
