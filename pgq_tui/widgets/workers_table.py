@@ -94,13 +94,13 @@ def worker_row(worker: WorkerView, now: float) -> Row:
 
 class WorkersTable(KeyedTable):
     COLUMNS = (
-        ("id", "worker", 26),
-        ("queues", "queues", 14),
-        ("state", "state", 10),
-        ("busy", "busy", 6),
-        ("done", "done", 8),
-        ("failed", "failed", 7),
-        ("lost", "lost", 5),
+        ("id", "worker", 22),
+        ("queues", "queues", 12),
+        ("state", "state", 9),
+        ("busy", "busy", 5),
+        ("done", "done", 7),
+        ("failed", "failed", 6),
+        ("lost", "lost", 4),
         ("jobs", "current jobs (job, fence, running for)", None),
     )
     RIGHT = frozenset({"busy", "done", "failed", "lost"})
