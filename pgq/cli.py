@@ -29,12 +29,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pgq_core import JobDetail, JobNotFound, JobSpec, Queue, parse_duration
+from pgq_core import JobDetail, JobNotFound, JobSpec, Queue
 from pgq_core import migrate as run_migrate
 from pgq_core.models import STATUSES
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH
 
-from .context import PgqGroup, Settings, echo_json, fail, settings, unique
+from .context import PgqGroup, Settings, duration, echo_json, fail, settings, unique
 
 #: Files with at least this many jobs get a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 5000
@@ -66,16 +66,6 @@ def main(ctx: click.Context, dsn: str | None, schema: str | None) -> None:
 
 # ---------------------------------------------------------------------------- parameter types
 
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-    except OverflowError:
-        raise click.BadParameter(f"duration too long: {value!r}", ctx, param) from None
 
 
 def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -271,7 +261,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     type=click.File("rb"),
     help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
 )
-@click.option("--delay", callback=_duration, help="Due after this long, e.g. 30s, 5m, 1h.")
+@click.option("--delay", callback=duration, help="Due after this long, e.g. 30s, 5m, 1h.")
 @click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
 @click.option(
     "--max-attempts",
@@ -581,7 +571,7 @@ def reap(ctx: click.Context, as_json: bool) -> None:
 @click.option(
     "--older-than",
     required=True,
-    callback=_duration,
+    callback=duration,
     help="Delete done jobs finished longer ago than this, e.g. 7d.",
 )
 @click.option(

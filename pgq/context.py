@@ -13,7 +13,7 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from pgq_core import PgqError, Queue, Target, migrate, resolve
+from pgq_core import PgqError, Queue, Target, migrate, parse_duration, resolve
 from pgq_core.config import first_line, scrub
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -150,3 +150,16 @@ def echo_json(data: Any) -> None:
 def unique(ids: Sequence[int]) -> list[int]:
     """The ids in their given order, each once."""
     return list(dict.fromkeys(ids))
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    """click callback for durations (`30s`, `5m`, `7d`); a `--lease` must be longer than 0."""
+    if value is None:
+        return None
+    try:
+        parsed = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    if param.name == "lease" and parsed.total_seconds() <= 0:
+        raise click.BadParameter("the lease must be longer than 0", ctx, param)
+    return parsed

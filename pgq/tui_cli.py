@@ -11,26 +11,17 @@ from typing import TYPE_CHECKING
 import click
 import psycopg
 
-from pgq_core import embedded, migrate, parse_duration, resolve
+from pgq_core import embedded, migrate, resolve
 from pgq_core.config import Target
 from pgq_core.worker import load_handler
 
-from .context import fail, settings
+from .context import duration, fail, settings
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp
 
 DEMO_SCHEMA = "pgq_demo"
 
-
-def _lease(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
-    try:
-        parsed = parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if parsed.total_seconds() <= 0:
-        raise click.BadParameter("the lease must be longer than 0")
-    return parsed
 
 
 def leave_stuck_handlers(
@@ -79,7 +70,7 @@ def leave_stuck_handlers(
     "--lease",
     default="30s",
     show_default=True,
-    callback=_lease,
+    callback=duration,
     help="Lease of workers started with `w`, e.g. 30s.",
 )
 @click.pass_context

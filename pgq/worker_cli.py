@@ -10,22 +10,12 @@ from datetime import timedelta
 
 import click
 
-from pgq_core import parse_duration
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
-from .context import fail, settings
+from .context import duration, fail, settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
-    try:
-        parsed = parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if param.name == "lease" and parsed.total_seconds() <= 0:
-        raise click.BadParameter("the lease must be longer than 0")
-    return parsed
 
 
 @click.command("worker")
@@ -42,16 +32,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     help="Jobs run at once (and the most jobs ever held).",
 )
 @click.option(
-    "--lease", default="30s", show_default=True, callback=_duration,
+    "--lease", default="30s", show_default=True, callback=duration,
     help="Lease per claim, e.g. 30s or 2m (bare numbers are seconds); heartbeats every third.",
 )
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
 @click.option(
-    "--grace", default="30s", show_default=True, callback=_duration,
+    "--grace", default="30s", show_default=True, callback=duration,
     help="On SIGTERM/SIGINT, how long running jobs may finish before they are handed back.",
 )
 @click.option(
-    "--poll-interval", default="1s", show_default=True, callback=_duration,
+    "--poll-interval", default="1s", show_default=True, callback=duration,
     help="Polling fallback when idle (doubles up to 10x while the queues stay empty).",
 )
 @click.option(

@@ -21,4 +21,7 @@ def parse_duration(text: str) -> timedelta:
         seconds = sum(float(n) * _UNIT[u] for n, u in parts)
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration too long: {text!r}") from None

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pgq_core import JobDetail, JobEvent, JobNotFound, JobRow, Lease, QueueStats
+from pgq_core.worker import RunningJob, WorkerSnapshot
 
 from .throughput import Throughput
 
@@ -251,29 +251,8 @@ DETAIL = JobDetail(
 )
 
 
-@dataclass(frozen=True)
-class SampleRunning:
-    id: int
-    queue: str
-    fence: int
-    attempts: int
-    started_at: float
-
-
-@dataclass(frozen=True)
-class SampleWorker:
-    id: str
-    queues: tuple[str, ...]
-    state: str
-    concurrency: int
-    done: int
-    failed: int
-    lost: int
-    running: tuple[SampleRunning, ...]
-
-
 WORKERS = [
-    SampleWorker(
+    WorkerSnapshot(
         W2,
         ("emails",),
         "running",
@@ -282,12 +261,12 @@ WORKERS = [
         3,
         0,
         (
-            SampleRunning(10502, "emails", 1, 1, EPOCH - 22.1),
-            SampleRunning(10503, "emails", 1, 1, EPOCH - 17.6),
-            SampleRunning(10506, "emails", 1, 1, EPOCH - 2.5),
+            RunningJob(10502, "emails", 1, 1, EPOCH - 22.1),
+            RunningJob(10503, "emails", 1, 1, EPOCH - 17.6),
+            RunningJob(10506, "emails", 1, 1, EPOCH - 2.5),
         ),
     ),
-    SampleWorker(
+    WorkerSnapshot(
         W1,
         ("reports",),
         "running",
@@ -296,11 +275,11 @@ WORKERS = [
         12,
         1,
         (
-            SampleRunning(10391, "reports", 2, 2, EPOCH - 26.8),
-            SampleRunning(10477, "reports", 1, 1, EPOCH - 11.0),
+            RunningJob(10391, "reports", 2, 2, EPOCH - 26.8),
+            RunningJob(10477, "reports", 1, 1, EPOCH - 11.0),
         ),
     ),
-    SampleWorker(
+    WorkerSnapshot(
         W3,
         ("thumbnails",),
         "draining",
@@ -308,9 +287,9 @@ WORKERS = [
         5210,
         0,
         0,
-        (SampleRunning(10505, "thumbnails", 1, 1, EPOCH - 5.3),),
+        (RunningJob(10505, "thumbnails", 1, 1, EPOCH - 5.3),),
     ),
-    SampleWorker("demo-host:4242:777aaa", ("webhooks",), "stopped", 4, 87, 41, 2, ()),
+    WorkerSnapshot("demo-host:4242:777aaa", ("webhooks",), "stopped", 4, 87, 41, 2, ()),
 ]
 
 
