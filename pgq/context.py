@@ -70,7 +70,10 @@ class OneLineUsageError(OneLineError):
     exit_code = EXIT_USAGE
 
 
-def _one_line_click_error(exc: click.ClickException) -> OneLineError:
+def _one_line_click_error(exc: click.ClickException) -> click.ClickException:
+    """`exc` as one line; help on a bare command and errors already one line pass through."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError | OneLineError):
+        return exc
     message = exc.format_message()
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
         message = f"{message} (see '{exc.ctx.command_path} --help')"
@@ -94,20 +97,12 @@ class PgqGroup(click.Group):
     ) -> click.Context:
         try:
             return super().make_context(info_name, args, parent, **extra)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except OneLineError:
-            raise
         except click.ClickException as exc:
             raise _one_line_click_error(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except OneLineError:
-            raise
         except click.ClickException as exc:
             raise _one_line_click_error(exc) from None
         except (click.exceptions.Exit, click.Abort, BrokenPipeError):
