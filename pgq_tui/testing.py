@@ -5,6 +5,7 @@ Shared by the layout snapshot tests and scripts/screenshots.py, so both show the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -104,3 +105,14 @@ VIEWS: dict[str, Steps] = {
     "help": help_screen,
     "filter": filtered,
 }
+
+
+async def wait_for(
+    pilot: Pilot[Any], condition: Callable[[], bool], what: str, timeout: float = 20.0
+) -> None:
+    """Let the app run until `condition` holds; AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)

@@ -25,6 +25,7 @@ from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
 from pgq_tui.source import PgSource
+from pgq_tui.testing import wait_for
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.keyed_table import KeyedTable, plain
 from pgq_tui.widgets.leases_table import LeasesTable
@@ -34,14 +35,6 @@ from pgq_tui.widgets.workers_table import WorkersTable
 
 SIZE = (140, 40)
 TIMEOUT = 20.0
-
-
-async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
 
 
 def cells(table: KeyedTable, key: str) -> dict[str, str]:

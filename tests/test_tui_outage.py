@@ -8,7 +8,6 @@ hangs), `restore()` puts things back. The app must say so in its header and reco
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from textual.pilot import Pilot
 
 from pgq_core import Queue
 from pgq_tui.launch import make_app
+from pgq_tui.testing import wait_for as wait_until
 from pgq_tui.widgets.queues_table import QueuesTable
 from pgq_tui.widgets.status_header import StatusHeader
 
@@ -100,11 +100,7 @@ async def proxied(dsn: str, tmp_path: Path) -> AsyncIterator[tuple[Proxy, str]]:
 
 
 async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
+    await wait_until(pilot, condition, what, TIMEOUT)
 
 
 def ready_shown(app: Any, queue: str) -> int | None:
