@@ -1,0 +1,63 @@
+"""Text that crosses a boundary: into the database (storable) or onto a terminal (printable).
+
+Invariants:
+- `storable` always returns text PostgreSQL accepts in a `text` column: no NUL, no lone
+  surrogate, at most `limit` characters (a cut is marked).
+- `describe_exception` never raises, whatever the exception's `__str__` does.
+- `printable` returns text with no control character left: each is shown as a visible escape
+  (`\\x1b`), so database or handler text can never move the cursor, retitle the window or make
+  a terminal answer into stdin. It does not escape Rich markup: callers that print through
+  Rich markup also pass the text through `rich.markup.escape` (or use `rich.text.Text`).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The longest error text stored with a job (characters).
+ERROR_TEXT_LIMIT = 8192
+CUT_MARK = " [... cut, {n} characters in all]"
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_WITH_NEWLINES = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """`text` with every control character shown as a visible escape. With `multiline`,
+    newlines and tabs are kept (for blocks of text); otherwise they are escaped too."""
+    pattern = _CONTROL if multiline else _CONTROL_WITH_NEWLINES
+    return pattern.sub(_visible, _SURROGATE.sub("\ufffd", text))
+
+
+def storable(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """`text` fit for a PostgreSQL text column: NUL removed, lone surrogates replaced by
+    U+FFFD, cut to `limit` characters with a mark saying how long it was."""
+    clean = _SURROGATE.sub("\ufffd", text.replace("\x00", ""))
+    if len(clean) <= limit:
+        return clean
+    mark = CUT_MARK.format(n=len(clean))
+    return clean[: max(0, limit - len(mark))] + mark
+
+
+def describe_exception(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """`TypeName: message` (or `TypeName` when the message is empty), storable; an exception
+    whose `__str__` raises gives `TypeName (unprintable)`."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not escape
+        return storable(f"{name} (unprintable)", limit)
+    if not isinstance(message, str):
+        return storable(f"{name} (unprintable)", limit)
+    return storable(f"{name}: {message}" if message else name, limit)
