@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -12,6 +13,8 @@ from . import embedded
 from .errors import PgqError
 
 DEFAULT_SCHEMA = "pgq"
+#: Seconds to wait for a connection when neither the DSN nor PGCONNECT_TIMEOUT says otherwise.
+DEFAULT_CONNECT_TIMEOUT = 5
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
 
 
@@ -84,3 +87,24 @@ def scrub(text: str, dsn: str) -> str:
     except Exception:  # noqa: BLE001
         password = None
     return text.replace(str(password), "***") if password else text
+
+
+def connect_options(dsn: str) -> dict[str, Any]:
+    """Keyword arguments for every `psycopg.connect`: nothing waits forever for a server.
+
+    A `connect_timeout` in the DSN or PGCONNECT_TIMEOUT in the environment wins over the
+    default; keepalives notice a server that vanished without closing the connection.
+    """
+    options: dict[str, Any] = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+    try:
+        given = conninfo_to_dict(dsn).get("connect_timeout")
+    except Exception:  # noqa: BLE001 - an unparseable DSN fails at connect, with its own error
+        given = None
+    if not given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        options["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    return options
