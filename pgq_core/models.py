@@ -24,10 +24,17 @@ class Job:
 
 @dataclass(frozen=True)
 class Settled:
-    """The outcome of a batch write: which members were applied and which had a stale fence."""
+    """The outcome of a batch write: which members were applied and which had a stale fence.
+
+    The worker's lock-free writes also report `busy` members (another session held the row
+    lock; nothing was written, try again) and `already_done` ones (a completion of ours had
+    committed unseen). Every member is in exactly one list.
+    """
 
     applied: list[int]
     lost: list[int]
+    busy: list[int] = field(default_factory=list)
+    already_done: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -110,28 +110,74 @@ def complete(held: Sequence[tuple[int, int]], worker: str | None) -> Op[Settled]
     )
 
 
+def _outcomes(held: Sequence[tuple[int, int]], applied: str) -> Callable[[Rows], Settled]:
+    """Rows are (outcome, id, fence) of the worker's lock-free writes: `applied`, 'busy' or
+    'done'; a member with no row was stale."""
+
+    def read(rows: Rows) -> Settled:
+        seen = {(int(r[1]), int(r[2])): str(r[0]) for r in rows}
+        by: dict[str, list[int]] = {applied: [], "busy": [], "done": [], "lost": []}
+        for i, f in held:
+            by[seen.get((i, f), "lost")].append(i)
+        return Settled(by[applied], by["lost"], by["busy"], by["done"])
+
+    return read
+
+
+def _pairs(held: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
+    return {"ids": [i for i, _ in held], "fences": [f for _, f in held]}
+
+
 def complete_and_claim(
     held: Sequence[tuple[int, int]], queue: str, limit: int, lease: timedelta, worker: str
 ) -> Op[tuple[Settled, list[Job]]]:
-    """`complete(held)` and `claim(queue, limit)` in one statement: (settled, claimed jobs)."""
+    """The worker's hot path: complete `held` and claim up to `limit` of `queue` in one
+    statement, never waiting on a row lock: (settled, claimed jobs)."""
+    settled = _outcomes(held, "completed")
 
     def read(rows: Rows) -> tuple[Settled, list[Job]]:
-        done = [r[1:3] for r in rows if r[0] == "completed"]
         jobs = [Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7]) for r in rows if r[0] == "claimed"]
-        return _settled(held)(done), jobs
+        return settled([r for r in rows if r[0] != "claimed"]), jobs
 
-    return Op(
-        "complete_and_claim",
-        {
-            "ids": [i for i, _ in held],
-            "fences": [f for _, f in held],
-            "queue": queue,
-            "limit": limit,
-            "lease": lease,
-            "worker": worker,
-        },
-        read,
-    )
+    params = {**_pairs(held), "queue": queue, "limit": limit, "lease": lease, "worker": worker}
+    return Op("settle_complete_and_claim", params, read)
+
+
+def settle_fail(
+    held: Sequence[tuple[int, int, str]],
+    worker: str | None,
+    *,
+    base: float = BACKOFF_BASE,
+    cap: float = BACKOFF_CAP,
+    jitter: float = BACKOFF_JITTER,
+) -> Op[Settled]:
+    """The worker's failures: as `fail`, never waiting on a row lock."""
+    pairs = [(i, f) for i, f, _ in held]
+    params = {
+        **_pairs(pairs),
+        "errors": [e for _, _, e in held],
+        "worker": worker,
+        "base": base,
+        "cap": cap,
+        "jitter": jitter,
+    }
+    return Op("settle_fail", params, _outcomes(pairs, "failed"))
+
+
+def extend_leases(held: Sequence[tuple[int, int]]) -> Op[Settled]:
+    """The worker's heartbeat, never waiting on a row lock."""
+    return Op("extend_leases", _pairs(held), _outcomes(held, "extended"))
+
+
+def hand_back(held: Sequence[tuple[int, int]], worker: str, reason: str) -> Op[Settled]:
+    """The worker hands unfinished jobs back (attempt not counted), never waiting on a lock."""
+    params = {**_pairs(held), "worker": worker, "reason": reason}
+    return Op("hand_back", params, _outcomes(held, "released"))
+
+
+def hand_back_orphans(held: Sequence[int], worker: str) -> Op[list[int]]:
+    """Jobs running under `worker` that it does not hold (a claim's reply was lost) go back."""
+    return Op("hand_back_orphans", {"held": list(held), "worker": worker}, _ids)
 
 
 def fail(

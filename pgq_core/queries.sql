@@ -44,16 +44,24 @@ WITH claimed AS (
 )
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
 
--- name: complete_and_claim
--- The worker's hot path, one statement (one round trip, one commit): settle finished jobs as
--- done, each checked against its own id + fence exactly as `complete`, and claim up to
--- `limit` more exactly as `claim`. The two touch disjoint rows (running vs ready).
--- Rows: ('completed', id, fence) per applied completion, then ('claimed', job...) per claim.
-WITH settled AS (
+-- name: settle_complete_and_claim
+-- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
+-- each checked against its own id + fence, and claim up to `limit` more exactly as `claim`.
+-- Never waits on a row lock: a held row another session has locked is skipped and reported
+-- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
+-- held job ('done': our completion had already committed unseen; a job not reported is lost),
+-- then ('claimed', job...) per claim. Completions and claims touch disjoint rows.
+WITH held AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+), mine AS (
+  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.status = 'running'
+     FOR NO KEY UPDATE OF j SKIP LOCKED
+), settled AS (
   UPDATE {schema}.jobs j
      SET status = 'done', lease_until = NULL, finished_at = now()
-    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
-   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+    FROM mine m
+   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 ), claimed AS (
   UPDATE {schema}.jobs
@@ -77,12 +85,123 @@ WITH settled AS (
   SELECT id, 'completed', fence, %(worker)s FROM settled
   UNION ALL
   SELECT id, 'claimed', fence, %(worker)s FROM claimed
+), unsettled AS (
+  SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END AS outcome, t.id, t.fence
+    FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
+    JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done')
 )
 SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz
   FROM settled
 UNION ALL
-SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed
-ORDER BY 1 DESC, 2;
+SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL FROM unsettled
+UNION ALL
+SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed;
+
+-- name: settle_fail
+-- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
+-- waiting on a row lock. Rows: ('failed' | 'busy', id, fence) per held job; one not reported
+-- is lost.
+WITH held AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[])
+    AS t(id, fence, error)
+), mine AS (
+  SELECT j.id, j.fence, t.error
+    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.status = 'running'
+     FOR NO KEY UPDATE OF j SKIP LOCKED
+), settled AS (
+  UPDATE {schema}.jobs j
+     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
+                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
+                                   %(base)s::float8 * power(2, j.attempts))
+                                   * (1 - %(jitter)s::float8 * random())) END,
+         lease_until = NULL,
+         last_error  = m.error,
+         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+    FROM mine m
+   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.status, j.run_at, m.error
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at || ')' END
+    FROM settled
+)
+SELECT 'failed', id, fence FROM settled
+UNION ALL
+SELECT 'busy', t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM settled)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+
+-- name: extend_leases
+-- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock.
+-- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost.
+WITH held AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+), mine AS (
+  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.status = 'running'
+     FOR NO KEY UPDATE OF j SKIP LOCKED
+), beat AS (
+  UPDATE {schema}.jobs j
+     SET lease_until = now() + j.lease_length
+    FROM mine m
+   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+)
+SELECT 'extended', id, fence FROM beat
+UNION ALL
+SELECT 'busy', t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+
+-- name: hand_back
+-- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never
+-- waits on a row lock. Rows: ('released' | 'busy', id, fence); one not reported is lost.
+WITH held AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+), mine AS (
+  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.status = 'running'
+     FOR NO KEY UPDATE OF j SKIP LOCKED
+), released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM mine m
+   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s FROM released
+)
+SELECT 'released', id, fence FROM released
+UNION ALL
+SELECT 'busy', t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM released)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+
+-- name: hand_back_orphans
+-- After a reconnect: jobs running under this worker's id that it does not hold were claimed
+-- by a statement whose reply was lost. Hand them back at once, the attempt not counted.
+WITH orphans AS (
+  SELECT id FROM {schema}.jobs
+   WHERE status = 'running' AND worker = %(worker)s AND id <> ALL(%(held)s::bigint[])
+     FOR NO KEY UPDATE SKIP LOCKED
+), released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM orphans o
+   WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted'
+    FROM released
+)
+SELECT id FROM released ORDER BY id;
 
 -- name: heartbeat
 -- Extend the leases of many held jobs; the rows not returned are lost.

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pgproxy import PgProxy
 from psycopg import sql
 
 from pgq_core import JobSpec, PgqError, Queue, fenced_write
@@ -376,7 +377,7 @@ async def test_idle_polling_backs_off(dsn: str, schema: str) -> None:
         dsn, schema, lambda ctx: None, poll_interval=0.01, max_poll_interval=0.32
     )
     async with running(worker):
-        await until(lambda: worker._idle_delay >= 0.32, what="backoff to the cap")
+        await until(lambda: worker.idle_interval >= 0.32, what="backoff to the cap")
         before = worker.statements
         await asyncio.sleep(1.0)
         # Without backoff a 10 ms poll would have claimed ~100 times.
@@ -479,52 +480,86 @@ async def test_heartbeats_keep_a_long_job_past_its_lease(
 
 
 async def test_a_completion_committed_unseen_counts_as_done(
-    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The connection breaks after the completing statement committed, before its reply."""
-    from pgq_core import worker as worker_module
-
+    """The connection breaks after the completing statement committed, before its reply: the
+    jobs count as done once (not lost, no stale event), and anything that statement claimed is
+    handed back at once, its attempt not counted."""
     ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
-    real_call = worker_module._Link.call
-    broken: list[str] = []
+    gate = threading.Event()
+    proxy = PgProxy(dsn)
+    caplog.set_level("INFO", logger="pgq.worker")
 
-    async def call_then_break(link: Any, *step: Any) -> list[Any]:
-        results = await real_call(link, *step)
-        if not broken and any(op.name.startswith("complete") for op in step):
-            broken.append(step[-1].name)
-            await link._queue.conn.close()
-            link._down(link._queue, "simulated: reply lost")
-            raise worker_module._Disconnected
-        return results
+    def handler(ctx: JobContext) -> None:
+        gate.wait(TIMEOUT)
 
-    monkeypatch.setattr(worker_module._Link, "call", call_then_break)
-    worker = make_worker(dsn, schema, lambda ctx: None, burst=True)
-    await asyncio.wait_for(worker.run(), TIMEOUT)
-
-    assert broken
+    worker = make_worker(proxy.dsn, schema, handler, concurrency=3, reap_interval=3600)
+    try:
+        async with running(worker):
+            await until(lambda: len(worker.snapshot().running) == 3, what="three jobs running")
+            later = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+            proxy.lose_next_reply(f"pgq main {worker.id}")
+            gate.set()
+            await until(lambda: worker.snapshot().done == 6, what="every job done")
+    finally:
+        proxy.close()
+    assert proxy.lost_replies == 1
     snap = worker.snapshot()
-    assert (snap.done, snap.lost) == (3, 0)
+    assert (snap.done, snap.failed, snap.lost) == (6, 0, 0)
     for job_id in ids:
         assert [e.event for e in queue.job(job_id).history] == ["enqueued", "claimed", "completed"]
+    for job_id in later:
+        assert queue.job(job_id).status == "done"
+    assert "database reachable again" in caplog.text
+
+
+async def test_a_lost_claim_reply_costs_no_attempt(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reply to a committed claim never arrives: the worker hands those rows back as soon
+    as it reconnects (they are running under its id, yet it does not hold them), so even with
+    max_attempts=1 every job runs once and none dies unstarted."""
+    proxy = PgProxy(dsn)
+    ran: list[int] = []
+    caplog.set_level("INFO", logger="pgq.worker")
+    worker = make_worker(
+        proxy.dsn, schema, lambda ctx: ran.append(ctx.id), concurrency=5, reap_interval=3600
+    )
+    try:
+        async with running(worker):
+            await until(lambda: worker.statements >= 1, what="first claim")
+            proxy.lose_next_reply(f"pgq main {worker.id}")
+            ids = queue.enqueue_many([JobSpec("q", {}, max_attempts=1) for _ in range(5)])
+            await until(lambda: worker.snapshot().done == 5, what="every job done")
+    finally:
+        proxy.close()
+    assert proxy.lost_replies == 1
+    assert sorted(ran) == sorted(ids)
+    released = 0
+    for job_id in ids:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts) == ("done", 1)
+        events_ = [e.event for e in job.history]
+        released += events_.count("released")
+        assert events_[-1] == "completed"
+    assert released >= 1
+    assert "claimed while the connection broke" in caplog.text
 
 
 async def test_failures_and_completions_settle_together(
-    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    dsn: str, schema: str, queue: Queue
 ) -> None:
-    """A step with failures and completions runs both in one transaction, pipelined."""
-    from pgq_core import worker as worker_module
-
+    """A step with failures and completions settles both in one transaction."""
     ids = queue.enqueue_many([JobSpec("q", {"n": n}, max_attempts=1) for n in range(40)])
-    real_pipelined = worker_module._Link._pipelined
-    pipelined: list[tuple[str, ...]] = []
-
-    async def spy(link: Any, q: Any, step: Any) -> list[Any]:
-        pipelined.append(tuple(op.name for op in step))
-        return await real_pipelined(link, q, step)
-
-    monkeypatch.setattr(worker_module._Link, "_pipelined", spy)
+    release = asyncio.Event()
+    finished = 0
 
     async def handler(ctx: JobContext) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == 10:
+            release.set()
+        await release.wait()
         if ctx.payload["n"] % 2:
             raise RuntimeError(f"odd {ctx.payload['n']}")
 
@@ -532,7 +567,14 @@ async def test_failures_and_completions_settle_together(
     await asyncio.wait_for(worker.run(), TIMEOUT)
     snap = worker.snapshot()
     assert (snap.done, snap.failed, snap.lost) == (20, 20, 0)
-    assert ("fail", "complete_and_claim") in pipelined
+    shared = queue.conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM (SELECT xmin::text FROM {}.jobs GROUP BY 1"
+            " HAVING count(*) FILTER (WHERE status = 'dead') > 0"
+            " AND count(*) FILTER (WHERE status = 'done') > 0) x"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+    assert shared is not None and shared[0] >= 1
     for n, job_id in enumerate(ids):
         job = queue.job(job_id)
         if n % 2:
@@ -595,9 +637,10 @@ async def test_after_a_lost_connection_held_jobs_are_kept_or_given_up(
             ),
             (stolen,),
         )
-        link = worker._link
-        assert link is not None and link._queue is not None
-        await link._queue.conn.close()
+        queue.conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"pgq main {worker.id}",),
+        )
         assert queue.reap() == [(stolen, "ready")]
         [other] = queue.claim("q", 1, worker="other")
         assert other.id == stolen

@@ -1,0 +1,24 @@
+"""The worker runtime, as named parts (River's producer / completer / rescuer / notifier split):
+
+- `policy`: when to claim and from which queue, when to settle, how long to back off (no I/O);
+- `link`: the statement connection and what a failed statement means;
+- `runner`: running handlers (threads, async tasks, the ones given up) to one outcome each;
+- `heartbeater`: leases kept alive from a thread and a connection of their own;
+- `reaper`: expired leases back to ready or dead;
+- `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
+- `runtime`: the `Worker` state machine that composes them.
+"""
+
+from .context import JobContext
+from .runner import Handler, load_handler
+from .runtime import RunningJob, Worker, WorkerSnapshot, run_until_stopped
+
+__all__ = [
+    "Handler",
+    "JobContext",
+    "RunningJob",
+    "Worker",
+    "WorkerSnapshot",
+    "load_handler",
+    "run_until_stopped",
+]

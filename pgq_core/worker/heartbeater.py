@@ -1,0 +1,193 @@
+"""The heartbeater: keeps the leases of held jobs alive from its own thread and connection.
+
+Invariants:
+- Nothing the event loop does can starve a lease: neither a settlement waiting on the main
+  connection nor an async handler that blocks the loop delays a heartbeat, because heartbeats
+  run on a thread of their own over a connection of their own.
+- A heartbeat never waits on a row lock (`extend_leases` skips rows another session holds and
+  reports them busy); after a failed heartbeat the next try comes within `RETRY` seconds.
+- Only a job the statement reports lost (its fence is stale) is reported to the worker, on the
+  worker's event loop; busy jobs are simply tried again at the next beat.
+- It also watches the event loop: a loop that does not answer for `BLOCKED_AFTER` seconds is
+  logged once with the job whose async handler holds it, and once more when it is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from .. import ops
+from ..config import first_line, scrub
+from ..queries import query
+from .link import Timeouts, application_name, open_sync_connection
+from .runner import call_async
+
+log = logging.getLogger("pgq.worker")
+
+RETRY = 1.0
+TICK = float(__import__("os").environ.get("TICK", "0.25"))
+BLOCKED_AFTER = 1.0
+
+
+def blocking_job(thread_id: int | None) -> int | None:
+    """The id of the job whose async handler the thread `thread_id` is running, if any."""
+    if thread_id is None:
+        return None
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code is call_async.__code__:
+            ctx = frame.f_locals.get("ctx")
+            return getattr(ctx, "id", None)
+        frame = frame.f_back
+    return None
+
+
+class Heartbeater:
+    """Extends the leases of the jobs it tracks every `interval` seconds, from its own thread."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        timeouts: Timeouts,
+        interval: float,
+        worker_id: str,
+        loop: asyncio.AbstractEventLoop,
+        on_lost: Callable[[list[tuple[int, int]]], None],
+    ) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._timeouts = timeouts
+        self.interval = interval
+        self._worker_id = worker_id
+        self._loop = loop
+        self._on_lost = on_lost
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._loop_thread = threading.get_ident()
+        self._ping_sent: float | None = None
+        self._blocked_reported: tuple[float, int | None] | None = None
+        self.beats = 0
+
+    # -- called from the event loop ------------------------------------------------------------
+
+    def track(self, job_id: int, fence: int) -> None:
+        with self._lock:
+            self._held[job_id] = fence
+
+    def untrack(self, job_id: int) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+
+    def beat_now(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"pgq-heartbeat-{self._worker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self.interval
+        try:
+            while not self._stopping.is_set():
+                self._wake.wait(TICK)
+                now = time.monotonic()
+                self._watch_loop(now)
+                if self._wake.is_set():
+                    self._wake.clear()
+                    next_beat = now
+                if self._stopping.is_set() or now < next_beat:
+                    continue
+                ok = self._beat()
+                next_beat = time.monotonic() + (self.interval if ok else min(RETRY, self.interval))
+        finally:
+            if self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+
+    def _beat(self) -> bool:
+        with self._lock:
+            held = sorted(self._held.items())
+        if not held:
+            return True
+        op = ops.extend_leases(held)
+        try:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = open_sync_connection(
+                    self._dsn, self._timeouts, application_name("heartbeat", self._worker_id)
+                )
+            with self._conn.cursor() as cur:
+                cur.execute(query(op.name, self._schema), op.params)
+                settled = op.read(cur.fetchall())
+        except psycopg.Error as exc:
+            log.info(
+                "worker %s: heartbeat failed, retrying within %gs: %s",
+                self._worker_id,
+                min(RETRY, self.interval),
+                scrub(first_line(str(exc)) or type(exc).__name__, self._dsn),
+            )
+            return False
+        self.beats += 1
+        if settled.lost:
+            lost_ids = set(settled.lost)
+            lost = [(i, f) for i, f in held if i in lost_ids]
+            with contextlib.suppress(RuntimeError):  # the loop closed: the worker is gone
+                self._loop.call_soon_threadsafe(self._on_lost, lost)
+        return True
+
+    def _watch_loop(self, now: float) -> None:
+        """Ping the event loop; report once when it has not answered for BLOCKED_AFTER."""
+        if self._ping_sent is None:
+            self._ping_sent = now
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._pong, now)
+            return
+        waited = now - self._ping_sent
+        if waited >= BLOCKED_AFTER and self._blocked_reported is None:
+            job = blocking_job(self._loop_thread)
+            self._blocked_reported = (self._ping_sent, job)
+            log.warning(
+                "worker %s: the event loop has been blocked for %.1fs%s; heartbeats go on "
+                "from their own thread (an async handler must not block: await, or run "
+                "blocking code in a thread)",
+                self._worker_id,
+                waited,
+                f" by job {job}" if job is not None else "",
+            )
+
+    def _pong(self, sent: float) -> None:
+        now = time.monotonic()
+        reported = self._blocked_reported
+        if reported is not None and reported[0] == sent:
+            job = reported[1]
+            log.warning(
+                "worker %s: the event loop was blocked for %.1fs%s",
+                self._worker_id,
+                now - sent,
+                f" by job {job}" if job is not None else "",
+            )
+        self._blocked_reported = None
+        self._ping_sent = None

@@ -1,0 +1,211 @@
+"""The worker's statement connection, and what a failed statement means.
+
+Invariants:
+- One statement (or one pipelined transaction of several) at a time; nothing waits forever:
+  every session gets `statement_timeout` and `lock_timeout`, and connecting has a timeout.
+- A failure is exactly one of: `Disconnected` (the connection is gone; the link reconnects by
+  itself with bounded backoff), `Transient` (retry the same statement later: serialization
+  failure, deadlock, lock or statement timeout, too many connections), `DataFault` (this
+  statement fails for its data: retrying it as-is cannot help), or `SchemaMissing`.
+- Error texts never carry the DSN's password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..config import connect_options, first_line, scrub
+from ..errors import SchemaMissing
+from ..ops import Op
+from ..queries import query
+from .policy import Backoff
+
+#: SQLSTATE classes and codes worth retrying unchanged.
+TRANSIENT_CLASSES = ("08", "40", "53", "57P")
+TRANSIENT_CODES = ("55P03", "57014", "55006")
+
+
+class Disconnected(Exception):
+    """The connection is down; the link is reconnecting."""
+
+
+class Transient(Exception):
+    """The statement failed but may succeed unchanged later."""
+
+
+class DataFault(Exception):
+    """The statement failed for its data (or a rule of the database): never retry it as-is."""
+
+    def __init__(self, message: str, sqlstate: str | None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def is_transient(sqlstate: str | None) -> bool:
+    """True for failures that say nothing about the statement itself."""
+    if not sqlstate:
+        return True
+    return sqlstate.startswith(TRANSIENT_CLASSES) or sqlstate in TRANSIENT_CODES
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Session bounds of every worker connection (seconds)."""
+
+    statement: float = 30.0
+    lock: float = 5.0
+    connect: float | None = None
+
+    def session_statement(self) -> sql.Composed:
+        return sql.SQL("SET statement_timeout = {}; SET lock_timeout = {}").format(
+            sql.Literal(f"{int(self.statement * 1000)}ms"),
+            sql.Literal(f"{int(self.lock * 1000)}ms"),
+        )
+
+    def connect_kwargs(self, dsn: str) -> dict[str, Any]:
+        options = connect_options(dsn)
+        if self.connect is not None:
+            options["connect_timeout"] = max(1, round(self.connect))
+        return options
+
+
+def application_name(role: str, worker_id: str) -> str:
+    """What `pg_stat_activity` shows for a worker connection: `pgq <role> <worker id>`."""
+    return f"pgq {role} {worker_id}"[:63]
+
+
+async def open_connection(
+    dsn: str, timeouts: Timeouts, app: str = "pgq"
+) -> psycopg.AsyncConnection[Any]:
+    """An autocommit connection with the worker's session bounds."""
+    conn = await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
+    )
+    try:
+        await conn.execute(timeouts.session_statement())
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+def open_sync_connection(dsn: str, timeouts: Timeouts, app: str = "pgq") -> psycopg.Connection[Any]:
+    """`open_connection` for threads."""
+    conn = psycopg.connect(
+        dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
+    )
+    try:
+        conn.execute(timeouts.session_statement())
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Link:
+    """The worker's statement connection: one statement at a time, reconnecting on loss."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        timeouts: Timeouts,
+        on_down: Callable[[str], None],
+        on_up: Callable[[], None],
+        app: str = "pgq",
+    ) -> None:
+        self._app = app
+        self._dsn = dsn
+        self._schema = schema
+        self._timeouts = timeouts
+        self._on_down = on_down
+        self._on_up = on_up
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def up(self) -> bool:
+        return self._conn is not None
+
+    async def open(self) -> None:
+        self._conn = await open_connection(self._dsn, self._timeouts, self._app)
+
+    async def call(self, *step: Op[Any]) -> list[Any]:
+        """Run the ops in order; several run in one transaction, pipelined in one round trip."""
+        async with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise Disconnected
+            try:
+                return await self._run(conn, step)
+            except psycopg.errors.UndefinedTable:
+                raise SchemaMissing(
+                    f"schema {self._schema!r} has no pgq tables: run `pgq migrate` first"
+                ) from None
+            except psycopg.Error as exc:
+                reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
+                if conn.broken or conn.closed:
+                    self._down(conn, reason)
+                    raise Disconnected(reason) from None
+                if is_transient(exc.sqlstate):
+                    raise Transient(reason) from None
+                raise DataFault(reason, exc.sqlstate) from None
+
+    async def _run(self, conn: psycopg.AsyncConnection[Any], step: Sequence[Op[Any]]) -> list[Any]:
+        if len(step) == 1:
+            (op,) = step
+            async with conn.cursor() as cur:
+                await cur.execute(query(op.name, self._schema), op.params)
+                return [op.read(await cur.fetchall() if cur.description else [])]
+        cursors = []
+        async with conn.pipeline(), conn.transaction():
+            for op in step:
+                cur = conn.cursor()
+                await cur.execute(query(op.name, self._schema), op.params)
+                cursors.append(cur)
+        return [
+            op.read(await cur.fetchall() if cur.description else [])
+            for op, cur in zip(step, cursors, strict=True)
+        ]
+
+    def _down(self, conn: psycopg.AsyncConnection[Any], reason: str) -> None:
+        if self._conn is not conn:
+            return
+        self._conn = None
+        self._on_down(reason)
+        self._reconnecting = asyncio.create_task(self._reconnect(conn))
+
+    async def _reconnect(self, old: psycopg.AsyncConnection[Any]) -> None:
+        with contextlib.suppress(psycopg.Error):
+            await old.close()
+        backoff = Backoff(first=0.25, cap=5.0)
+        while not self._closed:
+            await asyncio.sleep(backoff.next())
+            try:
+                fresh = await open_connection(self._dsn, self._timeouts, self._app)
+            except psycopg.Error:
+                continue
+            if self._closed:
+                await fresh.close()
+                return
+            self._conn = fresh
+            self._on_up()
+            return
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()

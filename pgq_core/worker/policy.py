@@ -1,0 +1,123 @@
+"""The worker's decisions that need no database: which queue to claim from next, how long to
+idle, when to flush settlements, how long to back off. Each takes the time as an argument (or
+a clock) so it is tested fast and exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+Jitter = Callable[[float, float], float]
+
+
+class Backoff:
+    """Delays that start at `first` and double up to `cap`; `reset()` starts over.
+
+    Every delay lies in [first * (1 - jitter), cap]."""
+
+    def __init__(
+        self, first: float, cap: float, jitter: float = 0.2, rand: Jitter = random.uniform
+    ) -> None:
+        self.first = first
+        self.cap = max(first, cap)
+        self.jitter = jitter
+        self._rand = rand
+        self._current = first
+
+    def next(self) -> float:
+        delay = self._current * self._rand(1 - self.jitter, 1.0)
+        self._current = min(self._current * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self._current = self.first
+
+
+class ClaimRound:
+    """Which queue to claim from next, and whether to claim now or idle.
+
+    Invariants: queues take turns (each round starts one queue later, a queue that gave jobs
+    goes to the back); a queue that gave nothing is skipped until the next round; once every
+    queue of a round gave nothing the worker idles until `notified()` or the poll time, and the
+    idle delay doubles (jittered) up to `max_interval` while the queues stay empty.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        poll_interval: float,
+        max_interval: float,
+        rand: Jitter = random.uniform,
+    ) -> None:
+        self.queues = tuple(queues)
+        self.poll_interval = poll_interval
+        self.max_interval = max(poll_interval, max_interval)
+        self._rand = rand
+        self._turn = -1
+        self._round: list[str] = []
+        self._round_got = 0
+        self.maybe_more = True
+        self.next_poll = 0.0
+        self.idle_delay = poll_interval
+
+    def next_queue(self) -> str:
+        if not self._round:
+            self._turn = (self._turn + 1) % len(self.queues)
+            self._round = list(self.queues[self._turn :] + self.queues[: self._turn])
+            self._round_got = 0
+        return self._round[0]
+
+    def due(self, now: float) -> bool:
+        return self.maybe_more or now >= self.next_poll
+
+    @property
+    def mid_round(self) -> bool:
+        """A round is under way, or it just ended with jobs found."""
+        return bool(self._round) or self._round_got > 0
+
+    def notified(self) -> None:
+        self.maybe_more = True
+
+    def claimed(self, queue: str, got: int, now: float) -> None:
+        """Record that a claim from `queue` returned `got` jobs (fewer than asked may just be
+        SKIP LOCKED passing rows that others hold)."""
+        self._round_got += got
+        if got:
+            if self._round and self._round[0] == queue:
+                self._round.append(self._round.pop(0))
+            self.maybe_more = True
+            self.idle_delay = self.poll_interval
+            return
+        if queue in self._round:
+            self._round.remove(queue)
+        if self._round:
+            self.maybe_more = True
+            return
+        self.maybe_more = False
+        if self._round_got:
+            self.idle_delay = self.poll_interval
+            self.next_poll = now + self.poll_interval
+        else:
+            self.next_poll = now + self.idle_delay * self._rand(0.8, 1.0)
+            self.idle_delay = min(self.idle_delay * 2, self.max_interval)
+        self._round_got = 0
+
+
+class FlushPolicy:
+    """When finished jobs are settled: at once when every held job has finished (nothing to
+    batch with), when the batch is full, when the oldest has waited `delay`, or when stopping.
+    Jobs whose rows another session holds locked wait `busy_delay` before they are tried again.
+    """
+
+    def __init__(self, delay: float, max_batch: int, busy_delay: float = 0.2) -> None:
+        self.delay = delay
+        self.max_batch = max_batch
+        self.busy_delay = busy_delay
+
+    def due(self, *, pending: int, held: int, oldest: float, now: float, stopping: bool) -> bool:
+        if pending == 0:
+            return False
+        return (
+            stopping or pending >= self.max_batch or pending >= held or now >= oldest + self.delay
+        )

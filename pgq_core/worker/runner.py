@@ -1,0 +1,206 @@
+"""Running handlers: plain functions in threads, `async def` as tasks, and the ones given up.
+
+Invariants:
+- `Runner.run` returns exactly one `Outcome` for every way a handler can end: returning,
+  raising anything (any `BaseException`, either `CancelledError`, an exception whose `__str__`
+  raises), running past its timeout, or being cancelled. It never raises itself, except when
+  the task running it is cancelled.
+- A handler given up (lease lost, timed out, handed back) keeps its slot until it really ends:
+  `abandoned` counts them, and the worker claims only for slots nobody occupies.
+- Only a cancel the runner made (`abandon`) reads as cancelled; a handler that cancels itself,
+  or awaits something cancelled, has failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import inspect
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import first_line
+from ..errors import LeaseLost, PgqError
+from ..text import describe_exception
+from .context import JobContext
+
+Handler = Callable[[JobContext], Any]
+
+
+def load_handler(spec: str) -> Handler:
+    """`module:callable` (the callable may be dotted); the current directory is importable."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise PgqError(f"invalid handler {spec!r}: use MODULE:CALLABLE, e.g. myapp.jobs:send_mail")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is one line for the operator
+        raise PgqError(
+            f"cannot import handler module {module_name!r}: {type(exc).__name__}: "
+            f"{first_line(str(exc))}"
+        ) from None
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise PgqError(
+                f"handler {spec!r}: module {module_name} has no attribute {attr_path!r}"
+            ) from None
+    if not callable(target):
+        raise PgqError(f"handler {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def is_async(handler: Handler) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 - async __call__ of an object
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a handler ended. `error` is storable text for failures, None for success."""
+
+    kind: str  # returned | raised | timed_out | cancelled | lost
+    error: str | None = None
+    action: str = ""  # for `lost`: the fenced write that matched no row
+
+    @property
+    def succeeded(self) -> bool:
+        return self.kind == "returned"
+
+
+RETURNED = Outcome("returned")
+CANCELLED = Outcome("cancelled")
+
+
+def _ended(ok: bool, value: Any) -> Outcome:
+    if ok:
+        return RETURNED
+    if isinstance(value, LeaseLost):
+        return Outcome("lost", action=value.action)
+    if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
+        return Outcome(
+            "raised", f"{describe_exception(value)} (raised by the handler, not a worker cancel)"
+        )
+    return Outcome("raised", describe_exception(value))
+
+
+def call_sync(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
+    """Run a plain handler; whatever it raises comes back as a value."""
+    try:
+        return True, handler(ctx)
+    except BaseException as exc:  # noqa: BLE001 - every ending of a handler is its job's outcome
+        return False, exc
+
+
+async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
+    """Run an async handler; whatever it raises but a cancel comes back as a value (so neither
+    KeyboardInterrupt nor SystemExit escapes into the event loop)."""
+    try:
+        return True, await handler(ctx)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every ending of a handler is its job's outcome
+        return False, exc
+
+
+class Runner:
+    """Starts handlers and keeps count of those still running after they were given up."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        concurrency: int,
+        thread_name: str,
+        on_slot_freed: Callable[[], None],
+    ) -> None:
+        self.handler = handler
+        self.is_async = is_async(handler)
+        self._on_slot_freed = on_slot_freed
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        if not self.is_async:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=concurrency, thread_name_prefix=thread_name
+            )
+        self._inner: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
+        self._cancelled: set[int] = set()
+        self._abandoned: set[asyncio.Future[tuple[bool, Any]]] = set()
+        self._threads_lock = threading.Lock()
+        self._in_threads = 0
+
+    @property
+    def abandoned(self) -> int:
+        """Handlers given up that have not ended yet: each still occupies a slot."""
+        return len(self._abandoned)
+
+    def still_running(self) -> int:
+        """Handlers executing now (threads and tasks), given up or not."""
+        with self._threads_lock:
+            in_threads = self._in_threads
+        tasks = sum(1 for f in self._abandoned if not f.done()) if self.is_async else 0
+        return in_threads + tasks
+
+    def _counted(self, ctx: JobContext) -> tuple[bool, Any]:
+        with self._threads_lock:
+            self._in_threads += 1
+        try:
+            return call_sync(self.handler, ctx)
+        finally:
+            with self._threads_lock:
+                self._in_threads -= 1
+
+    async def run(self, ctx: JobContext, timeout: float | None) -> Outcome:
+        """Run the handler on `ctx` to its outcome (see the module's invariants)."""
+        loop = asyncio.get_running_loop()
+        inner: asyncio.Future[tuple[bool, Any]]
+        if self.is_async:
+            inner = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
+        else:
+            inner = loop.run_in_executor(self._executor, self._counted, ctx)
+        self._inner[ctx.id] = inner
+        try:
+            done, _ = await asyncio.wait({inner}, timeout=timeout)
+            if not done:
+                self.abandon(ctx)
+                return Outcome("timed_out", f"timed out after {timeout:g} s")
+            if inner.cancelled():
+                if ctx.id in self._cancelled:
+                    return CANCELLED
+                return Outcome(
+                    "raised", "CancelledError (raised by the handler, not a worker cancel)"
+                )
+            ok, value = inner.result()
+            return _ended(ok, value)
+        finally:
+            self._inner.pop(ctx.id, None)
+            self._cancelled.discard(ctx.id)
+
+    def abandon(self, ctx: JobContext) -> None:
+        """Give up a running handler: tell it (`ctx.lost`), cancel it if it is async, and keep
+        its slot occupied until it really ends."""
+        ctx._lost = True
+        inner = self._inner.get(ctx.id)
+        if inner is None or inner.done() or inner in self._abandoned:
+            return
+        self._abandoned.add(inner)
+        inner.add_done_callback(self._slot_freed)
+        if self.is_async:
+            self._cancelled.add(ctx.id)
+            inner.cancel()
+
+    def _slot_freed(self, inner: asyncio.Future[tuple[bool, Any]]) -> None:
+        self._abandoned.discard(inner)
+        if not inner.cancelled():
+            inner.exception()  # retrieved: its outcome no longer matters
+        self._on_slot_freed()
+
+    def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,884 @@
+"""The `Worker`: the state machine that composes the named parts.
+
+Parts: `ClaimRound` and `FlushPolicy` (policy.py) decide when to claim and settle; `Link`
+(link.py) runs statements; `Runner` (runner.py) runs handlers; `Heartbeater`
+(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py) and
+`listen` (listener.py) run beside them.
+
+Invariants:
+- A job is *held* from its claim until its settlement committed, a write of it matched no
+  row (lost), or it was handed back. Held jobs plus handlers given up but still running never
+  exceed `concurrency`.
+- Every way a handler ends is one settlement: returned -> complete; raised anything, timed
+  out -> fail (retry or dead, as any failure); a fenced write of its own that matched no row
+  -> lost. A job is counted done only once the statement completing it committed.
+- Settlement never waits on a row lock (busy rows are retried later) and a statement that
+  fails for one job's data never holds back another's: the batch is split and the rest
+  settled alone; a text the database refuses is replaced, never retried forever.
+- Jobs whose handlers finished are settled before anything is handed back, on every way out
+  of `run()`; only unfinished jobs are handed back, and `run()` never raises for a handler's
+  or a job's fault.
+- After a reconnect, jobs running under this worker's id that it does not hold (a claim whose
+  reply was lost) are handed back at once, the attempt not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from .. import ops
+from ..config import describe, first_line, scrub
+from ..errors import PgqError, SchemaMissing
+from ..models import Job, Settled
+from ..ops import Op
+from ..queue import make_worker_id
+from ..text import printable
+from .context import JobContext
+from .heartbeater import Heartbeater
+from .link import DataFault, Disconnected, Link, Timeouts, Transient, application_name
+from .listener import listen
+from .policy import Backoff, ClaimRound, FlushPolicy
+from .reaper import reap_forever
+from .runner import Handler, Outcome, Runner
+
+log = logging.getLogger("pgq.worker")
+log.addHandler(logging.NullHandler())  # silent unless the application configures logging
+
+HAND_BACK_TIMEOUT = 5.0
+#: Concurrency above this is refused: each slot may be a thread and a held row.
+CONCURRENCY_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    queue: str
+    fence: int
+    attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    id: str
+    queues: tuple[str, ...]
+    state: str
+    concurrency: int
+    done: int
+    failed: int
+    lost: int
+    running: tuple[RunningJob, ...]
+
+
+@dataclass(eq=False)
+class Held:
+    """A job this worker holds, with what is known of its handler and its settlement."""
+
+    job: Job
+    ctx: JobContext
+    started_at: float
+    outcome: Outcome | None = None
+    #: its settlement was in flight when the connection broke: it may have committed unseen
+    uncertain: bool = False
+    #: a busy row (locked by another session) is not tried again before this time
+    not_before: float = 0.0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+@dataclass
+class StepResult:
+    claimed: list[Job] = field(default_factory=list)
+    done: list[Held] = field(default_factory=list)
+    failed: list[Held] = field(default_factory=list)
+    busy: list[Held] = field(default_factory=list)
+    lost: list[tuple[Held, str]] = field(default_factory=list)
+    retry: list[Held] = field(default_factory=list)
+    refused: list[Held] = field(default_factory=list)
+
+
+class Worker:
+    """Runs `handler` on jobs of `queues` until `stop()` (or, with `burst`, until drained).
+
+    `run()` is a coroutine: the CLI runs it under `asyncio.run`, the dashboard inside its own
+    loop. `stop()` and `snapshot()` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        queues: Sequence[str],
+        handler: Handler,
+        *,
+        schema: str = "pgq",
+        concurrency: int = 10,
+        lease: timedelta = timedelta(seconds=30),
+        burst: bool = False,
+        grace: float = 30.0,
+        poll_interval: float = 1.0,
+        max_poll_interval: float | None = None,
+        reap_interval: float | None = None,
+        flush_delay: float = 0.005,
+        retry_base: float = ops.BACKOFF_BASE,
+        worker_id: str | None = None,
+        timeout: float | None = None,
+        statement_timeout: float = 30.0,
+        lock_timeout: float = 5.0,
+    ) -> None:
+        if not queues or not all(queues):
+            raise PgqError("a worker needs at least one non-empty queue name")
+        if not 1 <= concurrency <= CONCURRENCY_MAX:
+            raise PgqError(
+                f"concurrency must be between 1 and {CONCURRENCY_MAX}, got {concurrency}"
+            )
+        if lease.total_seconds() <= 0:
+            raise PgqError("lease must be positive")
+        if timeout is not None and timeout <= 0:
+            raise PgqError("timeout must be positive")
+        if statement_timeout <= 0 or lock_timeout <= 0:
+            raise PgqError("statement and lock timeouts must be positive")
+        self.id = worker_id or make_worker_id()
+        self.dsn = dsn
+        self.schema = schema
+        self.queues = tuple(dict.fromkeys(queues))
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease = lease
+        self.burst = burst
+        self.grace = grace
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        idle_cap = 10 * poll_interval if max_poll_interval is None else max_poll_interval
+        lease_s = lease.total_seconds()
+        self.heartbeat_interval = lease_s / 3
+        self.reap_interval = reap_interval or min(5.0, max(0.5, lease_s / 2))
+        self.retry_base = retry_base
+        self.timeouts = Timeouts(statement=statement_timeout, lock=lock_timeout)
+        self._claims = ClaimRound(self.queues, poll_interval, idle_cap)
+        self._flush = FlushPolicy(flush_delay, max(concurrency, 100))
+
+        self._state = "starting"
+        self._done = 0
+        self._failed = 0
+        self._lost = 0
+        self._held: dict[int, Held] = {}
+        self._pending: list[Held] = []
+        self._first_pending_at = 0.0
+        self._stopping = False
+        self._immediate = False
+        self._stop_requested = False
+        self._grace_deadline = 0.0
+        self._retry_at = 0.0
+        self._claims_paused_until = 0.0
+        self._retry_backoff = Backoff(first=0.1, cap=5.0)
+        self._recover_orphans = False
+        self._starved_logged = False
+        self._down_since: float | None = None
+        self.statements = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._link: Link | None = None
+        self._runner: Runner | None = None
+        self._heart: Heartbeater | None = None
+        self._chores: set[asyncio.Task[None]] = set()
+        self._supervisors: set[asyncio.Task[None]] = set()
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def idle_interval(self) -> float:
+        """The current polling interval while the queues stay empty (it backs off)."""
+        return self._claims.idle_delay
+
+    def snapshot(self) -> WorkerSnapshot:
+        held = list(self._held.values())
+        return WorkerSnapshot(
+            id=self.id,
+            queues=self.queues,
+            state=self._state,
+            concurrency=self.concurrency,
+            done=self._done,
+            failed=self._failed,
+            lost=self._lost,
+            running=tuple(
+                RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, h.started_at)
+                for h in held
+            ),
+        )
+
+    def stop(self, immediately: bool = False) -> None:
+        """Graceful: stop claiming, let running jobs finish within `grace`, hand the rest back.
+
+        With `immediately` (or on a second call after the grace period began) nothing waits:
+        finished jobs are settled, running handlers are told to stop and their jobs are handed
+        back at once.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._stop_requested = True
+            self._immediate = self._immediate or immediately
+            return
+        try:
+            running_here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            running_here = False
+        if running_here:
+            self._request_stop(immediately)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._request_stop, immediately)
+
+    def handlers_still_running(self) -> int:
+        """Handlers executing now; after `run()` returned, those told to stop that did not."""
+        return self._runner.still_running() if self._runner is not None else 0
+
+    async def run(self) -> None:
+        """Work until stopped (or drained, with `burst`). Raises if the first connect fails.
+
+        A worker runs once; make a new one to run again.
+        """
+        if self._loop is not None:
+            raise PgqError(f"worker {self.id} has already run")
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._runner = Runner(self.handler, self.concurrency, f"pgq-job-{self.id}", self._wakeup)
+        self._link = Link(
+            self.dsn,
+            self.schema,
+            self.timeouts,
+            self._on_link_down,
+            self._on_link_up,
+            application_name("main", self.id),
+        )
+        self._heart = Heartbeater(
+            self.dsn,
+            self.schema,
+            self.timeouts,
+            self.heartbeat_interval,
+            self.id,
+            self._loop,
+            self._on_heartbeat_lost,
+        )
+        background: list[asyncio.Task[None]] = []
+        try:
+            try:
+                await self._link.open()
+            except psycopg.OperationalError as exc:
+                reason = scrub(first_line(str(exc)), self.dsn)
+                raise PgqError(f"database unavailable: {reason}") from None
+            log.info(
+                "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
+                self.id,
+                printable(",".join(self.queues)),
+                self.concurrency,
+                self.lease.total_seconds(),
+                describe(self.dsn),
+                ", burst" if self.burst else "",
+            )
+            self._set_state("running")
+            if self._stop_requested:
+                self._request_stop(self._immediate)
+            self._heart.start()
+            background = [
+                asyncio.create_task(
+                    listen(
+                        self.dsn,
+                        self.schema,
+                        self.queues,
+                        self.timeouts,
+                        self._on_hint,
+                        application_name("listen", self.id),
+                    )
+                ),
+                asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
+            ]
+            try:
+                await self._pump()
+            except SchemaMissing:
+                raise
+            except BaseException as exc:
+                if not isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                    log.exception("worker %s: internal error; settling and handing back", self.id)
+                self._request_stop(immediately=True)
+                with contextlib.suppress(Exception):
+                    await self._wind_down()
+                raise
+            await self._wind_down()
+        finally:
+            if self._chores:
+                await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
+            supervisors = list(self._supervisors)
+            for task in [*background, *self._chores, *supervisors]:
+                task.cancel()
+            await asyncio.gather(*background, *supervisors, return_exceptions=True)
+            if self._heart is not None:
+                await asyncio.to_thread(self._heart.stop)
+            await self._link.close()
+            self._runner.shutdown()
+            was = self._state
+            self._set_state("stopped", quiet=True)
+            if was != "starting":
+                log.info(
+                    "worker %s stopped: %d done, %d failed, %d lost",
+                    self.id,
+                    self._done,
+                    self._failed,
+                    self._lost,
+                )
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _set_state(self, state: str, *, quiet: bool = False) -> None:
+        if state != self._state:
+            self._state = state
+            if not quiet:
+                log.debug("worker %s state %s", self.id, state)
+
+    def _wakeup(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_hint(self) -> None:
+        self._claims.notified()
+        self._wakeup()
+
+    def _request_stop(self, immediately: bool) -> None:
+        now = time.monotonic()
+        if not self._stopping:
+            self._stopping = True
+            self._grace_deadline = now if immediately else now + self.grace
+            if self._state != "disconnected":
+                self._set_state("draining")
+            log.info(
+                "worker %s stopping: no new claims, %d running job(s)%s",
+                self.id,
+                len(self._held),
+                "" if immediately else f", grace {self.grace:g}s",
+            )
+        elif immediately and self._grace_deadline > now:
+            self._grace_deadline = now
+            log.info("worker %s stopping now: handing back %d job(s)", self.id, len(self._held))
+        self._wakeup()
+
+    def _on_link_down(self, reason: str) -> None:
+        self._down_since = time.monotonic()
+        self._set_state("disconnected", quiet=True)
+        log.warning(
+            "worker %s: database unavailable (%s); holding %d job(s), retrying with backoff",
+            self.id,
+            printable(reason),
+            len(self._held),
+        )
+
+    def _on_link_up(self) -> None:
+        since = self._down_since or time.monotonic()
+        self._down_since = None
+        self._set_state("draining" if self._stopping else "running", quiet=True)
+        log.info(
+            "worker %s: database reachable again after %.1fs; checking %d held job(s)",
+            self.id,
+            time.monotonic() - since,
+            len(self._held),
+        )
+        self._recover_orphans = True
+        self._claims.notified()
+        if self._heart is not None:
+            self._heart.beat_now()
+        self._wakeup()
+
+    @property
+    def _capacity(self) -> int:
+        assert self._runner is not None
+        return self.concurrency - len(self._held) - self._runner.abandoned
+
+    # -- the main loop: settle, claim, wait ---------------------------------------------------
+
+    async def _pump(self) -> None:
+        """One step per round trip: settle what finished and claim for the free slots."""
+        assert self._link is not None
+        while True:
+            now = time.monotonic()
+            can_talk = self._link.up and now >= self._retry_at
+            if can_talk and self._recover_orphans:
+                await self._hand_back_orphans()
+                continue
+            due = [h for h in self._pending if h.not_before <= now]
+            flush = self._flush.due(
+                pending=len(due),
+                held=len(self._held),
+                oldest=self._first_pending_at,
+                now=now,
+                stopping=self._stopping,
+            )
+            claim = (
+                not self._stopping
+                and now >= self._claims_paused_until
+                and (self._claims.due(now) or (self.burst and not self._held))
+            )
+            self._note_starved()
+            if can_talk and (flush or (claim and self._capacity > 0)):
+                claimed = await self._step(due, claim)
+                if (
+                    self.burst
+                    and claimed == 0
+                    and not self._claims.mid_round
+                    and not self._held
+                    and not (self._runner and self._runner.abandoned)
+                ):
+                    log.info("worker %s: queues drained (burst)", self.id)
+                    return
+                continue
+            if self._stopping and (not self._held or now >= self._grace_deadline):
+                return
+            await self._sleep(self._next_timeout(now))
+
+    def _note_starved(self) -> None:
+        """Say once when handlers given up occupy every slot, so claiming has stopped."""
+        assert self._runner is not None
+        starved = not self._held and self._runner.abandoned >= self.concurrency
+        if starved and not self._starved_logged:
+            log.warning(
+                "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
+                "or lease lost) and have not returned; no new claims until one does",
+                self.id,
+                self.concurrency,
+            )
+        self._starved_logged = starved
+
+    def _next_timeout(self, now: float) -> float:
+        assert self._link is not None
+        deadlines = [now + 1.0]
+        if self._stopping:
+            deadlines.append(self._grace_deadline)
+        if not self._link.up:
+            pass  # woken when the link is back
+        elif self._retry_at > now:
+            deadlines.append(self._retry_at)
+        else:
+            if self._pending:
+                deadlines.append(self._first_pending_at + self._flush.delay)
+                deadlines.append(min(h.not_before for h in self._pending))
+            if not self._stopping and self._capacity > 0:
+                deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
+        return max(0.0, min(deadlines) - now)
+
+    async def _sleep(self, timeout: float) -> None:
+        assert self._wake is not None
+        if timeout <= 0 or self._wake.is_set():
+            await asyncio.sleep(0)
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+        self._wake.clear()
+
+    async def _call(self, *step: Op[Any]) -> list[Any]:
+        """Run `step` on the link; a transient failure holds off statements with backoff."""
+        assert self._link is not None
+        try:
+            results = await self._link.call(*step)
+        except Transient as exc:
+            delay = self._retry_backoff.next()
+            self._retry_at = time.monotonic() + delay
+            log.warning(
+                "worker %s: %s failed, retrying in %.1fs: %s",
+                self.id,
+                "+".join(op.name for op in step),
+                delay,
+                printable(str(exc)),
+            )
+            raise
+        self._retry_backoff.reset()
+        self.statements += len(step)
+        return results
+
+    # -- one step: settle and claim -----------------------------------------------------------
+
+    async def _step(self, batch: list[Held], claim: bool) -> int:
+        """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
+        (split apart only when a statement fails for its data). Returns how many were claimed."""
+        for h in batch:
+            self._pending.remove(h)
+        free = self._capacity + len(batch)
+        queue = self._claims.next_queue() if claim and free > 0 else None
+        try:
+            result = await self._settle_and_claim(batch, queue, free)
+        except (Disconnected, Transient) as exc:
+            self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
+            return 0
+        except DataFault as exc:
+            result = await self._settle_apart(batch, queue, free, exc)
+        claimed = len(result.claimed)
+        if queue is not None:
+            for job in result.claimed:
+                self._start(job)
+            self._claims.claimed(queue, claimed, time.monotonic())
+        self._apply(result)
+        return claimed
+
+    async def _settle_and_claim(
+        self, batch: list[Held], queue: str | None, free: int
+    ) -> StepResult:
+        completes = [h for h in batch if h.outcome is not None and h.outcome.succeeded]
+        fails = [h for h in batch if h.outcome is not None and not h.outcome.succeeded]
+        step: list[Op[Any]] = []
+        if fails:
+            step.append(self._fail_op(fails))
+        pairs = [(h.job.id, h.job.fence) for h in completes]
+        if queue is not None:
+            step.append(ops.complete_and_claim(pairs, queue, free, self.lease, self.id))
+        elif completes:
+            step.append(ops.complete_and_claim(pairs, "", 0, self.lease, self.id))
+        if not step:
+            return StepResult()
+        results = await self._call(*step)
+        result = StepResult()
+        if fails:
+            self._read_fails(fails, results.pop(0), result)
+        if results:
+            settled, result.claimed = results.pop(0)
+            self._read_completes(completes, settled, result)
+        return result
+
+    def _fail_op(self, fails: list[Held], replace_text: bool = False) -> Op[Settled]:
+        triples = []
+        for h in fails:
+            assert h.outcome is not None
+            error = h.outcome.error or h.outcome.kind
+            if replace_text:
+                error = f"{h.outcome.kind}: the error text was refused by the database"
+            triples.append((h.job.id, h.job.fence, error))
+        return ops.settle_fail(triples, self.id, base=self.retry_base)
+
+    @staticmethod
+    def _read_completes(completes: list[Held], settled: Settled, result: StepResult) -> None:
+        by_id = {h.job.id: h for h in completes}
+        result.done += [by_id[i] for i in settled.applied + settled.already_done]
+        result.busy += [by_id[i] for i in settled.busy]
+        result.lost += [(by_id[i], "complete") for i in settled.lost]
+
+    @staticmethod
+    def _read_fails(fails: list[Held], settled: Settled, result: StepResult) -> None:
+        by_id = {h.job.id: h for h in fails}
+        result.failed += [by_id[i] for i in settled.applied]
+        result.busy += [by_id[i] for i in settled.busy]
+        for i in settled.lost:
+            h = by_id[i]
+            if h.ctx._completed:  # it completed itself in its own transaction, then raised
+                log.info("job %d: failed after completing itself; kept done", i)
+                result.done.append(h)
+            elif h.uncertain:  # our failure committed before the connection broke
+                result.failed.append(h)
+            else:
+                result.lost.append((h, "fail"))
+
+    async def _settle_apart(
+        self, batch: list[Held], queue: str | None, free: int, fault: DataFault
+    ) -> StepResult:
+        """A statement of the step failed for its data: settle each part on its own, so one
+        job's data never holds back another's settlement."""
+        log.warning(
+            "worker %s: settlement of %d job(s) refused (%s: %s); settling them one by one",
+            self.id,
+            len(batch),
+            fault.sqlstate,
+            printable(str(fault)),
+        )
+        result = StepResult()
+        pending = list(batch)
+        try:
+            if queue is not None:
+                try:
+                    (claimed,) = await self._call(ops.claim(queue, free, self.lease, self.id))
+                    result.claimed = claimed
+                except DataFault as exc:
+                    self._claims_paused_until = time.monotonic() + 5.0
+                    log.warning(
+                        "worker %s: claiming from %s refused (%s); pausing claims for 5s",
+                        self.id,
+                        printable(queue),
+                        printable(str(exc)),
+                    )
+            for h in batch:
+                await self._settle_alone(h, result)
+                pending.remove(h)
+        except (Disconnected, Transient) as exc:
+            result.retry += pending
+            for h in pending:
+                h.uncertain = h.uncertain or isinstance(exc, Disconnected)
+        return result
+
+    async def _settle_alone(self, h: Held, result: StepResult) -> None:
+        """One job: complete, fail, or fail with a text the database accepts; a job that still
+        cannot be settled is refused (its lease runs out and the reaper retries it)."""
+        assert h.outcome is not None
+        if h.outcome.succeeded:
+            try:
+                (out,) = await self._call(
+                    ops.complete_and_claim([(h.job.id, h.job.fence)], "", 0, self.lease, self.id)
+                )
+                self._read_completes([h], out[0], result)
+                return
+            except DataFault as exc:
+                h.outcome = Outcome("raised", f"completion refused by the database: {exc}")
+        for replace in (False, True):
+            try:
+                (settled,) = await self._call(self._fail_op([h], replace_text=replace))
+                self._read_fails([h], settled, result)
+                return
+            except DataFault:
+                continue
+        result.refused.append(h)
+
+    def _apply(self, result: StepResult) -> None:
+        """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
+        now = time.monotonic()
+        for h in result.done:
+            if self._release(h):
+                self._done += 1
+        for h in result.failed:
+            if self._release(h):
+                self._failed += 1
+                final = h.job.attempts >= h.job.max_attempts
+                log.info(
+                    "job %d failed (attempt %d of %d)%s: %s",
+                    h.job.id,
+                    h.job.attempts,
+                    h.job.max_attempts,
+                    ", dead" if final else ", will retry",
+                    printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
+                )
+        for h in result.busy:
+            h.not_before = now + self._flush.busy_delay
+            log.debug("job %d: row locked by another session; settling later", h.job.id)
+        self._requeue_pending(result.busy + result.retry, uncertain=False)
+        for h in result.refused:
+            if self._release(h):
+                log.error(
+                    "job %d: the database refused every settlement; left to its lease (the "
+                    "reaper will retry it)",
+                    h.job.id,
+                )
+        stale = [(h, action) for h, action in result.lost if self._lose(h, action)]
+        if stale:
+            self._chore(self._record_stale(stale))
+
+    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` beside the main loop; it is awaited (or cancelled) before `run()` ends."""
+        task = asyncio.create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    def _requeue_pending(self, held: list[Held], *, uncertain: bool) -> None:
+        live = [h for h in held if self._held.get(h.job.id) is h and h not in self._pending]
+        for h in live:
+            h.uncertain = h.uncertain or uncertain
+        if live:
+            if not self._pending:
+                self._first_pending_at = time.monotonic()
+            self._pending[:0] = live
+
+    def _release(self, h: Held) -> bool:
+        """Forget a settled job; False if it was no longer held."""
+        if self._held.get(h.job.id) is not h:
+            return False
+        del self._held[h.job.id]
+        if self._heart is not None:
+            self._heart.untrack(h.job.id)
+        self._wakeup()
+        return True
+
+    # -- running jobs -----------------------------------------------------------------------
+
+    def _start(self, job: Job) -> None:
+        ctx = JobContext(job, self.id, self.schema)
+        ctx.timeout = self.timeout
+        held = Held(job, ctx, time.time())
+        self._held[job.id] = held
+        if self._heart is not None:
+            self._heart.track(job.id, job.fence)
+        held.task = asyncio.create_task(self._supervise(held), name=f"pgq-job-{job.id}")
+        self._supervisors.add(held.task)
+        held.task.add_done_callback(self._supervisors.discard)
+
+    async def _supervise(self, held: Held) -> None:
+        """Run one job's handler to its outcome and queue its settlement."""
+        assert self._runner is not None
+        outcome = await self._runner.run(held.ctx, self.timeout)
+        if self._held.get(held.job.id) is not held or held.outcome is not None:
+            return
+        if outcome.kind == "cancelled":
+            return
+        if outcome.kind == "lost":
+            if self._lose(held, outcome.action):
+                await self._record_stale([(held, outcome.action)])
+            return
+        if outcome.kind == "timed_out":
+            log.warning(
+                "job %d: %s; failing it (its handler was %s)",
+                held.job.id,
+                outcome.error,
+                "cancelled" if self._runner.is_async else "abandoned in its thread",
+            )
+        held.outcome = outcome
+        if not self._pending:
+            self._first_pending_at = time.monotonic()
+        self._pending.append(held)
+        self._wakeup()
+
+    def _on_heartbeat_lost(self, pairs: list[tuple[int, int]]) -> None:
+        """From the heartbeater: these leases are gone. Jobs whose handler already finished are
+        left to their settlement, which tells the same (or that it committed first)."""
+        lost = []
+        for job_id, fence in pairs:
+            h = self._held.get(job_id)
+            if h is None or h.job.fence != fence or h.outcome is not None:
+                continue
+            if self._lose(h, "heartbeat"):
+                lost.append((h, "heartbeat"))
+        if lost:
+            self._chore(self._record_stale(lost))
+
+    def _lose(self, held: Held, action: str) -> bool:
+        """The job is no longer ours: stop its handler, drop its result, free its slot.
+
+        False if it was already given up."""
+        if self._held.get(held.job.id) is not held:
+            return False
+        self._release(held)
+        if held in self._pending:
+            self._pending.remove(held)
+        self._lost += 1
+        assert self._runner is not None
+        self._runner.abandon(held.ctx)
+        log.warning(
+            "job %d: lease lost (fence %d, %s matched no row); handler stopped, result discarded",
+            held.job.id,
+            held.job.fence,
+            action,
+        )
+        return True
+
+    async def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
+        by_action: dict[str, list[tuple[int, int]]] = {}
+        for h, action in lost:
+            by_action.setdefault(action, []).append((h.job.id, h.job.fence))
+        for action, pairs in by_action.items():
+            try:
+                await self._call(ops.record_stale(pairs, self.id, action))
+            except (Disconnected, Transient, DataFault):
+                log.info("worker %s: could not record %d stale write(s)", self.id, len(pairs))
+
+    # -- recovery and shutdown ------------------------------------------------------------------
+
+    async def _hand_back_orphans(self) -> None:
+        """Jobs claimed under our id by a statement whose reply never arrived go back now."""
+        try:
+            (orphans,) = await self._call(ops.hand_back_orphans(list(self._held), self.id))
+        except (Disconnected, Transient):
+            return
+        except DataFault as exc:
+            log.warning("worker %s: could not look for orphaned claims: %s", self.id, exc)
+            orphans = []
+        self._recover_orphans = False
+        if orphans:
+            log.info(
+                "worker %s: handed back %d job(s) claimed while the connection broke "
+                "(their reply was lost; the attempt does not count)",
+                self.id,
+                len(orphans),
+            )
+
+    async def _wind_down(self) -> None:
+        """Settle every finished job, then hand back the jobs still running."""
+        deadline = time.monotonic() + HAND_BACK_TIMEOUT
+        while self._pending and time.monotonic() < deadline:
+            assert self._link is not None
+            if not self._link.up or time.monotonic() < self._retry_at:
+                await asyncio.sleep(0.05)
+                continue
+            due = [h for h in self._pending if h.not_before <= time.monotonic()]
+            if due:
+                await self._step(due, claim=False)
+            else:
+                await asyncio.sleep(0.05)
+        if self._pending:
+            log.warning(
+                "worker %s: could not settle %d finished job(s); they return when their "
+                "leases expire",
+                self.id,
+                len(self._pending),
+            )
+        await self._hand_back(deadline)
+
+    async def _hand_back(self, deadline: float) -> None:
+        """Tell running handlers to stop and release their jobs (the attempt not counted)."""
+        remaining = [h for h in self._held.values() if h.outcome is None]
+        if not remaining:
+            return
+        assert self._runner is not None
+        for h in remaining:
+            self._runner.abandon(h.ctx)
+        if self._runner.is_async:
+            tasks = [h.task for h in remaining if h.task is not None and not h.task.done()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
+        released = 0
+        while remaining and time.monotonic() < deadline:
+            pairs = [(h.job.id, h.job.fence) for h in remaining]
+            try:
+                (settled,) = await self._call(ops.hand_back(pairs, self.id, "worker shutdown"))
+            except (Disconnected, Transient, DataFault):
+                await asyncio.sleep(0.1)
+                continue
+            busy = set(settled.busy)
+            released += len(settled.applied)
+            for h in remaining:
+                if h.job.id not in busy:
+                    self._release(h)
+            remaining = [h for h in remaining if h.job.id in busy]
+            if remaining:
+                await asyncio.sleep(0.1)
+        if remaining:
+            log.warning(
+                "worker %s: could not hand back %d job(s); they return when their leases expire",
+                self.id,
+                len(remaining),
+            )
+        log.info("worker %s: handed back %d job(s)", self.id, released)
+
+
+async def run_until_stopped(
+    worker: Worker, on_signal: Callable[[str, int], None] | None = None
+) -> None:
+    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+
+    def handle(name: str) -> None:
+        received.append(name)
+        if on_signal is not None:
+            on_signal(name, len(received))
+        worker.stop(immediately=len(received) > 1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, handle, sig.name)
+    try:
+        await worker.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,138 @@
+"""A PostgreSQL proxy the tests control, for faults a real deployment sees: a reply lost after
+its statement committed, a connection cut. It forwards a Unix socket to the real server (over
+its Unix socket or TCP) byte for byte, in threads, so in-process and subprocess workers can use
+it alike. Links are told apart by the `application_name` in their startup packet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import tempfile
+import threading
+from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+def _startup_params(packet: bytes) -> dict[str, str]:
+    if len(packet) < 8:
+        return {}
+    fields = packet[8:].split(b"\0")
+    pairs = zip(fields[0::2], fields[1::2], strict=False)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs if k}
+
+
+class _Link:
+    def __init__(self, client: socket.socket, server: socket.socket, app: str) -> None:
+        self.client = client
+        self.server = server
+        self.app = app
+        self.dropping = False
+
+    def close(self) -> None:
+        for s in (self.client, self.server):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+class PgProxy:
+    """`dsn` reaches the server through the proxy; `lose_next_reply(app)` makes the next
+    request of a link whose application_name contains `app` reach the server (and run there),
+    while its reply never comes back: the link is cut instead."""
+
+    def __init__(self, upstream_dsn: str) -> None:
+        params = conninfo_to_dict(upstream_dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(params.get("port") or 5432)
+        self._upstream: tuple[int, object] = (
+            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
+            if host.startswith("/")
+            else (socket.AF_INET, (host, port))
+        )
+        self._dir = tempfile.mkdtemp(prefix="pgq-proxy-")
+        self._path = str(Path(self._dir) / ".s.PGSQL.5432")
+        self.dsn = make_conninfo(upstream_dsn, host=self._dir, port="5432")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self._path)
+        self._listener.listen(64)
+        self._links: list[_Link] = []
+        self._lock = threading.Lock()
+        self._armed: list[str] = []
+        self.lost_replies = 0
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose_next_reply(self, app: str) -> None:
+        with self._lock:
+            self._armed.append(app)
+
+    def cut(self, app: str = "") -> None:
+        """Close every link whose application_name contains `app` (all, by default)."""
+        with self._lock:
+            doomed = [link for link in self._links if app in link.app]
+        for link in doomed:
+            link.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.cut()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._open, args=(client,), daemon=True).start()
+
+    def _open(self, client: socket.socket) -> None:
+        family, address = self._upstream
+        server = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            server.connect(address)  # type: ignore[arg-type]
+            head = client.recv(4, socket.MSG_WAITALL)
+            (length,) = struct.unpack("!i", head)
+            rest = client.recv(length - 4, socket.MSG_WAITALL)
+        except (OSError, struct.error):
+            client.close()
+            server.close()
+            return
+        link = _Link(client, server, _startup_params(head + rest).get("application_name", ""))
+        with self._lock:
+            self._links.append(link)
+        server.sendall(head + rest)
+        threading.Thread(target=self._pump, args=(link, True), daemon=True).start()
+        self._pump(link, False)
+
+    def _pump(self, link: _Link, upstream: bool) -> None:
+        src, dst = (link.client, link.server) if upstream else (link.server, link.client)
+        try:
+            while data := src.recv(65536):
+                if upstream and self._arm_matches(link):
+                    link.dropping = True
+                    dst.sendall(data)
+                    self.lost_replies += 1
+                    threading.Timer(0.2, link.close).start()
+                    return
+                if link.dropping:
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            if not link.dropping:
+                link.close()
+
+    def _arm_matches(self, link: _Link) -> bool:
+        with self._lock:
+            for app in self._armed:
+                if app in link.app:
+                    self._armed.remove(app)
+                    return True
+        return False
