@@ -15,6 +15,7 @@ from pgq_core.worker import Worker, load_handler, run_until_stopped
 from .context import duration, fail, settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+SWITCH_INTERVAL = 0.0005
 
 
 
@@ -45,6 +46,21 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     help="Polling fallback when idle (doubles up to 10x while the queues stay empty).",
 )
 @click.option(
+    "--timeout",
+    default=None,
+    callback=duration,
+    help="Fail a job whose handler runs longer than this (async handlers are cancelled, "
+    "plain ones abandoned in their thread). Default: no limit.",
+)
+@click.option(
+    "--statement-timeout", default="30s", show_default=True, callback=duration,
+    help="Longest any worker statement may run before it is cancelled and retried.",
+)
+@click.option(
+    "--lock-timeout", default="5s", show_default=True, callback=duration,
+    help="Longest a worker statement may wait for a lock.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -60,6 +76,9 @@ def worker_command(
     burst: bool,
     grace: timedelta,
     poll_interval: timedelta,
+    timeout: timedelta | None,
+    statement_timeout: timedelta,
+    lock_timeout: timedelta,
     log_level: str,
 ) -> None:
     """Run a handler on the jobs of QUEUES until stopped.
@@ -84,7 +103,13 @@ def worker_command(
         burst=burst,
         grace=grace.total_seconds(),
         poll_interval=max(poll_interval.total_seconds(), 0.01),
+        timeout=timeout.total_seconds() if timeout is not None else None,
+        statement_timeout=statement_timeout.total_seconds(),
+        lock_timeout=lock_timeout.total_seconds(),
     )
+    # Handlers run in threads beside the event loop: hand the GIL over within 0.5 ms (Python's
+    # default is 5 ms), so a finished handler's result reaches the loop without a convoy.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     log = logging.getLogger("pgq.worker")
 
     def on_signal(name: str, count: int) -> None:

@@ -1,0 +1,424 @@
+"""The worker against what a real deployment throws at it, on a real PostgreSQL: error texts
+the database refuses, handlers that end in every possible way, another session's row lock, a
+blocked event loop, handlers that never end, a statement that fails for one job's data.
+
+Each test states the promise it checks: every job is settled exactly once, nothing wedges a
+slot, and no finished job runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from test_worker import TIMEOUT, events, make_worker, running, status_counts, until
+
+from pgq_core import JobSpec, Queue
+from pgq_core.text import ERROR_TEXT_LIMIT
+from pgq_core.worker import JobContext, Worker
+
+
+class ReaperThread:
+    """A reaper on its own thread and connection, as another worker process would run it."""
+
+    def __init__(self, dsn: str, schema: str, interval: float = 0.3) -> None:
+        self._stop = threading.Event()
+        self.reaped: list[tuple[int, str]] = []
+
+        def run() -> None:
+            with Queue.connect(dsn, schema) as q:
+                while not self._stop.wait(interval):
+                    self.reaped += q.reap()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+
+    def __enter__(self) -> ReaperThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def claims(queue: Queue, job_id: int) -> int:
+    return sum(1 for e in queue.history(job_id) if e.event == "claimed")
+
+
+def bad_events(queue: Queue, job_ids: list[int]) -> list[tuple[int, str]]:
+    return [
+        (job_id, e.event)
+        for job_id in job_ids
+        for e in queue.history(job_id)
+        if e.event in ("reaped", "stale", "released", "dead", "failed")
+    ]
+
+
+# -- error texts the database would refuse ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("bad\x00byte", "ValueError: badbyte"),
+        ("lone \ud800 surrogate", "ValueError: lone \ufffd surrogate"),
+    ],
+    ids=["nul", "surrogate"],
+)
+async def test_an_error_text_the_database_refuses_never_wedges_the_batch(
+    dsn: str, schema: str, queue: Queue, text: str, stored: str
+) -> None:
+    poison = queue.enqueue("q", {"poison": True}, max_attempts=2)
+    good = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload.get("poison"):
+            raise ValueError(text)
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, retry_base=0.01, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    while (job := queue.job(poison)).status != "dead":
+        worker = make_worker(dsn, schema, handler, concurrency=4, retry_base=0.01, burst=True)
+        await asyncio.wait_for(worker.run(), TIMEOUT)
+        await asyncio.sleep(0.05)
+    assert (job.attempts, job.last_error) == (2, stored)
+    for job_id in good:
+        assert queue.job(job_id).status == "done"
+        assert claims(queue, job_id) == 1
+
+
+async def test_a_huge_error_text_is_cut_and_marked(dsn: str, schema: str, queue: Queue) -> None:
+    job_id = queue.enqueue("q", {}, max_attempts=1)
+
+    def handler(ctx: JobContext) -> None:
+        raise RuntimeError("x" * 10_000_000)
+
+    worker = make_worker(dsn, schema, handler, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(job_id)
+    assert job.status == "dead" and job.last_error is not None
+    assert len(job.last_error) == ERROR_TEXT_LIMIT
+    assert job.last_error.startswith("RuntimeError: xxx")
+    assert job.last_error.endswith("characters in all]")
+
+
+# -- every way a handler can end -------------------------------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def raise_futures_cancelled(ctx: JobContext) -> None:
+    raise concurrent.futures.CancelledError
+
+
+def raise_asyncio_cancelled_sync(ctx: JobContext) -> None:
+    raise asyncio.CancelledError
+
+
+async def raise_asyncio_cancelled(ctx: JobContext) -> None:
+    raise asyncio.CancelledError
+
+
+async def await_a_cancelled_task(ctx: JobContext) -> None:
+    inner = asyncio.create_task(asyncio.sleep(10))
+    await asyncio.sleep(0)
+    inner.cancel()
+    await inner
+
+
+def raise_unprintable(ctx: JobContext) -> None:
+    raise Unprintable
+
+
+def raise_keyboard_interrupt(ctx: JobContext) -> None:
+    raise KeyboardInterrupt
+
+
+async def raise_keyboard_interrupt_async(ctx: JobContext) -> None:
+    raise KeyboardInterrupt
+
+
+def raise_system_exit(ctx: JobContext) -> None:
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize(
+    ("poison", "error"),
+    [
+        (raise_futures_cancelled, "CancelledError (raised by the handler, not a worker cancel)"),
+        (
+            raise_asyncio_cancelled_sync,
+            "CancelledError (raised by the handler, not a worker cancel)",
+        ),
+        (raise_asyncio_cancelled, "CancelledError (raised by the handler, not a worker cancel)"),
+        (await_a_cancelled_task, "CancelledError (raised by the handler, not a worker cancel)"),
+        (raise_unprintable, "Unprintable (unprintable)"),
+        (raise_keyboard_interrupt, "KeyboardInterrupt"),
+        (raise_keyboard_interrupt_async, "KeyboardInterrupt"),
+        (raise_system_exit, "SystemExit: 3"),
+    ],
+    ids=lambda v: getattr(v, "__name__", "error"),
+)
+async def test_every_way_a_handler_ends_settles_its_job_and_frees_its_slot(
+    dsn: str, schema: str, queue: Queue, poison: Any, error: str
+) -> None:
+    """Concurrency 1: the five jobs behind the poison job run only if its slot is freed."""
+    bad = queue.enqueue("q", {"poison": True}, max_attempts=1)
+    behind = queue.enqueue_many([JobSpec("q", {}) for _ in range(5)])
+    ran: list[int] = []
+    is_async = asyncio.iscoroutinefunction(poison)
+
+    if is_async:
+
+        async def handler(ctx: JobContext) -> None:
+            if ctx.payload.get("poison"):
+                await poison(ctx)
+            ran.append(ctx.id)
+
+    else:
+
+        def handler(ctx: JobContext) -> None:  # type: ignore[misc]
+            if ctx.payload.get("poison"):
+                poison(ctx)
+            ran.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=1, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(bad)
+    assert (job.status, job.last_error) == ("dead", error)
+    assert sorted(ran) == behind
+    assert status_counts(queue) == {"dead": 1, "done": 5}
+    snap = worker.snapshot()
+    assert (snap.done, snap.failed, snap.lost) == (5, 1, 0)
+
+
+async def test_finished_jobs_are_settled_not_handed_back_on_stop(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Stopping at once settles every job whose handler returned; only unfinished ones go
+    back, and never with an attempt taken from a job that already failed."""
+    quick = queue.enqueue_many([JobSpec("q", {"quick": True}) for _ in range(2)])
+    slow = queue.enqueue("q", {})
+    gate = asyncio.Event()
+    returned: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        if not ctx.payload.get("quick"):
+            await gate.wait()
+        returned.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=3, flush_delay=3600)
+    async with running(worker):
+        await until(lambda: len(returned) == 2, what="quick handlers returned")
+        assert worker.snapshot().done == 0  # not settled yet: the flush waits
+    assert worker.snapshot().done == 2
+    for job_id in quick:
+        assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "completed"]
+    job = queue.job(slow)
+    assert (job.status, job.attempts) == ("ready", 0)
+    assert [e[0] for e in events(queue, slow)] == ["enqueued", "claimed", "released"]
+
+
+# -- nothing else can starve a lease ---------------------------------------------------------
+
+
+async def test_another_sessions_row_lock_never_starves_the_other_leases(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """An operator holds FOR UPDATE on one finished job for longer than the lease. Its
+    settlement waits (skipped, retried); the other jobs' heartbeats do not: zero reaped or
+    stale events on them, and each ran once."""
+    locked = queue.enqueue("q", {"quick": True})
+    others = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    may_finish = threading.Event()
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload.get("quick"):
+            may_finish.wait(TIMEOUT)
+        else:
+            time.sleep(4.0)
+
+    worker = make_worker(
+        dsn, schema, handler, concurrency=4, lease=timedelta(seconds=2), reap_interval=0.3
+    )
+    async with running(worker):
+        await until(lambda: len(worker.snapshot().running) == 4, what="four jobs running")
+        with psycopg.connect(dsn) as operator:
+            operator.execute(
+                sql.SQL("SELECT * FROM {}.jobs WHERE id = %s FOR UPDATE").format(
+                    sql.Identifier(schema)
+                ),
+                (locked,),
+            )
+            may_finish.set()
+            await asyncio.sleep(4.5)
+            operator.rollback()
+        await until(lambda: worker.snapshot().done == 4, what="every job done")
+    assert bad_events(queue, others) == []
+    for job_id in others:
+        assert claims(queue, job_id) == 1
+    assert queue.job(locked).status == "done"
+
+
+async def test_an_async_handler_that_blocks_the_loop_costs_no_other_lease(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`time.sleep` in an async handler blocks the event loop past the lease; heartbeats go on
+    from their own thread, so no job is reaped while a second worker reaps, and the log names
+    the job that blocked the loop."""
+    blocker = queue.enqueue("q", {"block": True})
+    others = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    caplog.set_level("WARNING", logger="pgq.worker")
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.payload.get("block"):
+            await asyncio.sleep(0.3)
+            time.sleep(4.0)
+        else:
+            await asyncio.sleep(3.0)
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, lease=timedelta(seconds=1.5))
+    with ReaperThread(dsn, schema) as reaper:
+        async with running(worker):
+            await until(lambda: worker.snapshot().done == 4, what="every job done")
+    assert reaper.reaped == []
+    assert bad_events(queue, [blocker, *others]) == []
+    assert "blocked for" in caplog.text and f"by job {blocker}" in caplog.text
+
+
+async def test_a_handler_holding_its_row_in_a_transaction_costs_no_other_lease(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A handler completes its job in its own transaction and keeps that transaction open past
+    the lease: its row is locked, the other jobs' leases are still extended."""
+    holder = queue.enqueue("q", {"hold": True})
+    others = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload.get("hold"):
+            with psycopg.connect(dsn) as conn, conn.transaction():
+                ctx.complete(conn)
+                time.sleep(3.0)
+        else:
+            time.sleep(3.5)
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, lease=timedelta(seconds=1.5))
+    with ReaperThread(dsn, schema) as reaper:
+        async with running(worker):
+            await until(lambda: worker.snapshot().done == 4, what="every job done")
+    assert reaper.reaped == []
+    assert bad_events(queue, [holder, *others]) == []
+    for job_id in [holder, *others]:
+        assert claims(queue, job_id) == 1
+
+
+# -- handlers that never end -----------------------------------------------------------------
+
+
+async def test_an_async_handler_past_its_timeout_is_cancelled_and_failed(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    job_id = queue.enqueue("q", {}, max_attempts=1)
+    cancelled = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = make_worker(dsn, schema, handler, timeout=0.5, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(job_id)
+    assert (job.status, job.last_error) == ("dead", "timed out after 0.5 s")
+    assert cancelled.is_set()
+
+
+async def test_abandoned_threads_that_fill_the_pool_stop_claims_and_say_so(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sync handler past its timeout is failed and abandoned in its thread; while abandoned
+    threads hold every slot the worker claims nothing (and says so), then goes on."""
+    stuck = queue.enqueue("q", {"stuck": True}, max_attempts=1)
+    caplog.set_level("WARNING", logger="pgq.worker")
+    release = threading.Event()
+    ran: list[int] = []
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload.get("stuck"):
+            release.wait(TIMEOUT)
+        ran.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=1, timeout=0.3)
+    async with running(worker):
+        await until(lambda: queue.job(stuck).status == "dead", what="the stuck job failed")
+        await until(lambda: "slot(s) are held by handlers" in caplog.text, what="the warning")
+        later = queue.enqueue("q", {})
+        await asyncio.sleep(0.5)
+        assert queue.job(later).status == "ready"
+        release.set()
+        await until(lambda: queue.job(later).status == "done", what="claims resume")
+    assert queue.job(stuck).last_error == "timed out after 0.3 s"
+    assert later in ran
+
+
+# -- a statement that fails for one job's data -----------------------------------------------
+
+
+async def test_a_statement_refused_for_one_jobs_data_settles_the_rest_alone(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rule of the database (here a trigger) refuses one job's failure text: the batch is
+    split, the other jobs settle, the refused one is failed with a text the database takes."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                """
+                CREATE FUNCTION {schema}.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF NEW.detail LIKE '%poison%' THEN
+                    RAISE EXCEPTION 'refused: %', NEW.detail USING ERRCODE = '22023';
+                  END IF;
+                  RETURN NEW;
+                END $$;
+                CREATE TRIGGER refuse_poison BEFORE INSERT ON {schema}.job_events
+                  FOR EACH ROW EXECUTE FUNCTION {schema}.refuse_poison();
+                """
+            ).format(schema=sql.Identifier(schema))
+        )
+    bad = queue.enqueue("q", {"poison": True}, max_attempts=1)
+    good = queue.enqueue_many([JobSpec("q", {}) for _ in range(5)])
+    caplog.set_level("WARNING", logger="pgq.worker")
+
+    async def handler(ctx: JobContext) -> None:
+        await asyncio.sleep(0.05)
+        if ctx.payload.get("poison"):
+            raise ValueError("poison")
+
+    worker = make_worker(dsn, schema, handler, concurrency=6, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert [queue.job(j).status for j in good] == ["done"] * 5
+    job = queue.job(bad)
+    assert job.status == "dead"
+    assert job.last_error == "raised: the error text was refused by the database"
+    assert "settling them one by one" in caplog.text
+
+
+def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:
+    from pgq_core import PgqError
+
+    with pytest.raises(PgqError, match="timeout must be positive"):
+        Worker(dsn, ["q"], lambda ctx: None, timeout=0)
+    with pytest.raises(PgqError, match="concurrency must be between"):
+        Worker(dsn, ["q"], lambda ctx: None, concurrency=10**12)
