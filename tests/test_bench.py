@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import click
 import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq.bench import standalone
+from pgq.cli import main
 from pgq_core import JobSpec, Queue
 
 SIDE_FIGURES = (
@@ -35,15 +34,8 @@ SIDE_FIGURES = (
 PHASE_FIGURES = ("jobs", "seconds", "rate", "xacts_per_job", "wal_bytes_per_job")
 
 
-def _cli() -> click.Group:
-    """The main CLI once it has `bench`; until then the module's own entry point."""
-    from pgq.cli import main
-
-    return main if "bench" in main.commands else standalone
-
-
 def _run_json(dsn: str, *args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(_cli(), ["--dsn", dsn, "bench", *args, "--json"])
+    result = CliRunner().invoke(main, ["--dsn", dsn, "bench", *args, "--json"])
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     return data
@@ -130,7 +122,7 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
 
 
 def test_bench_help_names_both_claim_sizes() -> None:
-    result = CliRunner().invoke(_cli(), ["bench", "--help"])
+    result = CliRunner().invoke(main, ["bench", "--help"])
     assert result.exit_code == 0, result.output
     assert "--batch" in result.output and "--concurrency" in result.output
     assert "seed's LIMIT" in result.output
@@ -170,7 +162,7 @@ def test_stats_scale_tiny(dsn: str) -> None:
 
 
 def test_bench_rejects_bad_option() -> None:
-    result = CliRunner().invoke(_cli(), ["bench", "--workers", "0"])
+    result = CliRunner().invoke(main, ["bench", "--workers", "0"])
     assert result.exit_code != 0
     assert "Traceback" not in result.output
 
