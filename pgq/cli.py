@@ -600,12 +600,23 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
 # ---------------------------------------------------------------------------- bench
 
 
+def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    """`1,4,10,50` -> (1, 4, 10, 50): each a concurrency from 1 to 1000, each once."""
+    try:
+        levels = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"not a comma-separated list of numbers: {value!r}") from None
+    if not all(1 <= c <= 1000 for c in levels):
+        raise click.BadParameter("each level must be from 1 to 1000")
+    return tuple(dict.fromkeys(levels))
+
+
 @main.command("bench")
 @click.option(
     "--jobs",
     type=click.IntRange(1),
     default=None,
-    help="Jobs per side (default 20,000).",
+    help="Jobs per side (default 20,000; with --same-resources 10,000 per run).",
 )
 @click.option(
     "--workers",
@@ -695,6 +706,27 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
     type=click.IntRange(1),
     help="--stats-scale: calls timed per query.",
 )
+@click.option(
+    "--same-resources",
+    is_flag=True,
+    help="Instead: the seed (C threads, one process) against one `pgq worker --concurrency C` "
+    "process, for each C of --concurrency-levels.",
+)
+@click.option(
+    "--concurrency-levels",
+    default="1,4,10,50",
+    show_default=True,
+    callback=_bench_levels,
+    help="--same-resources: the values of C, comma-separated.",
+)
+@click.option(
+    "--handler",
+    "handler_kind",
+    type=click.Choice(["sync", "async", "both"]),
+    default="both",
+    show_default=True,
+    help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
 @click.pass_context
 def bench_command(ctx: click.Context, /, **options: Any) -> None:
@@ -706,7 +738,13 @@ def bench_command(ctx: click.Context, /, **options: Any) -> None:
       seed            the seed's SQL as written, claim --batch (LIMIT 10)
       pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
       pgq             pgq's worker, concurrency --concurrency (its claim size)
-    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed."""
+    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed.
+
+    \b
+    --same-resources: for each C, each side gets one process and C-way concurrency:
+      seed  the seed's SQL, C threads in one process, claim LIMIT 10
+      pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
+    ratio = pgq drain / seed drain at the same C, per handler."""
     from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
 
     obj = settings(ctx)

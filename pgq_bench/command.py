@@ -14,10 +14,14 @@ from pgq_core.config import check_schema
 
 from .common import server
 from .drain import Options, print_tables, run_bench
+from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
 from .scale import ScaleOptions, print_scale, run_stats_scale
 
-#: --jobs when not given.
+#: --jobs when not given: per side in the default run, per run with --same-resources.
 DEFAULT_JOBS = 20_000
+DEFAULT_SAME_RESOURCES_JOBS = 10_000
+#: --handler both: the pgq side runs once with each.
+HANDLER_KINDS = {"sync": ("sync",), "async": ("async",), "both": ("sync", "async")}
 
 
 def run_command(
@@ -37,11 +41,16 @@ def run_command(
     running_jobs: int,
     dead_jobs: int,
     repeat: int,
+    same_resources: bool,
+    concurrency_levels: tuple[int, ...],
+    handler_kind: str,
     as_json: bool,
 ) -> None:
-    """`pgq bench` with its parsed options: the default run or --stats-scale.
+    """`pgq bench` with its parsed options: the default run, --stats-scale or --same-resources.
 
     `schema` is only checked: every run uses throwaway schemas of its own."""
+    if stats_scale and same_resources:
+        raise click.UsageError("--stats-scale and --same-resources are separate runs: pick one")
     if schema:
         check_schema(schema)
     console = Console(stderr=as_json)
@@ -54,6 +63,15 @@ def run_command(
         if stats_scale:
             scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
             result = run_stats_scale(target, embedded, scale, say)
+        elif same_resources:
+            opts = SameResourcesOptions(
+                jobs=jobs or DEFAULT_SAME_RESOURCES_JOBS,
+                levels=concurrency_levels,
+                handlers=HANDLER_KINDS[handler_kind],
+                batch=batch,
+                payload_bytes=payload_bytes,
+            )
+            result = run_same_resources(target, embedded, opts, say)
         else:
             result = run_bench(
                 target,
@@ -73,5 +91,7 @@ def run_command(
         click.echo(json.dumps(result, default=str, indent=2))
     elif stats_scale:
         print_scale(result, console)
+    elif same_resources:
+        print_same_resources(result, console)
     else:
         print_tables(result, console)
