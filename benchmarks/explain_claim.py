@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from psycopg import sql
 
-from pgq.bench_common import throwaway_schema
+from pgq_bench import throwaway_schema
 from pgq_core import JobSpec, Queue, ops
 from pgq_core.queries import query
 

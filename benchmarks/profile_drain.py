@@ -17,8 +17,8 @@ import sys
 
 import psycopg
 
-from pgq import bench
-from pgq.bench_common import Meter, throwaway_schema
+import pgq_bench as bench
+from pgq_bench import Meter, throwaway_schema
 
 TOP_STATEMENTS = """
 SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 80)
@@ -41,12 +41,12 @@ def main(dsn: str, jobs: int) -> None:
         for label, kind, claim in SIDES:
             schema = stack.enter_context(throwaway_schema(dsn, "bench_prof", pgq=kind == "pgq"))
             if kind == "seed":
-                bench._setup_seed(dsn, schema)
-            bench._refill(conn, dsn, kind, schema, opts)
+                bench.setup_seed(dsn, schema)
+            bench.refill(conn, dsn, kind, schema, opts)
             conn.execute("SELECT pg_stat_statements_reset()")
             conn.execute("SELECT pg_stat_reset_shared('wal')")
             phase, lost = bench.drain(
-                meter, ctx, schema, jobs, WORKERS, *bench._drain_args(kind, dsn, schema, claim)
+                meter, ctx, schema, jobs, WORKERS, *bench.drain_args(kind, dsn, schema, claim)
             )
             wal = conn.execute(WAL).fetchone()
             top = conn.execute(TOP_STATEMENTS).fetchall()

@@ -1,6 +1,7 @@
 """The protocol's ceiling, without the worker runtime: N processes loop over the raw statements.
 
-`seed`: the seed's claim (LIMIT 10) and one fenced complete UPDATE per job, as written.
+`seed`: the seed's claim (LIMIT 10) and one fenced complete UPDATE per job, as written
+(`pgq_bench/seed.sql`), on pgq's table.
 `pgq:B`: pgq's `claim`, then `complete_and_claim` (settle the batch, claim B more) per round
 trip, with fences checked and history rows written, exactly as the worker does.
 
@@ -21,37 +22,22 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgq_bench import QUEUE_NAME, SEED_CLAIM, SEED_COMPLETE, SEED_LIMIT
 from pgq_core import JobSpec, Queue, embedded, migrate, ops
 
 SCHEMA = "pgq_protocol_bench"
 LEASE = timedelta(seconds=30)
-SEED_CLAIM = """UPDATE {schema}.jobs
-SET status      = 'running',
-    attempts    = attempts + 1,
-    fence       = fence + 1,
-    lease_until = now() + interval '30 seconds'
-WHERE id IN (
-  SELECT id FROM {schema}.jobs
-  WHERE queue = %s AND status = 'ready' AND run_at <= now()
-  ORDER BY run_at
-  LIMIT 10
-  FOR UPDATE SKIP LOCKED
-)
-RETURNING id, payload, fence"""
-SEED_COMPLETE = """UPDATE {schema}.jobs
-SET status = 'done', lease_until = NULL
-WHERE id = %s AND fence = %s AND status = 'running'"""
-
-
 def loop(dsn: str, side: str, batch: int, out: Any) -> None:
     done = 0
     with Queue.connect(dsn, SCHEMA) as q:
         if side == "seed":
-            claim = sql.SQL(SEED_CLAIM).format(schema=sql.Identifier(SCHEMA))
-            complete = sql.SQL(SEED_COMPLETE).format(schema=sql.Identifier(SCHEMA))
-            while rows := q.conn.execute(claim, ["bench"]).fetchall():
+            # The seed's statements are unqualified: reach pgq's table through search_path.
+            q.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(SCHEMA)))
+            claim = {"queue": QUEUE_NAME, "limit": SEED_LIMIT}
+            while rows := q.conn.execute(SEED_CLAIM, claim).fetchall():
                 for job_id, _payload, fence in rows:
-                    done += q.conn.execute(complete, [job_id, fence]).rowcount
+                    complete = {"id": job_id, "fence": fence}
+                    done += q.conn.execute(SEED_COMPLETE, complete).rowcount
         else:
             jobs = q.claim("bench", batch, LEASE, f"bench-{os.getpid()}")
             while jobs:

@@ -59,3 +59,34 @@ def test_no_sql_outside_the_sql_home_in_pgq_core() -> None:
             assert keyword not in text, (
                 f"{path.name} holds SQL ({keyword!r}); put it in queries.sql"
             )
+
+
+def test_the_command_line_loads_the_bench_only_for_pgq_bench() -> None:
+    """`pgq_bench` is imported inside the `bench` command: not by `pgq.cli`, nor its help."""
+    code = (
+        "import sys, pgq.cli;"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'pgq_bench'];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    code = (
+        "import sys\n"
+        "from pgq.cli import main\n"
+        "try:\n"
+        "    main(['bench', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'pgq_bench']\n"
+        "print(bad, file=sys.stderr); sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--same-resources" in done.stdout
+
+
+def test_pgq_bench_exports_resolve() -> None:
+    import pgq_bench
+
+    for name in pgq_bench.__all__:
+        assert getattr(pgq_bench, name) is not None, name

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import click
 import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq.bench import standalone
+from pgq.cli import main
 from pgq_core import JobSpec, Queue
 
 SIDE_FIGURES = (
@@ -35,15 +34,8 @@ SIDE_FIGURES = (
 PHASE_FIGURES = ("jobs", "seconds", "rate", "xacts_per_job", "wal_bytes_per_job")
 
 
-def _cli() -> click.Group:
-    """The main CLI once it has `bench`; until then the module's own entry point."""
-    from pgq.cli import main
-
-    return main if "bench" in main.commands else standalone
-
-
 def _run_json(dsn: str, *args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(_cli(), ["--dsn", dsn, "bench", *args, "--json"])
+    result = CliRunner().invoke(main, ["--dsn", dsn, "bench", *args, "--json"])
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     return data
@@ -130,7 +122,7 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
 
 
 def test_bench_help_names_both_claim_sizes() -> None:
-    result = CliRunner().invoke(_cli(), ["bench", "--help"])
+    result = CliRunner().invoke(main, ["bench", "--help"])
     assert result.exit_code == 0, result.output
     assert "--batch" in result.output and "--concurrency" in result.output
     assert "seed's LIMIT" in result.output
@@ -170,7 +162,7 @@ def test_stats_scale_tiny(dsn: str) -> None:
 
 
 def test_bench_rejects_bad_option() -> None:
-    result = CliRunner().invoke(_cli(), ["bench", "--workers", "0"])
+    result = CliRunner().invoke(main, ["bench", "--workers", "0"])
     assert result.exit_code != 0
     assert "Traceback" not in result.output
 
@@ -226,3 +218,82 @@ def test_complete_many_rejects_exactly_the_stale_members(
     assert queue.complete_many([(taken_over, 2)], worker="b").applied == [taken_over]
     assert _row(conn, schema, taken_over) == ("done", 2)
     assert ("completed", 2) in _history(conn, schema, taken_over)
+
+
+SAME_RESOURCES_FIGURES = (
+    "jobs",
+    "done",
+    "drain_seconds",
+    "drain_rate",
+    "wall_seconds",
+    "wall_rate",
+    "processes",
+)
+
+
+@pytest.mark.slow
+def test_same_resources_tiny_has_every_level_and_drains_every_job(dsn: str) -> None:
+    """Through the real CLI: the seed's threads here, a real `pgq worker` process per pgq run."""
+    before = _bench_schemas(dsn)
+    data = _run_json(dsn, "--same-resources", "--jobs", "200", "--concurrency-levels", "1,4")
+    assert data["mode"] == "same_resources"
+    assert "one process and C-way concurrency" in data["resources"]
+    assert data["params"]["jobs"] == 200
+    assert data["params"]["handlers"] == ["sync", "async"]
+    assert [level["concurrency"] for level in data["levels"]] == [1, 4]
+    for level in data["levels"]:
+        c = level["concurrency"]
+        seed = level["seed"]
+        runs = {"seed": seed, **{f"pgq_{k}": run for k, run in level["pgq"].items()}}
+        assert set(runs) == {"seed", "pgq_sync", "pgq_async"}, c
+        for name, run in runs.items():
+            assert set(SAME_RESOURCES_FIGURES) <= set(run), (c, name)
+            assert run["jobs"] == run["done"] == 200, (c, name)
+            assert run["processes"] == 1, (c, name)
+            assert run["drain_rate"] > 0 and run["wall_rate"] > 0, (c, name)
+            assert 0 < run["drain_seconds"] <= run["wall_seconds"], (c, name)
+        assert seed["threads"] == c and seed["claim"] == 10
+        assert seed["completed"] == 200 and seed["lost"] == 0
+        for kind, run in level["pgq"].items():
+            assert run["handler"] == kind and run["claim"] == c
+            assert f"worker bench --concurrency {c} --burst" in run["command"]
+            assert run["command"].endswith(f"pgq_bench.handlers:noop_{kind}")
+            assert level["ratio"][kind] == pytest.approx(run["drain_rate"] / seed["drain_rate"])
+            assert level["ratio_wall"][kind] == pytest.approx(run["wall_rate"] / seed["wall_rate"])
+    assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
+
+
+@pytest.mark.slow
+def test_same_resources_human_output_says_what_each_side_gets(dsn: str) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "--dsn",
+            dsn,
+            "bench",
+            "--same-resources",
+            "--jobs",
+            "50",
+            "--concurrency-levels",
+            "2",
+            "--handler",
+            "async",
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "both sides get one process and C-way concurrency" in result.output
+    assert "pgq async" in result.output and "pgq sync" not in result.output
+    assert "50/50" in result.output
+
+
+def test_same_resources_rejects_bad_levels_and_mixed_modes() -> None:
+    for args in (
+        ["--concurrency-levels", "1,x"],
+        ["--concurrency-levels", "0"],
+        ["--stats-scale"],
+        ["--handler", "threads"],
+    ):
+        result = CliRunner().invoke(main, ["bench", "--same-resources", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output

@@ -1,4 +1,5 @@
-"""`pgq bench`: the seed's plain SQL against pgq's worker, side by side on one throwaway server.
+"""`pgq bench` (the default run): the seed's plain SQL against pgq's worker, side by side on one
+throwaway server.
 
 Three sides drain the same jobs with the same number of worker processes on the same server,
 in the same run: `seed` (the seed's SQL, claim `--batch`), `pgq_same_batch` (pgq's worker
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import multiprocessing as mp
 import os
 import queue as stdqueue
@@ -29,7 +29,6 @@ from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Event
 from typing import Any
 
-import click
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -37,75 +36,33 @@ from rich.console import Console
 from rich.table import Table
 
 from pgq_core import JobSpec, PgqError, Queue, listen_statement
-from pgq_core.config import check_schema
 
-from .bench_common import (
+from .common import (
     CHILD_APP,
+    QUEUE_NAME,
     Cost,
     Meter,
     load_average,
     machine,
     machine_busy_seconds,
+    payload,
     percentile,
-    server,
     server_version,
     throwaway_schema,
 )
-from .context import PgqGroup, Settings
-
-# The seed's statements: the baseline, not the queue's SQL. They run unqualified, as the seed
-# writes them, on connections whose search_path is the seed's throwaway schema. Placeholders
-# are psycopg's: $1 becomes %(queue)s, $2 %(fence)s, and the seed's `LIMIT 10` becomes
-# %(limit)s (--batch, default 10).
-
-#: The seed's table, verbatim.
-SEED_TABLE = """
-CREATE TABLE jobs (
-  id           bigserial   PRIMARY KEY,
-  queue        text        NOT NULL,
-  payload      jsonb       NOT NULL,
-  status       text        NOT NULL DEFAULT 'ready', -- ready | running | done | dead
-  run_at       timestamptz NOT NULL DEFAULT now(),
-  attempts     int         NOT NULL DEFAULT 0,
-  max_attempts int         NOT NULL DEFAULT 5,
-  lease_until  timestamptz,
-  fence        bigint      NOT NULL DEFAULT 0,
-  last_error   text
-)"""
-#: The seed's two partial indexes, verbatim.
-SEED_INDEXES = (
-    "CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'ready'",
-    "CREATE INDEX jobs_lease_idx ON jobs (lease_until) WHERE status = 'running'",
+from .handlers import noop_async
+from .seed import (
+    SEED_CLAIM,
+    SEED_COMPLETE,
+    SEED_ENQUEUE,
+    SEED_POLL_INTERVAL,
+    seed_connection,
+    setup_seed,
 )
-#: The seed shows no INSERT; this is the plain one, one job per statement and transaction.
-SEED_ENQUEUE = "INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s)"
-#: The seed's claim, one short transaction.
-SEED_CLAIM = """
-UPDATE jobs
-SET status      = 'running',
-    attempts    = attempts + 1,
-    fence       = fence + 1,
-    lease_until = now() + interval '30 seconds'
-WHERE id IN (
-  SELECT id FROM jobs
-  WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-  ORDER BY run_at
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED
-)
-RETURNING id, payload, fence"""
-#: The seed's completion, one UPDATE (and transaction) per job.
-SEED_COMPLETE = """
-UPDATE jobs
-SET status = 'done', lease_until = NULL
-WHERE id = %(id)s AND fence = %(fence)s AND status = 'running'"""
-#: The seed's example poll interval ("ten workers polling every 100 ms"); it has no NOTIFY.
-SEED_POLL_INTERVAL = 0.1
 
 # The bench's own bookkeeping.
 TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
 JOB_STATUS = "SELECT status FROM {s}.jobs WHERE id = %s"
-SET_PATH = "SET search_path TO {}"
 #: Diagnostic runs of pgq with part of its per-job work switched off in a throwaway schema, to
 #: show what that part costs: the jobs trigger (done counts, NOTIFY), the fence history rows.
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -126,7 +83,6 @@ INSERT INTO {s}.jobs (queue, payload)
 SELECT %(queue)s, jsonb_build_object('n', g, 'pad', repeat('x', %(pad)s))
   FROM generate_series(0, %(n)s - 1) g"""
 
-QUEUE_NAME = "bench"
 READY_TIMEOUT = 120.0
 DRAIN_TIMEOUT = 1800.0
 LATENCY_WARMUP = 3
@@ -153,7 +109,7 @@ def seed_worker(
     """The seed's loop: claim `batch`, complete each job with its own UPDATE. With `drain` it
     exits at the first empty claim; otherwise it polls every SEED_POLL_INTERVAL until `stop`."""
     _child_env()
-    with _seed_conn(dsn, schema) as conn:
+    with seed_connection(dsn, schema) as conn:
         ready.put(os.getpid())
         go.wait()
         cpu = time.process_time()
@@ -175,10 +131,6 @@ def seed_worker(
     ready.put(("cpu", time.process_time() - cpu))
 
 
-async def _noop(ctx: Any) -> None:
-    return None
-
-
 def pgq_worker(
     dsn: str,
     schema: str,
@@ -197,7 +149,7 @@ def pgq_worker(
         assert starts is not None
         starts.put((ctx.id, time.time()))
 
-    handler = _noop if starts is None else record
+    handler = noop_async if starts is None else record
     worker = Worker(
         dsn,
         [QUEUE_NAME],
@@ -353,17 +305,13 @@ def _phase(jobs: int, seconds: float, cost: Cost) -> Phase:
     return Phase(jobs, seconds, cost.xacts_per_job, cost.wal_bytes_per_job)
 
 
-def _payload(payload_bytes: int, n: int) -> dict[str, Any]:
-    return {"n": n, "pad": "x" * payload_bytes}
-
-
 def enqueue_seed(meter: Meter, dsn: str, schema: str, jobs: int, payload_bytes: int) -> Phase:
-    with _seed_conn(dsn, schema) as conn:
+    with seed_connection(dsn, schema) as conn:
         start = meter.start()
         t0 = time.perf_counter()
         for n in range(jobs):
             conn.execute(
-                SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(_payload(payload_bytes, n))}
+                SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(payload_bytes, n))}
             )
         seconds = time.perf_counter() - t0
         conn.execute(sql.SQL("SELECT pg_stat_force_next_flush()"))
@@ -378,10 +326,10 @@ def enqueue_pgq(
         start = meter.start()
         t0 = time.perf_counter()
         if many:
-            q.enqueue_many(JobSpec(QUEUE_NAME, _payload(payload_bytes, n)) for n in range(jobs))
+            q.enqueue_many(JobSpec(QUEUE_NAME, payload(payload_bytes, n)) for n in range(jobs))
         else:
             for n in range(jobs):
-                q.enqueue(QUEUE_NAME, _payload(payload_bytes, n))
+                q.enqueue(QUEUE_NAME, payload(payload_bytes, n))
         seconds = time.perf_counter() - t0
         q.conn.execute("SELECT pg_stat_force_next_flush()")
         return _phase(jobs, seconds, meter.cost(start, jobs, others=1))
@@ -477,20 +425,6 @@ def notify_cost(
     return phase, sum(int(v) for k, v in reports if k == "notified")
 
 
-def _seed_conn(dsn: str, schema: str) -> psycopg.Connection[Any]:
-    """A connection on which the seed's unqualified statements reach the seed's schema."""
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute(sql.SQL(SET_PATH).format(sql.Identifier(schema)))
-    return conn
-
-
-def _setup_seed(dsn: str, schema: str) -> None:
-    with _seed_conn(dsn, schema) as conn:
-        conn.execute(SEED_TABLE)
-        for statement in SEED_INDEXES:
-            conn.execute(statement)
-
-
 def _tally(conn: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
     row = conn.execute(sql.SQL(TALLY).format(s=sql.Identifier(schema))).fetchone()
     assert row is not None
@@ -512,12 +446,12 @@ class Options:
     rounds: int = 1
 
 
-def _drain_args(kind: str, dsn: str, schema: str, batch: int) -> tuple[Any, ...]:
+def drain_args(kind: str, dsn: str, schema: str, batch: int) -> tuple[Any, ...]:
     worker = seed_worker if kind == "seed" else pgq_worker
     return (worker, dsn, schema, batch, True, None)
 
 
-def _refill(conn: psycopg.Connection[Any], dsn: str, kind: str, schema: str, opts: Options) -> None:
+def refill(conn: psycopg.Connection[Any], dsn: str, kind: str, schema: str, opts: Options) -> None:
     """Empty a side's tables and enqueue the round's jobs again (unmeasured)."""
     ident = sql.Identifier(schema)
     if kind == "seed":
@@ -530,7 +464,7 @@ def _refill(conn: psycopg.Connection[Any], dsn: str, kind: str, schema: str, opt
         conn.execute(sql.SQL(TRUNCATE_PGQ).format(s=ident))
         with Queue.connect(dsn, schema) as q:
             q.enqueue_many(
-                JobSpec(QUEUE_NAME, _payload(opts.payload_bytes, n)) for n in range(opts.jobs)
+                JobSpec(QUEUE_NAME, payload(opts.payload_bytes, n)) for n in range(opts.jobs)
             )
     _vacuum(conn, schema)
 
@@ -572,7 +506,7 @@ def run_bench(
             "seed": stack.enter_context(throwaway_schema(dsn, "bench_seed", pgq=False)),
             **{k: stack.enter_context(throwaway_schema(dsn, "bench_pgq")) for k in PGQ_SIDES},
         }
-        _setup_seed(dsn, schemas["seed"])
+        setup_seed(dsn, schemas["seed"])
         for name, statements in VARIANTS.items():
             for statement in statements:
                 conn.execute(sql.SQL(statement).format(s=sql.Identifier(schemas[name])))
@@ -596,7 +530,7 @@ def run_bench(
             for name in sides:
                 kind = "seed" if name == "seed" else "pgq"
                 if r:
-                    _refill(conn, dsn, kind, schemas[name], opts)
+                    refill(conn, dsn, kind, schemas[name], opts)
                 say(
                     f"round {r + 1}/{opts.rounds}: {name} drain, {opts.workers} processes, "
                     f"claim {claims[name]}"
@@ -607,7 +541,7 @@ def run_bench(
                     schemas[name],
                     opts.jobs,
                     opts.workers,
-                    *_drain_args(kind, dsn, schemas[name], claims[name]),
+                    *drain_args(kind, dsn, schemas[name], claims[name]),
                 )
                 phase.claim = claims[name]
                 drains[name].append(phase)
@@ -617,10 +551,10 @@ def run_bench(
 
         seed_schema, pgq_schema = schemas["seed"], schemas["pgq"]
         say(f"seed: pickup latency, {opts.latency_samples} jobs one at a time")
-        with _seed_conn(dsn, seed_schema) as producer:
+        with seed_connection(dsn, seed_schema) as producer:
 
             def seed_enqueue_one(n: int) -> int:
-                params = {"queue": QUEUE_NAME, "payload": Jsonb(_payload(opts.payload_bytes, n))}
+                params = {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
                 row = producer.execute(SEED_ENQUEUE + " RETURNING id", params).fetchone()
                 assert row is not None
                 return int(row[0])
@@ -652,7 +586,7 @@ def run_bench(
                 pgq_schema,
                 opts.concurrency,
                 False,
-                enqueue=lambda n: q.enqueue(QUEUE_NAME, _payload(opts.payload_bytes, n)),
+                enqueue=lambda n: q.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n)),
                 wait_running=True,
             )
         say(f"pgq: enqueue {single_jobs} jobs one at a time, without and with listeners")
@@ -815,169 +749,3 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         f"{result['pgq']['claim_size']}; ratio_same_batch: {_x(result['ratio_same_batch'])} "
         f"at the seed's claim size {seed['claim_size']}"
     )
-
-
-# ---------------------------------------------------------------- command
-
-
-@click.command("bench")
-@click.option(
-    "--jobs", default=20_000, show_default=True, type=click.IntRange(1), help="Jobs per side."
-)
-@click.option(
-    "--workers",
-    default=4,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="Worker processes per side.",
-)
-@click.option(
-    "--batch",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="The seed's LIMIT: jobs per seed claim (10 as the seed writes it). The "
-    "pgq_same_batch side runs pgq's worker with this concurrency, so the same claim size.",
-)
-@click.option(
-    "--concurrency",
-    default=50,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
-    "(ratio), its pickup latency and the variants.",
-)
-@click.option(
-    "--payload-bytes",
-    default=100,
-    show_default=True,
-    type=click.IntRange(0, 10_000_000),
-    help="Padding in each job's payload.",
-)
-@click.option(
-    "--latency-samples",
-    default=200,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Jobs enqueued one at a time for pickup latency.",
-)
-@click.option(
-    "--rounds",
-    default=3,
-    show_default=True,
-    type=click.IntRange(1, 20),
-    help="Drain rounds per side, interleaved; each side reports its median round.",
-)
-@click.option(
-    "--stats-scale",
-    is_flag=True,
-    help="Instead: stats and leases timing over a large history, sizes, prune.",
-)
-@click.option(
-    "--done",
-    "done_jobs",
-    default=1_000_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: done jobs (with history).",
-)
-@click.option(
-    "--ready",
-    "ready_jobs",
-    default=10_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: ready jobs.",
-)
-@click.option(
-    "--running",
-    "running_jobs",
-    default=1_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: running jobs.",
-)
-@click.option(
-    "--dead",
-    "dead_jobs",
-    default=1_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: dead jobs.",
-)
-@click.option(
-    "--repeat",
-    default=200,
-    show_default=True,
-    type=click.IntRange(1),
-    help="--stats-scale: calls timed per query.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
-@click.pass_context
-def bench_command(
-    ctx: click.Context,
-    jobs: int,
-    workers: int,
-    batch: int,
-    concurrency: int,
-    payload_bytes: int,
-    latency_samples: int,
-    rounds: int,
-    stats_scale: bool,
-    done_jobs: int,
-    ready_jobs: int,
-    running_jobs: int,
-    dead_jobs: int,
-    repeat: int,
-    as_json: bool,
-) -> None:
-    """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
-    with throwaway schemas that are dropped afterwards).
-
-    \b
-    Drain sides, same server, same run, same number of processes:
-      seed            the seed's SQL as written, claim --batch (LIMIT 10)
-      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
-      pgq             pgq's worker, concurrency --concurrency (its claim size)
-    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed."""
-    group_settings = ctx.find_object(Settings)
-    dsn = group_settings.dsn if group_settings else None
-    if group_settings and group_settings.schema:
-        check_schema(group_settings.schema)
-    console = Console(stderr=as_json)
-
-    def say(message: str) -> None:
-        console.print(f"[dim]· {message}[/dim]")
-
-    with server(dsn) as (target, embedded):
-        if stats_scale:
-            from .bench_scale import ScaleOptions, print_scale, run_stats_scale
-
-            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
-            result = run_stats_scale(target, embedded, scale, say)
-            if as_json:
-                click.echo(json.dumps(result, default=str, indent=2))
-            else:
-                print_scale(result, console)
-            return
-        opts = Options(jobs, workers, batch, concurrency, payload_bytes, latency_samples, rounds)
-        result = run_bench(target, embedded, opts, say)
-    if as_json:
-        click.echo(json.dumps(result, default=str, indent=2))
-    else:
-        print_tables(result, console)
-
-
-@click.group(cls=PgqGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--dsn", envvar="PGQ_DSN", help="PostgreSQL server (default: a temp embedded one).")
-@click.option("--schema", envvar="PGQ_SCHEMA", default=None, hidden=True)
-@click.pass_context
-def standalone(ctx: click.Context, dsn: str | None, schema: str | None) -> None:
-    """`python -m pgq.bench`: the bench before (or without) the main CLI."""
-    ctx.obj = Settings(dsn, schema)
-
-
-standalone.add_command(bench_command)
-
-if __name__ == "__main__":
-    standalone()

@@ -22,7 +22,7 @@ from rich.table import Table
 from pgq_core import Queue, ops
 from pgq_core.queries import query
 
-from .bench_common import load_average, machine, percentile, server_version, throwaway_schema
+from .common import load_average, machine, percentile, server_version, throwaway_schema
 
 QUEUES = 4
 PRUNE_OLDER_THAN = timedelta(days=7)

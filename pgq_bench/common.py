@@ -30,6 +30,8 @@ FLUSH_STATS = "SELECT pg_stat_force_next_flush()"
 CHILD_APP = "pgq-bench-child"
 CHILD_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
 DROP_SCHEMA = "DROP SCHEMA IF EXISTS {} CASCADE"
+#: The queue every bench run enqueues to and drains.
+QUEUE_NAME = "bench"
 
 
 @contextmanager
@@ -171,3 +173,8 @@ def machine_busy_seconds() -> float:
 def server_version(conn: psycopg.Connection[Any]) -> str:
     row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]) if row else "?"
+
+
+def payload(payload_bytes: int, n: int) -> dict[str, Any]:
+    """Job n's payload: its number and `payload_bytes` of padding."""
+    return {"n": n, "pad": "x" * payload_bytes}

@@ -1,0 +1,404 @@
+"""`pgq bench --same-resources`: the seed and pgq at equal resources, one process and C-way
+concurrency per side, for each C of `--concurrency-levels`.
+
+- **seed**: the seed's SQL as written (`seed.sql`), C threads in one Python process (this one),
+  each on its own autocommit connection, looping: claim `LIMIT 10`, then complete each claimed
+  job with its own UPDATE, until a claim comes back empty.
+- **pgq**: one `pgq worker QUEUE --concurrency C --burst --handler <no-op>` subprocess, a real
+  separate process as users run it, once with a plain-function no-op handler (`sync`) and once
+  with an `async def` one (`async`).
+
+Every run gets its own throwaway schema, filled with the same N jobs (unmeasured) and dropped
+afterwards. Both sides are timed from the first claim to the last completion: the seed's
+threads read the clock before their first claim and after each completion; pgq's span is read
+from the database afterwards (`max(finished_at) - min(claimed_at)`). The total wall time is
+reported too: for pgq from starting the worker process to its exit (Python start-up, imports,
+connecting and the burst exit included), for the seed from starting its threads to joining
+them (connecting included). Every job must end `done`, or the run fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+from rich.console import Console
+from rich.table import Table
+
+from pgq_core import JobSpec, PgqError, Queue
+
+from .common import (
+    QUEUE_NAME,
+    load_average,
+    machine,
+    payload,
+    server_version,
+    throwaway_schema,
+)
+from .handlers import HANDLER_SPECS
+from .seed import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, SEED_LIMIT, seed_connection, setup_seed
+
+#: What each side gets, said in every output.
+RESOURCES = (
+    "both sides get one process and C-way concurrency: seed = C threads in one process, one "
+    "connection each, the seed's SQL with LIMIT {limit}; pgq = one `pgq worker --concurrency C "
+    "--burst` process with a no-op handler (sync: a plain function, async: an async def)"
+)
+#: The bench's own bookkeeping: done / all jobs and, for pgq, the drain's span by the server clock.
+PGQ_TALLY = """
+SELECT count(*) FILTER (WHERE status = 'done'), count(*),
+       extract(epoch FROM max(finished_at) - min(claimed_at))
+  FROM {s}.jobs"""
+SEED_TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
+VACUUM = "VACUUM ANALYZE {s}.jobs"
+#: Longest a pgq worker process may run before the bench gives up on it.
+PROCESS_TIMEOUT = 1800.0
+#: Lines of a failed worker's output quoted in the error.
+OUTPUT_TAIL = 5
+
+
+@dataclass(frozen=True)
+class SameResourcesOptions:
+    jobs: int = 10_000
+    levels: tuple[int, ...] = (1, 4, 10, 50)
+    #: Handler kinds of the pgq side, of HANDLER_SPECS.
+    handlers: tuple[str, ...] = ("sync", "async")
+    #: The seed's LIMIT (10 as the seed writes it).
+    batch: int = SEED_LIMIT
+    payload_bytes: int = 100
+
+
+@dataclass
+class Run:
+    """One side's drain at one concurrency level."""
+
+    side: str
+    concurrency: int
+    jobs: int
+    done: int
+    #: First claim to last completion.
+    drain_seconds: float
+    #: Including start-up (pgq: the worker process's whole life; seed: threads and connects).
+    wall_seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def drain_rate(self) -> float:
+        return self.jobs / self.drain_seconds if self.drain_seconds > 0 else 0.0
+
+    @property
+    def wall_rate(self) -> float:
+        return self.jobs / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        details = data.pop("details")
+        return {**data, "drain_rate": self.drain_rate, "wall_rate": self.wall_rate, **details}
+
+
+# ---------------------------------------------------------------- enqueue (unmeasured)
+
+
+def fill_seed(dsn: str, schema: str, opts: SameResourcesOptions) -> None:
+    """The seed's table and indexes, then N jobs by its plain INSERT (pipelined, one commit)."""
+    setup_seed(dsn, schema)
+    with seed_connection(dsn, schema) as conn:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                SEED_ENQUEUE,
+                (
+                    {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
+                    for n in range(opts.jobs)
+                ),
+            )
+        conn.execute(sql.SQL(VACUUM).format(s=sql.Identifier(schema)))
+
+
+def fill_pgq(dsn: str, schema: str, opts: SameResourcesOptions) -> None:
+    with Queue.connect(dsn, schema) as q:
+        q.enqueue_many(
+            JobSpec(QUEUE_NAME, payload(opts.payload_bytes, n)) for n in range(opts.jobs)
+        )
+        q.conn.execute(sql.SQL(VACUUM).format(s=sql.Identifier(schema)))
+
+
+def _tally(dsn: str, query: str, schema: str) -> tuple[Any, ...]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(sql.SQL(query).format(s=sql.Identifier(schema))).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _check_done(side: str, concurrency: int, done: int, total: int, jobs: int) -> None:
+    if done != jobs or total != jobs:
+        raise PgqError(
+            f"{side} at concurrency {concurrency}: {done} of {total} jobs done, "
+            f"expected all {jobs} done"
+        )
+
+
+# ---------------------------------------------------------------- the seed: C threads
+
+
+@dataclass
+class _ThreadReport:
+    first_claim: float | None = None
+    last_completion: float | None = None
+    completed: int = 0
+    lost: int = 0
+
+
+def drain_seed(dsn: str, schema: str, threads: int, opts: SameResourcesOptions) -> Run:
+    """C threads in this process, one autocommit connection each, the seed's loop as written.
+
+    The threads connect, then start together; each reads `time.perf_counter()` just before its
+    first claim and after every completion. Drain: the earliest first claim to the latest
+    completion. Wall: starting the threads to joining them."""
+    start = threading.Barrier(threads)
+    reports = [_ThreadReport() for _ in range(threads)]
+    errors: list[Exception] = []
+    params = {"queue": QUEUE_NAME, "limit": opts.batch}
+
+    def loop(report: _ThreadReport) -> None:
+        try:
+            with seed_connection(dsn, schema) as conn:
+                start.wait()
+                report.first_claim = time.perf_counter()
+                while rows := conn.execute(SEED_CLAIM, params).fetchall():
+                    for job_id, _payload, fence in rows:
+                        cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
+                        report.completed += cur.rowcount
+                        report.lost += cur.rowcount == 0
+                    report.last_completion = time.perf_counter()
+        except threading.BrokenBarrierError:
+            pass  # another thread failed; its error is reported
+        except Exception as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+            start.abort()
+
+    workers = [
+        threading.Thread(target=loop, args=(r,), name=f"seed-{i}", daemon=True)
+        for i, r in enumerate(reports)
+    ]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    firsts = [r.first_claim for r in reports if r.first_claim is not None]
+    lasts = [r.last_completion for r in reports if r.last_completion is not None]
+    drain = max(lasts) - min(firsts) if firsts and lasts else 0.0
+    done, total = _tally(dsn, SEED_TALLY, schema)
+    _check_done("seed", threads, int(done), int(total), opts.jobs)
+    return Run(
+        "seed",
+        threads,
+        opts.jobs,
+        int(done),
+        drain,
+        wall,
+        {
+            "threads": threads,
+            "processes": 1,
+            "claim": opts.batch,
+            "completed": sum(r.completed for r in reports),
+            "lost": sum(r.lost for r in reports),
+            "timed_by": "client clock: first claim sent to last completion returned",
+        },
+    )
+
+
+# ---------------------------------------------------------------- pgq: one worker process
+
+
+def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
+    """The `pgq worker` command line of one pgq run (the DSN goes in the environment)."""
+    return [
+        sys.executable,
+        "-m",
+        "pgq",
+        "--schema",
+        schema,
+        "worker",
+        QUEUE_NAME,
+        "--concurrency",
+        str(concurrency),
+        "--burst",
+        "--handler",
+        HANDLER_SPECS[kind],
+    ]
+
+
+def drain_pgq(
+    dsn: str, schema: str, concurrency: int, kind: str, opts: SameResourcesOptions
+) -> Run:
+    """One `pgq worker --burst` subprocess drains the queue and exits.
+
+    The DSN reaches it as PGQ_DSN (what `--dsn` reads), so a password never shows in the
+    process list. Drain: `max(finished_at) - min(claimed_at)` of the jobs, by the server's
+    clock. Wall: starting the process to its exit."""
+    command = worker_command(schema, concurrency, kind)
+    env = {**os.environ, "PGQ_DSN": dsn}
+    with tempfile.TemporaryFile() as output:
+        t0 = time.perf_counter()
+        try:
+            exited = subprocess.run(
+                command,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                timeout=PROCESS_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise PgqError(
+                f"pgq worker ({kind}, concurrency {concurrency}) still running after "
+                f"{PROCESS_TIMEOUT:.0f}s; killed"
+            ) from None
+        wall = time.perf_counter() - t0
+        if exited.returncode != 0:
+            output.seek(0)
+            tail = output.read().decode(errors="replace").strip().splitlines()[-OUTPUT_TAIL:]
+            raise PgqError(
+                f"pgq worker ({kind}, concurrency {concurrency}) exited with "
+                f"{exited.returncode}: {' | '.join(tail) or 'no output'}"
+            )
+    done, total, span = _tally(dsn, PGQ_TALLY, schema)
+    _check_done(f"pgq ({kind})", concurrency, int(done), int(total), opts.jobs)
+    shown = ["pgq", *command[3:]]
+    return Run(
+        f"pgq_{kind}",
+        concurrency,
+        opts.jobs,
+        int(done),
+        float(span or 0.0),
+        wall,
+        {
+            "handler": kind,
+            "processes": 1,
+            "claim": concurrency,
+            "command": " ".join(shown),
+            "timed_by": "server clock: min(claimed_at) to max(finished_at)",
+        },
+    )
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run_same_resources(
+    dsn: str, embedded: bool, opts: SameResourcesOptions, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every figure of one --same-resources run, as plain data."""
+    result: dict[str, Any] = {
+        "mode": "same_resources",
+        "resources": RESOURCES.format(limit=opts.batch),
+        "params": {
+            "jobs": opts.jobs,
+            "concurrency_levels": list(opts.levels),
+            "handlers": list(opts.handlers),
+            "seed_limit": opts.batch,
+            "payload_bytes": opts.payload_bytes,
+        },
+        "machine": machine(),
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        result["server"] = {"version": server_version(conn), "embedded": embedded}
+    levels: list[dict[str, Any]] = []
+    for c in opts.levels:
+        with throwaway_schema(dsn, "bench_sr_seed", pgq=False) as schema:
+            say(f"C={c}: seed, enqueue {opts.jobs} jobs")
+            fill_seed(dsn, schema, opts)
+            say(f"C={c}: seed drain, {c} thread(s) in one process, LIMIT {opts.batch}")
+            seed = drain_seed(dsn, schema, c, opts)
+        level: dict[str, Any] = {"concurrency": c, "seed": seed.to_dict(), "pgq": {}}
+        level["ratio"], level["ratio_wall"] = {}, {}
+        for kind in opts.handlers:
+            with throwaway_schema(dsn, "bench_sr_pgq") as schema:
+                say(f"C={c}: pgq ({kind}), enqueue_many {opts.jobs} jobs")
+                fill_pgq(dsn, schema, opts)
+                say(f"C={c}: pgq drain, one `pgq worker --concurrency {c}` process, {kind} handler")
+                run = drain_pgq(dsn, schema, c, kind, opts)
+            level["pgq"][kind] = run.to_dict()
+            level["ratio"][kind] = run.drain_rate / seed.drain_rate if seed.drain_rate else None
+            level["ratio_wall"][kind] = run.wall_rate / seed.wall_rate if seed.wall_rate else None
+        levels.append(level)
+    result["levels"] = levels
+    result["machine"]["load_at_end"] = load_average()
+    return result
+
+
+# ---------------------------------------------------------------- output
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def print_same_resources(result: dict[str, Any], console: Console) -> None:
+    server_info, params = result["server"], result["params"]
+    table = Table(
+        title=(
+            f"pgq bench --same-resources · PostgreSQL {server_info['version']}"
+            f"{' (embedded)' if server_info['embedded'] else ''} · {params['jobs']} jobs per run"
+        ),
+        caption=(
+            f"{RESOURCES.format(limit=params['seed_limit'])}.\n"
+            "drain: first claim to last completion (seed: the threads' clock; pgq: "
+            "min(claimed_at) to max(finished_at) in the database). wall: including start-up "
+            "(pgq: the worker process from start to exit; seed: threads and connects).\n"
+            "ratio = pgq drain jobs/s / seed drain jobs/s at the same C; ratio (wall): the "
+            "same with wall times."
+        ),
+        caption_justify="left",
+    )
+    for col in ("C", "side", "drain s", "drain jobs/s", "wall s", "wall jobs/s", "jobs done"):
+        table.add_column(col, justify="left" if col == "side" else "right")
+    table.add_column("ratio", justify="right")
+    table.add_column("ratio (wall)", justify="right")
+    for level in result["levels"]:
+        c = level["concurrency"]
+        seed = level["seed"]
+        rows: list[tuple[str, dict[str, Any], str, str]] = [
+            (f"seed, {c} thread{'s' if c > 1 else ''}", seed, "", "")
+        ]
+        for kind, run in level["pgq"].items():
+            rows.append(
+                (
+                    f"pgq {kind}",
+                    run,
+                    f"[bold]{_x(level['ratio'][kind])}[/bold]",
+                    _x(level["ratio_wall"][kind]),
+                )
+            )
+        for n, (label, run, ratio, ratio_wall) in enumerate(rows):
+            table.add_row(
+                str(c) if n == 0 else "",
+                label,
+                _f(run["drain_seconds"], 2),
+                _f(run["drain_rate"]),
+                _f(run["wall_seconds"], 2),
+                _f(run["wall_rate"]),
+                f"{run['done']}/{run['jobs']}",
+                ratio,
+                ratio_wall,
+                end_section=n == len(rows) - 1,
+            )
+    console.print(table)

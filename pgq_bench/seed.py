@@ -1,0 +1,58 @@
+"""The seed's baseline SQL, loaded by name from `seed.sql` (its one home), and the connection
+its unqualified statements run on."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+SET_PATH = "SET search_path TO {}"
+
+
+@cache
+def statements() -> dict[str, str]:
+    """Every statement of seed.sql by name, without its comment lines and final semicolon."""
+    text = files("pgq_bench").joinpath("seed.sql").read_text()
+    parts = _NAME.split(text)
+    named: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        named[name] = "\n".join(lines).rstrip().rstrip(";")
+    return named
+
+
+#: The seed's table, verbatim.
+SEED_TABLE = statements()["table"]
+#: The seed's two partial indexes, verbatim.
+SEED_INDEXES = (statements()["ready_index"], statements()["lease_index"])
+#: The plain INSERT, one job per statement.
+SEED_ENQUEUE = statements()["enqueue"]
+#: The seed's claim (`LIMIT %(limit)s`, 10 as the seed writes it).
+SEED_CLAIM = statements()["claim"]
+#: The seed's completion, one UPDATE per job.
+SEED_COMPLETE = statements()["complete"]
+#: The seed's LIMIT.
+SEED_LIMIT = 10
+#: The seed's example poll interval ("ten workers polling every 100 ms"); it has no NOTIFY.
+SEED_POLL_INTERVAL = 0.1
+
+
+def seed_connection(dsn: str, schema: str) -> psycopg.Connection[Any]:
+    """An autocommit connection on which the seed's unqualified statements reach `schema`."""
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(sql.SQL(SET_PATH).format(sql.Identifier(schema)))
+    return conn
+
+
+def setup_seed(dsn: str, schema: str) -> None:
+    """The seed's table and indexes in `schema` (which must exist)."""
+    with seed_connection(dsn, schema) as conn:
+        conn.execute(SEED_TABLE)
+        for statement in SEED_INDEXES:
+            conn.execute(statement)

@@ -1,0 +1,55 @@
+-- The seed's baseline SQL, by name: the one home of the statements `pgq bench` runs as "seed".
+-- Not pgq's SQL (that is pgq_core/queries.sql): this is the classic SKIP LOCKED design pgq
+-- is measured against, exactly as the bench runs it. The statements are unqualified, as the
+-- seed writes them; they run on connections whose search_path is the seed's throwaway schema.
+-- Placeholders are psycopg's: the seed's $1 is %(queue)s (claim) or %(id)s (complete), $2 is
+-- %(fence)s, and its `LIMIT 10` is %(limit)s (10 unless `pgq bench --batch` says otherwise).
+
+-- name: table
+-- The seed's table, verbatim.
+CREATE TABLE jobs (
+  id           bigserial   PRIMARY KEY,
+  queue        text        NOT NULL,
+  payload      jsonb       NOT NULL,
+  status       text        NOT NULL DEFAULT 'ready', -- ready | running | done | dead
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  attempts     int         NOT NULL DEFAULT 0,
+  max_attempts int         NOT NULL DEFAULT 5,
+  lease_until  timestamptz,
+  fence        bigint      NOT NULL DEFAULT 0,
+  last_error   text
+);
+
+-- name: ready_index
+-- The seed's first partial index, verbatim.
+CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'ready';
+
+-- name: lease_index
+-- The seed's second partial index, verbatim.
+CREATE INDEX jobs_lease_idx ON jobs (lease_until) WHERE status = 'running';
+
+-- name: enqueue
+-- The seed shows no INSERT; this is the plain one, one job per statement.
+INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s);
+
+-- name: claim
+-- The seed's claim, one short transaction.
+UPDATE jobs
+SET status      = 'running',
+    attempts    = attempts + 1,
+    fence       = fence + 1,
+    lease_until = now() + interval '30 seconds'
+WHERE id IN (
+  SELECT id FROM jobs
+  WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+  ORDER BY run_at
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+)
+RETURNING id, payload, fence;
+
+-- name: complete
+-- The seed's completion: one UPDATE (and transaction) per job.
+UPDATE jobs
+SET status = 'done', lease_until = NULL
+WHERE id = %(id)s AND fence = %(fence)s AND status = 'running';
