@@ -89,7 +89,15 @@ def started(request: pytest.FixtureRequest) -> Iterator[Started]:
         yield Started(home, dsn, before)
     finally:
         embedded.stop(home)
+        remove_home(home)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def remove_home(home: Path) -> None:
+    """Also the short socket directory a long home recorded (it lives outside the home)."""
+    record = home / "socket_dir"
+    if record.exists():
+        shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 def test_socket_dir_is_0700_and_the_users(started: Started) -> None:
@@ -302,3 +310,49 @@ def test_refuses_a_home_others_can_write(base: Path) -> None:
         embedded.start(home)
     assert stat.S_IMODE(home.stat().st_mode) == 0o777
     assert not (home / "pgdata").exists()
+
+
+AS_ORDINARY_USER = textwrap.dedent("""
+    import os, stat, sys
+    from pathlib import Path
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    from pgq_core import embedded
+    uid, gid = int(sys.argv[1]), int(sys.argv[2])
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    os.environ.pop("XDG_RUNTIME_DIR", None)
+    home = Path(sys.argv[3])
+    dsn = embedded.start(home)
+    try:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SELECT 1")
+        st = os.lstat(conninfo_to_dict(dsn)["host"])
+        print(conninfo_to_dict(dsn)["host"], st.st_uid, oct(stat.S_IMODE(st.st_mode)))
+    finally:
+        embedded.stop(home)
+    print("running after stop:", embedded._running(home / "pgdata") is not None)
+""")
+
+
+def test_an_ordinary_user_with_a_long_home_gets_a_private_socket_in_tmp(base: Path) -> None:
+    """Without root (no user namespace) and without XDG_RUNTIME_DIR: the socket directory is a
+    0700 mkdtemp directory of that user's in /tmp, not a shared runtime directory."""
+    nobody = other_user()
+    parent = base / "nobody"
+    parent.mkdir(mode=0o700)
+    os.chown(parent, nobody.pw_uid, nobody.pw_gid)
+    home = parent / ("n" * 100) / "home"
+    out = subprocess.run(
+        [sys.executable, "-c", AS_ORDINARY_USER, str(nobody.pw_uid), str(nobody.pw_gid),
+         str(home)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    remove_home(home)
+    socket_dir, owner, mode = out.stdout.splitlines()[0].split()
+    assert Path(socket_dir).parent == Path("/tmp")
+    assert (int(owner), mode) == (nobody.pw_uid, "0o700")
+    assert out.stdout.splitlines()[1] == "running after stop: False"
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o700
