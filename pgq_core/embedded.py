@@ -174,7 +174,11 @@ def _start_locked(home: Path) -> str:
             raise PgqError(f"the embedded PostgreSQL under {home} did not stay up (see "
                            f"{pgdata / 'log'})")
         if upgrade:
-            _upgrade(running[0], running[1], password, pgdata)
+            try:
+                _upgrade(running[0], running[1], password, pgdata)
+            except psycopg.Error:
+                _run(["pg_ctl", "-D", str(pgdata), "-w", "-t", "60", "-m", "fast", "stop"])
+                raise
     elif _hba(pgdata) != HBA:
         raise PgqError(
             f"an embedded PostgreSQL started by an older pgq (trust authentication) runs on "
@@ -195,10 +199,11 @@ def _start_locked(home: Path) -> str:
 
 
 def _upgrade(socket_dir: Path, port: int, password: str, pgdata: Path) -> None:
-    """A data directory from an older pgq (trust): behind the private socket, give the
-    superuser the generated password (sent hashed), then install the strict pg_hba.conf."""
+    """A data directory from an older pgq (trust) or with an edited pg_hba.conf: behind the
+    private socket, give the superuser the generated password (sent hashed), then install the
+    strict pg_hba.conf. Connects with that password, which trust ignores."""
     with psycopg.connect(host=str(socket_dir), port=port, user=SUPERUSER, dbname=SUPERUSER,
-                         autocommit=True, connect_timeout=10) as conn:
+                         password=password, autocommit=True, connect_timeout=10) as conn:
         verifier = conn.pgconn.encrypt_password(
             password.encode(), SUPERUSER.encode(), b"scram-sha-256"
         )
