@@ -77,3 +77,28 @@ def until_lost(ctx: JobContext) -> None:
             ),
             (ctx.id,),
         )
+
+
+HOSTILE_TEXTS = {
+    "nul": "bad\x00byte",
+    "surrogate": "lone \ud800 surrogate",
+    "huge": "x" * 10_000_000,
+}
+
+
+def hostile(ctx: JobContext) -> None:
+    """Record the run; then raise an error text the database would refuse as it stands (NUL,
+    a lone surrogate, 10 MB), or do the fenced work of `fenced`."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    conn = _conn()
+    conn.execute(
+        psycopg.sql.SQL("INSERT INTO {}.runs (job_id, fence) VALUES (%s, %s)").format(
+            psycopg.sql.Identifier(ctx.schema)
+        ),
+        (ctx.id, ctx.fence),
+    )
+    conn.commit()
+    text = HOSTILE_TEXTS.get(ctx.payload.get("kind", ""))
+    if text is not None:
+        raise ValueError(text)
+    fenced(ctx)

@@ -169,6 +169,75 @@ def test_sigkill_chaos_every_job_done_once_with_its_fence(
     assert scalar(queue, "SELECT count(*) FROM {s}.jobs WHERE fence > 1") > 0
 
 
+def test_sigkill_chaos_with_hostile_error_texts(queue: Queue, workers: Workers) -> None:
+    """Handlers raise errors holding NUL bytes, lone surrogates and 10 MB texts while workers
+    are SIGKILLed: every job ends done or dead, and no completed job ran again."""
+    create_effects(queue)
+    queue.conn.execute(q(queue.schema, "CREATE TABLE {s}.runs (job_id bigint, fence bigint)"))
+    rng = random.Random(11)
+    kinds = ["ok", "ok", "ok", "nul", "surrogate", "huge"]
+    specs = [
+        JobSpec("chaos", {"sleep": rng.uniform(0.005, 0.03), "kind": kinds[i % len(kinds)]},
+                max_attempts=4)
+        for i in range(360)
+    ]
+    queue.enqueue_many(specs)
+    args = ("chaos", "--handler", "handlers_for_tests:hostile", "--concurrency", "6",
+            "--lease", "2s", "--poll-interval", "0.2s")
+    pool = [workers.start(*args) for _ in range(3)]
+
+    def settled() -> int:
+        return int(scalar(queue, "SELECT count(*) FROM {s}.jobs WHERE status IN ('done', 'dead')"))
+
+    kills = 0
+    while kills < 4 and settled() < len(specs) * 0.7:
+        victims = [p for p in pool if p.poll() is None and held_by(queue, p) > 0]
+        if not victims:
+            time.sleep(0.05)
+            continue
+        victim = rng.choice(victims)
+        victim.kill()
+        victim.wait(10)
+        pool[pool.index(victim)] = workers.start(*args)
+        kills += 1
+        time.sleep(rng.uniform(0.2, 0.5))
+    assert kills >= 2, "the drain ended before the chaos could start"
+    # Failed jobs retry after backoff (1 s, 2 s, 4 s): give them time to reach dead.
+    wait_for(lambda: settled() == len(specs), timeout=180, what="every job done or dead")
+    for proc in pool:
+        assert proc.poll() is None, workers.log(proc)
+        proc.terminate()
+    for proc in pool:
+        assert proc.wait(30) == 0, workers.log(proc)
+
+    ok = len([s for s in specs if s.payload["kind"] == "ok"])
+    assert scalar(queue, "SELECT count(*) FROM {s}.jobs WHERE status = 'done'") == ok
+    assert scalar(queue, "SELECT count(*) FROM {s}.effects") == ok
+    # A done job never ran after the claim that completed it, and completed exactly once.
+    assert scalar(
+        queue,
+        "SELECT count(*) FROM {s}.runs r JOIN {s}.jobs j ON j.id = r.job_id "
+        "WHERE j.status = 'done' AND r.fence > j.fence",
+    ) == 0
+    assert scalar(
+        queue,
+        "SELECT count(*) FROM (SELECT job_id FROM {s}.job_events WHERE event = 'completed' "
+        "GROUP BY job_id HAVING count(*) > 1) x",
+    ) == 0
+    dead = queue.conn.execute(
+        q(queue.schema, "SELECT payload->>'kind', last_error FROM {s}.jobs WHERE status = 'dead'")
+    ).fetchall()
+    assert len(dead) == len(specs) - ok
+    expected = {"nul": "ValueError: badbyte", "surrogate": "ValueError: lone \ufffd surrogate"}
+    for kind, error in dead:
+        if error.startswith("lease expired"):
+            continue  # its last attempt was the one a SIGKILL interrupted
+        if kind == "huge":
+            assert len(error) == 8192 and error.endswith("characters in all]"), error[-60:]
+        else:
+            assert error == expected[kind]
+
+
 def test_sigstop_past_the_lease_then_sigcont_writes_are_rejected(
     queue: Queue, workers: Workers
 ) -> None:
