@@ -546,15 +546,11 @@ def show(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> None:
         if as_json:
             echo_json(q.job(job_id).to_dict())
             return
-        found = q.run(ops.job_preview(job_id, SHOW_CHARS))
+        found = q.run(ops.job_preview(job_id, 2**31 - 1 if full else SHOW_CHARS))
         if found is None:
             raise JobNotFound(job_id)
         detail, preview = found
-        if full and not preview.complete:
-            whole = q.job(job_id)
-            detail, preview = whole, PayloadPreview(json.dumps(whole.payload), preview.size)
-        else:
-            detail.history.extend(q.history(job_id))
+        detail.history.extend(q.history(job_id))
     _print_detail(detail, preview)
 
 

@@ -27,8 +27,10 @@ LEASE_MIN = timedelta(seconds=1)
 LEASE_MAX = timedelta(days=1)
 #: Jobs one worker runs at once (each holds a task and, for sync handlers, a thread).
 CONCURRENCY_MAX = 1000
-#: A queue name is the payload of NOTIFY, which holds at most 7999 bytes.
-QUEUE_NAME_MAX_BYTES = 7999
+#: A queue name is the payload of NOTIFY (at most 7999 bytes) and a key of btree indexes
+#: (a row holds at most 2704 bytes, incompressible names reach it first): 2 kB fits both.
+NOTIFY_PAYLOAD_MAX_BYTES = 7999
+QUEUE_NAME_MAX_BYTES = 2048
 #: Passwords shorter than this are not searched for inside a message (that would garble
 #: words); a message holding one as a whole token is replaced by HIDDEN.
 SHORT_PASSWORD = 4
@@ -224,8 +226,8 @@ def check_queue_name(name: str) -> str:
         raise ValueError("queue name is not valid UTF-8") from None
     if size > QUEUE_NAME_MAX_BYTES:
         raise ValueError(
-            f"queue name is {size} bytes long; at most {QUEUE_NAME_MAX_BYTES} (UTF-8) fit in "
-            "the NOTIFY that wakes workers"
+            f"queue name is {size} bytes long (UTF-8); at most {QUEUE_NAME_MAX_BYTES} fit "
+            f"(it is indexed, and it is the NOTIFY payload, at most {NOTIFY_PAYLOAD_MAX_BYTES})"
         )
     return name
 
