@@ -7,15 +7,32 @@ import logging
 import os
 import sys
 from datetime import timedelta
+from typing import Any
 
 import click
 
 from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
+from pgq_core.text import printable
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
 from .context import at_most, lease_duration, queue_names, settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class PrintableFormatter(logging.Formatter):
+    """Each log record on one line with every control character escaped (a handler's error
+    or a queue name must not drive the terminal or forge a log line); tracebacks keep their
+    line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), multiline=True)
 
 
 @click.command("worker")
@@ -72,7 +89,9 @@ def worker_command(
     """
     handler = load_handler(handler_spec)
     target = settings(ctx).target()
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))
+    logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
     worker = Worker(
         target.dsn,
         queues,

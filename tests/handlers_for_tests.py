@@ -77,3 +77,8 @@ def until_lost(ctx: JobContext) -> None:
             ),
             (ctx.id,),
         )
+
+
+def fail_with(ctx: JobContext) -> None:
+    """Raise an error whose text is `payload["error"]` (terminal control sequences included)."""
+    raise RuntimeError(ctx.payload["error"])
