@@ -139,7 +139,8 @@ def test_an_error_line_is_printable() -> None:
 
 
 def test_the_worker_log_is_printable(dsn: str, schema: str, queue: Queue) -> None:
-    queue.enqueue("esc", {"error": "bad \x1b]0;title\x07 \x1b[2J \x1b[6n\nforged line"}, max_attempts=1)
+    error = "bad \x1b]0;title\x07 \x1b[2J \x1b[6n\nforged line"
+    queue.enqueue("esc", {"error": error}, max_attempts=1)
     done = pgq_process(
         "--dsn", dsn, "--schema", schema,
         "worker", "esc", "--handler", "tests.handlers_for_tests:fail_with", "--burst",
