@@ -560,7 +560,12 @@ def _payload(preview: PayloadPreview) -> Text:
         return _text(preview.text, multiline=True)
     if len(preview.text) > SHOW_CHARS:
         return _text(preview.text, multiline=True)
-    pretty = json.dumps(json.loads(preview.text), indent=2, ensure_ascii=False)
+    try:
+        pretty = json.dumps(json.loads(preview.text), indent=2, ensure_ascii=False)
+    except RecursionError:  # stored by plain SQL deeper than Python's JSON reads
+        pretty = preview.text
+    if len(pretty) > 4 * SHOW_CHARS:  # deep nesting: indentation would dwarf the payload
+        pretty = preview.text
     text = _text(pretty, multiline=True)
     JSONHighlighter().highlight(text)
     return text

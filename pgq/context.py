@@ -146,6 +146,8 @@ class PgqGroup(click.Group):
             fail(_clean(ctx, str(exc)))
         except psycopg.Error as exc:
             fail(_clean(ctx, explain(exc, _dsn(ctx))))
+        except RecursionError:
+            fail("a JSON value is nested too deeply for Python to read (stored by plain SQL?)")
         except Exception as exc:
             if os.environ.get("PGQ_DEBUG"):
                 raise
