@@ -3,49 +3,125 @@
 Every command reaches the database through pgq_core's `Queue`; none holds SQL. Commands that
 print data take `--json`; bad input is one `pgq: error: ...` line (exit 2 for usage, 1 for
 runtime failures), never a traceback.
+
+Invariants: text from the database reaches the terminal only as `rich.text.Text` through
+`pgq_core.text.printable` (never as markup, never a control character); `--json` prints the
+raw values. The worker, dashboard, demo and bench commands are imported only when run, so
+`pgq --help` stays fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import IO, Any
+from datetime import UTC, datetime, timedelta
+from typing import IO, TYPE_CHECKING, Any
 
 import click
-import psycopg
 from rich.console import Console
-from rich.json import JSON
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.highlighter import JSONHighlighter
 from rich.table import Table
+from rich.text import Text
 
-from pgq_core import JobDetail, JobNotFound, JobSpec, Queue
+from pgq_core import JobDetail, JobNotFound, JobSpec, Queue, ops
 from pgq_core import migrate as run_migrate
 from pgq_core.models import STATUSES
-from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH
+from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH, PayloadPreview
+from pgq_core.text import printable
 
-from .context import PgqGroup, Settings, duration, echo_json, fail, settings, unique
+from .context import (
+    PgqGroup,
+    Settings,
+    duration,
+    echo_json,
+    fail,
+    queue_option,
+    settings,
+    unique,
+)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 #: Files with at least this many jobs get a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 5000
 #: PostgreSQL's int and bigint ranges, so an out-of-range number is a usage error.
 INT4 = click.IntRange(1, 2**31 - 1)
 JOB_ID = click.IntRange(1, 2**63 - 1)
-#: Jobs per `enqueue_many` call while a file is enqueued (all inside one transaction).
+#: Jobs per `enqueue_many` call while a file is enqueued (all inside one transaction), and the
+#: most JSON text (bytes) one call carries: jsonb arrays hold at most 255 MB.
 ENQUEUE_STEP = 5000
+ENQUEUE_STEP_BYTES = 64 * 1024 * 1024
+#: The largest payload line of a file: a jsonb value holds at most 255 MB.
+PAYLOAD_MAX_BYTES = 255 * 1024 * 1024
+#: Characters of a payload `pgq show` prints unless --full.
+SHOW_CHARS = 64 * 1024
+#: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
+RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+#: The longest --delay: 100 years.
+DELAY_MAX = timedelta(days=36525)
 
 
-@click.group(cls=PgqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(PgqGroup):
+    """Commands of `LAZY` are imported when run (or asked for their help), not at start-up;
+    `pgq --help` lists them by their short help here."""
+
+    #: name -> (module, attribute, short help)
+    LAZY: dict[str, tuple[str, str, str]] = {
+        "worker": (
+            "pgq.worker_cli", "worker_command", "Run a handler on the jobs of QUEUES until stopped."
+        ),
+        "dashboard": (
+            "pgq.tui_cli",
+            "dashboard_command",
+            "Live view of queues, leases, jobs and workers, with operator actions (? for keys).",
+        ),
+        "demo": (
+            "pgq.tui_cli",
+            "demo_command",
+            "Fill demo queues with a realistic mix and open the dashboard with workers running.",
+        ),
+        "bench": (
+            "pgq.bench_cli",
+            "bench_command",
+            "Benchmark pgq against the seed's plain SQL on a throwaway server.",
+        ),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in self.LAZY:
+            module, attribute, _ = self.LAZY[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            if name in self.LAZY and name not in self.commands:
+                placeholder = click.Command(name, help=self.LAZY[name][2])
+                rows.append((name, placeholder.get_short_help_str(limit)))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--dsn",
     envvar="PGQ_DSN",
@@ -57,15 +133,23 @@ ENQUEUE_STEP = 5000
     default=None,
     help="Schema of the queue (or PGQ_SCHEMA; default pgq).",
 )
+@click.option(
+    "--statement-timeout",
+    envvar="PGQ_STATEMENT_TIMEOUT",
+    callback=duration,
+    help="Longest any one statement may run, e.g. 30s; 0 for none (or PGQ_STATEMENT_TIMEOUT). "
+    "Default: the role's own, else 30s.",
+)
 @click.version_option(package_name="pgq")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None, schema: str | None) -> None:
+def main(
+    ctx: click.Context, dsn: str | None, schema: str | None, statement_timeout: timedelta | None
+) -> None:
     """A job queue in one PostgreSQL table, with leases, fencing tokens and a dashboard."""
-    ctx.obj = Settings(dsn, schema)
+    ctx.obj = Settings(dsn, schema, statement_timeout)
 
 
 # ---------------------------------------------------------------------------- parameter types
-
 
 
 def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -74,11 +158,24 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        aware = parsed if parsed.tzinfo else parsed.astimezone()
+        in_range = RUN_AT_MIN <= aware <= RUN_AT_MAX
+    except (ValueError, OverflowError):
         raise click.BadParameter(
             f"not an ISO 8601 time: {value!r} (use e.g. 2030-01-31T09:00:00+00:00)", ctx, param
         ) from None
-    return parsed if parsed.tzinfo else parsed.astimezone()
+    if not in_range:
+        raise click.BadParameter(
+            f"{value!r} is out of range: give a time between 1970 and 9999", ctx, param
+        )
+    return aware
+
+
+def _delay(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    parsed = duration(ctx, param, value)
+    if parsed is not None and parsed > DELAY_MAX:
+        raise click.BadParameter("the delay must be at most 100 years", ctx, param)
+    return parsed
 
 
 def _string_problem(value: Any) -> str | None:
@@ -124,16 +221,25 @@ def parse_payload(text: str) -> Any:
         value = _DECODER.decode(text.rstrip())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     problem = _string_problem(value) if "\\u" in text else None
     if problem:
         raise ValueError(problem)
     return value
 
 
-def read_payload_lines(stream: IO[bytes], name: str) -> list[Any]:
-    """Every non-blank line of a JSON-lines stream; BadParameter naming the first bad line."""
-    payloads: list[Any] = []
+def read_payload_lines(stream: IO[bytes], name: str) -> list[tuple[Any, int]]:
+    """Every non-blank line of a JSON-lines stream with its size in bytes; BadParameter naming
+    the first bad line (not UTF-8, not JSON, nested too deeply, too large)."""
+    payloads: list[tuple[Any, int]] = []
     for number, raw in enumerate(stream, start=1):
+        if len(raw) > PAYLOAD_MAX_BYTES:
+            raise click.BadParameter(
+                f"{name}: line {number} is too large ({_size(len(raw))}; a payload holds at "
+                f"most {_size(PAYLOAD_MAX_BYTES)}); nothing was enqueued",
+                param_hint="'--file'",
+            )
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError:
@@ -144,7 +250,7 @@ def read_payload_lines(stream: IO[bytes], name: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            payloads.append(parse_payload(line))
+            payloads.append((parse_payload(line), len(raw)))
         except ValueError as exc:
             raise click.BadParameter(
                 f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
@@ -160,8 +266,29 @@ def _console() -> Console:
     return Console(soft_wrap=False)
 
 
+def _text(value: str | None, *, multiline: bool = False, style: str = "") -> Text:
+    """Database text for the terminal: never markup, every control character escaped."""
+    return Text(printable(value or "", multiline=multiline), style=style)
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("kB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
 def _progress(total_hint: bool) -> Progress:
     """A progress display on stderr, only when stderr is a terminal (never in pipes or --json)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     err = Console(stderr=True)
     columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
     if total_hint:
@@ -211,8 +338,9 @@ def _queue(ctx: click.Context) -> Iterator[Queue]:
 @click.pass_context
 def migrate(ctx: click.Context) -> None:
     """Create or upgrade the queue's schema (idempotent; safe from many processes at once)."""
-    target = settings(ctx).target()
-    with psycopg.connect(target.dsn, autocommit=True) as conn:
+    group = settings(ctx)
+    target = group.target()
+    with group.connect() as conn:
         applied = run_migrate(conn, target.schema)
     if applied:
         click.echo(f"schema {target.schema}: applied version(s) {', '.join(map(str, applied))}")
@@ -230,13 +358,13 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json([r.to_dict() for r in rows])
         return
-    table = Table(title=f"pgq · {settings(ctx).target().display}")
+    table = Table(title=_text(f"pgq · {settings(ctx).target().display}"))
     for col in ("queue", "ready", "scheduled", "running", "expiring", "dead", "done", "oldest due"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
         table.add_row(
-            escape(r.queue),
+            _text(r.queue),
             str(r.ready),
             str(r.scheduled),
             str(r.running),
@@ -252,7 +380,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue_name", metavar="QUEUE")
+@click.argument("queue_name", metavar="QUEUE", callback=queue_option)
 @click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
 @click.option(
     "--file",
@@ -261,7 +389,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     type=click.File("rb"),
     help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
 )
-@click.option("--delay", callback=duration, help="Due after this long, e.g. 30s, 5m, 1h.")
+@click.option("--delay", callback=_delay, help="Due after this long, e.g. 30s, 5m, 1h.")
 @click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
 @click.option(
     "--max-attempts",
@@ -283,8 +411,6 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file."""
-    if not queue_name.strip():
-        raise click.BadParameter("queue name must not be empty", param_hint="'QUEUE'")
     if payload is not None and file is not None:
         raise click.UsageError("give PAYLOAD_JSON or --file, not both")
     if delay is not None and run_at is not None:
@@ -304,26 +430,44 @@ def enqueue(
         if as_json:
             echo_json([job_id])
         else:
-            click.echo(f"enqueued job {job_id} on {queue_name}")
+            click.echo(f"enqueued job {job_id} on {printable(queue_name)}")
         return
 
     name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
     payloads = read_payload_lines(file, name)
     specs = [
-        JobSpec(queue_name, p, run_at=run_at, delay=delay, max_attempts=max_attempts)
-        for p in payloads
+        (JobSpec(queue_name, p, run_at=run_at, delay=delay, max_attempts=max_attempts), size)
+        for p, size in payloads
     ]
     ids = _enqueue_all(ctx, specs)
     if as_json:
         echo_json(ids)
     elif ids:
-        click.echo(f"enqueued {_plural(len(ids), 'job')} on {queue_name} (ids {ids[0]}..{ids[-1]})")
+        click.echo(
+            f"enqueued {_plural(len(ids), 'job')} on {printable(queue_name)} "
+            f"(ids {ids[0]}..{ids[-1]})"
+        )
     else:
         click.echo(f"{name}: no jobs (only blank lines); nothing enqueued")
 
 
-def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
-    """All specs in one transaction: a failure part-way leaves nothing enqueued."""
+def _steps(specs: list[tuple[JobSpec, int]]) -> Iterator[list[JobSpec]]:
+    """Consecutive runs of at most ENQUEUE_STEP jobs and ENQUEUE_STEP_BYTES of JSON each."""
+    step: list[JobSpec] = []
+    size = 0
+    for spec, spec_size in specs:
+        if step and (len(step) >= ENQUEUE_STEP or size + spec_size > ENQUEUE_STEP_BYTES):
+            yield step
+            step, size = [], 0
+        step.append(spec)
+        size += spec_size
+    if step:
+        yield step
+
+
+def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[int]:
+    """All specs in one transaction: a failure part-way leaves nothing enqueued. Each statement
+    carries a bounded step, so each stays under jsonb's size limit and the statement timeout."""
     ids: list[int] = []
     if not specs:
         return ids
@@ -332,8 +476,7 @@ def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
             "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
         )
         with q.conn.transaction():
-            for start in range(0, len(specs), ENQUEUE_STEP):
-                step = specs[start : start + ENQUEUE_STEP]
+            for step in _steps(specs):
                 ids += q.enqueue_many(step)
                 progress.advance(task, len(step))
     return ids
@@ -343,7 +486,7 @@ def _enqueue_all(ctx: click.Context, specs: list[JobSpec]) -> list[int]:
 
 
 @main.command()
-@click.option("--queue", "-q", "queue_name", help="Only this queue.")
+@click.option("--queue", "-q", "queue_name", callback=queue_option, help="Only this queue.")
 @click.option("--status", "-s", type=click.Choice(STATUSES), help="Only jobs in this status.")
 @click.option(
     "--limit",
@@ -378,32 +521,57 @@ def jobs(
         error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
         table.add_row(
             str(r.id),
-            escape(r.queue),
+            _text(r.queue),
             r.status,
             f"{r.attempts}/{r.max_attempts}",
             str(r.fence),
             _when(r.run_at),
-            escape(r.worker or ""),
-            escape(error),
+            _text(r.worker),
+            _text(error),
         )
     _console().print(table)
 
 
 @main.command()
 @click.argument("job_id", type=JOB_ID)
+@click.option("--full", is_flag=True, help="Print the whole payload (default: its first 64 kB).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (history included).")
 @click.pass_context
-def show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """Every column of one job, its payload and its fence history."""
+def show(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> None:
+    """Every column of one job, its payload and its fence history.
+
+    Only the first part of a large payload is fetched and printed, with its size, unless --full
+    (--json always holds the whole job)."""
     with _queue(ctx) as q:
-        detail = q.job(job_id)
-    if as_json:
-        echo_json(detail.to_dict())
-        return
-    _print_detail(detail)
+        if as_json:
+            echo_json(q.job(job_id).to_dict())
+            return
+        found = q.run(ops.job_preview(job_id, 2**31 - 1 if full else SHOW_CHARS))
+        if found is None:
+            raise JobNotFound(job_id)
+        detail, preview = found
+        detail.history.extend(q.history(job_id))
+    _print_detail(detail, preview)
 
 
-def _print_detail(d: JobDetail) -> None:
+def _payload(preview: PayloadPreview) -> Text:
+    """Pretty and highlighted when whole and small; otherwise the JSON text as it is."""
+    if not preview.complete:
+        return _text(preview.text, multiline=True)
+    if len(preview.text) > SHOW_CHARS:
+        return _text(preview.text, multiline=True)
+    try:
+        pretty = json.dumps(json.loads(preview.text), indent=2, ensure_ascii=False)
+    except RecursionError:  # stored by plain SQL deeper than Python's JSON reads
+        pretty = preview.text
+    if len(pretty) > 4 * SHOW_CHARS:  # deep nesting: indentation would dwarf the payload
+        pretty = preview.text
+    text = _text(pretty, multiline=True)
+    JSONHighlighter().highlight(text)
+    return text
+
+
+def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
     console = _console()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold")
@@ -422,18 +590,31 @@ def _print_detail(d: JobDetail) -> None:
         ("lease", lease),
         ("lease until", _when(d.lease_until)),
         ("finished at", _when(d.finished_at)),
-        ("last error", d.last_error or ""),
     ):
-        fields.add_row(label, escape(value))
+        fields.add_row(label, _text(value))
+    fields.add_row("last error", _text(d.last_error, multiline=True))
     console.print(fields)
-    console.print("[bold]payload[/bold]")
-    console.print(JSON(json.dumps(d.payload)))
+    if preview.complete:
+        console.print(Text("payload", style="bold"))
+    else:
+        console.print(
+            Text.assemble(
+                ("payload", "bold"),
+                f" ({_size(preview.size)} of JSON; the first {_size(len(preview.text))} shown, "
+                "--full shows all)",
+            )
+        )
+    if len(preview.text) > SHOW_CHARS:
+        console.file.flush()
+        click.echo(printable(preview.text, multiline=True))
+    else:
+        console.print(_payload(preview))
     history = Table(title="fence history", title_justify="left")
     for col in ("at", "event", "fence", "worker", "detail"):
         history.add_column(col, justify="right" if col == "fence" else "left")
     for e in d.history:
         history.add_row(
-            _when(e.at), e.event, str(e.fence), escape(e.worker or ""), escape(e.detail or "")
+            _when(e.at), e.event, str(e.fence), _text(e.worker), _text(e.detail, multiline=True)
         )
     console.print(history)
 
@@ -484,7 +665,13 @@ def _report(verb: str, done: list[int], skipped: dict[int, str], why: str, as_js
 
 @main.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB_ID]...")
-@click.option("--queue", "-q", "queue_name", help="Requeue the dead jobs of this queue.")
+@click.option(
+    "--queue",
+    "-q",
+    "queue_name",
+    callback=queue_option,
+    help="Requeue the dead jobs of this queue.",
+)
 @click.option("--all-queues", is_flag=True, help="Requeue the dead jobs of every queue.")
 @click.option("--dead", is_flag=True, help="Required with --queue/--all-queues: what to requeue.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was (not) requeued as JSON.")
@@ -514,7 +701,7 @@ def requeue(
             if as_json:
                 echo_json({"requeued": requeued, "not_requeued": []})
             else:
-                where = "every queue" if all_queues else f"queue {queue_name}"
+                where = "every queue" if all_queues else f"queue {printable(queue_name or '')}"
                 click.echo(f"requeued {_plural(len(requeued), 'dead job')} of {where}")
             return
         ids = unique(job_ids)
@@ -595,165 +782,3 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
         echo_json({"deleted": deleted})
     else:
         click.echo(f"pruned {_plural(deleted, 'done job')} older than {_span(older_than)}")
-
-
-# ---------------------------------------------------------------------------- bench
-
-
-def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    """`1,4,10,50` -> (1, 4, 10, 50): each a concurrency from 1 to 1000, each once."""
-    try:
-        levels = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"not a comma-separated list of numbers: {value!r}") from None
-    if not all(1 <= c <= 1000 for c in levels):
-        raise click.BadParameter("each level must be from 1 to 1000")
-    return tuple(dict.fromkeys(levels))
-
-
-@main.command("bench")
-@click.option(
-    "--jobs",
-    type=click.IntRange(1),
-    default=None,
-    help="Jobs per side (default 20,000; with --same-resources 10,000 per run).",
-)
-@click.option(
-    "--workers",
-    default=4,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="Worker processes per side.",
-)
-@click.option(
-    "--batch",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="The seed's LIMIT: jobs per seed claim (10 as the seed writes it). The "
-    "pgq_same_batch side runs pgq's worker with this concurrency, so the same claim size.",
-)
-@click.option(
-    "--concurrency",
-    default=50,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
-    "(ratio), its pickup latency and the variants.",
-)
-@click.option(
-    "--payload-bytes",
-    default=100,
-    show_default=True,
-    type=click.IntRange(0, 10_000_000),
-    help="Padding in each job's payload.",
-)
-@click.option(
-    "--latency-samples",
-    default=200,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Jobs enqueued one at a time for pickup latency.",
-)
-@click.option(
-    "--rounds",
-    default=3,
-    show_default=True,
-    type=click.IntRange(1, 20),
-    help="Drain rounds per side, interleaved; each side reports its median round.",
-)
-@click.option(
-    "--stats-scale",
-    is_flag=True,
-    help="Instead: stats and leases timing over a large history, sizes, prune.",
-)
-@click.option(
-    "--done",
-    "done_jobs",
-    default=1_000_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: done jobs (with history).",
-)
-@click.option(
-    "--ready",
-    "ready_jobs",
-    default=10_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: ready jobs.",
-)
-@click.option(
-    "--running",
-    "running_jobs",
-    default=1_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: running jobs.",
-)
-@click.option(
-    "--dead",
-    "dead_jobs",
-    default=1_000,
-    show_default=True,
-    type=click.IntRange(0),
-    help="--stats-scale: dead jobs.",
-)
-@click.option(
-    "--repeat",
-    default=200,
-    show_default=True,
-    type=click.IntRange(1),
-    help="--stats-scale: calls timed per query.",
-)
-@click.option(
-    "--same-resources",
-    is_flag=True,
-    help="Instead: the seed (C threads, one process) against one `pgq worker --concurrency C` "
-    "process, for each C of --concurrency-levels.",
-)
-@click.option(
-    "--concurrency-levels",
-    default="1,4,10,50",
-    show_default=True,
-    callback=_bench_levels,
-    help="--same-resources: the values of C, comma-separated.",
-)
-@click.option(
-    "--handler",
-    "handler_kind",
-    type=click.Choice(["sync", "async", "both"]),
-    default="both",
-    show_default=True,
-    help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
-@click.pass_context
-def bench_command(ctx: click.Context, /, **options: Any) -> None:
-    """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
-    with throwaway schemas that are dropped afterwards).
-
-    \b
-    Drain sides, same server, same run, same number of processes:
-      seed            the seed's SQL as written, claim --batch (LIMIT 10)
-      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
-      pgq             pgq's worker, concurrency --concurrency (its claim size)
-    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed.
-
-    \b
-    --same-resources: for each C, each side gets one process and C-way concurrency:
-      seed  the seed's SQL, C threads in one process, claim LIMIT 10
-      pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
-    ratio = pgq drain / seed drain at the same C, per handler."""
-    from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
-
-    obj = settings(ctx)
-    run_command(obj.dsn, obj.schema, **options)
-
-
-# Commands that live in their own modules: the worker, the dashboard and demo.
-from .tui_cli import dashboard_command, demo_command  # noqa: E402
-from .worker_cli import worker_command  # noqa: E402
-
-for _command in (worker_command, dashboard_command, demo_command):
-    main.add_command(_command)

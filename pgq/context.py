@@ -1,4 +1,9 @@
-"""What every command shares: the resolved database target and one-line error reporting."""
+"""What every command shares: the resolved database target, bounded sessions and one-line
+error reporting.
+
+Invariants: every connection a command opens is bounded (`config.connect_options`, and the
+statement and lock timeouts of `session_limits`); every error line is one printable line with
+the password scrubbed; database errors are named by what happened (`explain`)."""
 
 from __future__ import annotations
 
@@ -13,8 +18,18 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from pgq_core import PgqError, Queue, Target, migrate, parse_duration, resolve
-from pgq_core.config import first_line, scrub
+from pgq_core import PgqError, Queue, Target, migrate, ops, parse_duration, resolve
+from pgq_core.config import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    check_lease,
+    check_queue_name,
+    connect_options,
+    connect_timeout,
+    first_line,
+    scrub,
+)
+from pgq_core.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,19 +44,38 @@ class Settings:
 
     dsn: str | None
     schema: str | None
+    #: the operator's --statement-timeout (wins over the role's); None: ours unless the role
+    #: or database sets one
+    statement_timeout: timedelta | None = None
     _target: Target | None = field(default=None, repr=False)
 
     def target(self) -> Target:
         if self._target is None:
             self._target = resolve(self.dsn, self.schema)
             if self._target.embedded:
-                with psycopg.connect(self._target.dsn, autocommit=True) as conn:
+                with self.connect() as conn:
                     migrate(conn, self._target.schema)
         return self._target
 
-    def queue(self) -> Queue:
+    def connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection whose connect, statements and lock waits are bounded."""
         target = self.target()
-        return Queue.connect(target.dsn, target.schema)
+        conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
+        try:
+            Queue(conn, target.schema).run(
+                ops.session_limits(
+                    self.statement_timeout or DEFAULT_STATEMENT_TIMEOUT,
+                    DEFAULT_LOCK_TIMEOUT,
+                    force=self.statement_timeout is not None,
+                )
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def queue(self) -> Queue:
+        return Queue(self.connect(), self.target().schema, owns=True)
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -56,7 +90,8 @@ def fail(message: str, code: int = EXIT_RUNTIME) -> NoReturn:
 
 
 def one_line(text: str) -> str:
-    return " ".join(text.split())
+    """Whitespace collapsed, every control character shown as a visible escape."""
+    return printable(" ".join(text.split()))
 
 
 class OneLineError(click.ClickException):
@@ -109,10 +144,10 @@ class PgqGroup(click.Group):
             raise
         except PgqError as exc:
             fail(_clean(ctx, str(exc)))
-        except psycopg.OperationalError as exc:
-            fail(f"database unavailable: {_clean(ctx, first_line(str(exc)))}")
         except psycopg.Error as exc:
-            fail(f"database error: {_clean(ctx, first_line(str(exc)))}")
+            fail(_clean(ctx, explain(exc, _dsn(ctx))))
+        except RecursionError:
+            fail("a JSON value is nested too deeply for Python to read (stored by plain SQL?)")
         except Exception as exc:
             if os.environ.get("PGQ_DEBUG"):
                 raise
@@ -120,13 +155,67 @@ class PgqGroup(click.Group):
             fail(f"unexpected {type(exc).__name__}: {detail} (PGQ_DEBUG=1 shows the traceback)")
 
 
-def _clean(ctx: click.Context, text: str) -> str:
+def _dsn(ctx: click.Context) -> str | None:
     obj = ctx.find_object(Settings)
     if obj and obj._target:
-        return scrub(text, obj._target.dsn)
-    if obj and obj.dsn:
-        return scrub(text, obj.dsn)
-    return text
+        return obj._target.dsn
+    return obj.dsn if obj else None
+
+
+def _clean(ctx: click.Context, text: str) -> str:
+    return scrub(text, _dsn(ctx))
+
+
+def _reason(exc: BaseException) -> str:
+    """libpq's reason: its first line, completed by the next when it ends in ':'."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    return text.removeprefix("connection failed: ")
+
+
+_AUTH = ("authentication failed", "pg_hba.conf", "password authentication", "no password supplied")
+
+
+def explain(exc: psycopg.Error, dsn: str | None) -> str:
+    """What happened, by psycopg error class (SQLSTATE), never just "unavailable": connect
+    timeout, authentication, permission, statement or lock timeout, size limits, lost server.
+    Not scrubbed: the caller scrubs."""
+    errors = psycopg.errors
+    text = _reason(exc)
+    if isinstance(exc, errors.ConnectionTimeout) or text == "connection timeout expired":
+        seconds = connect_timeout(dsn) if dsn else None
+        within = f" within {seconds:g}s" if seconds else ""
+        return (
+            f"connect timeout: the server did not answer{within} "
+            "(connect_timeout in the DSN or PGCONNECT_TIMEOUT sets the wait)"
+        )
+    if isinstance(exc, errors.QueryCanceled):
+        if "statement timeout" in text:
+            return (
+                "statement timeout: the server cancelled a statement that ran too long "
+                "(--statement-timeout or PGQ_STATEMENT_TIMEOUT; the role's own setting "
+                "applies unless one is given)"
+            )
+        return f"statement cancelled: {text}"
+    if isinstance(exc, errors.LockNotAvailable):
+        return f"lock timeout: rows or tables pgq needs are locked by another session ({text})"
+    if isinstance(
+        exc, errors.InvalidPassword | errors.InvalidAuthorizationSpecification
+    ) or any(a in text for a in _AUTH):
+        return f"authentication failed: {text}"
+    if isinstance(exc, errors.InsufficientPrivilege):
+        return f"permission denied: {text}"
+    if isinstance(exc, errors.ProgramLimitExceeded):
+        return f"too large for PostgreSQL: {text}"
+    if isinstance(exc, errors.IdleInTransactionSessionTimeout | errors.IdleSessionTimeout):
+        return f"session timeout: {text}"
+    if isinstance(exc, errors.OperationalError):
+        return f"database unavailable: {text}"
+    return f"database error: {text}"
 
 
 def _json_default(value: Any) -> Any:
@@ -148,13 +237,55 @@ def unique(ids: Sequence[int]) -> list[int]:
 
 
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
-    """click callback for durations (`30s`, `5m`, `7d`); a `--lease` must be longer than 0."""
+    """click callback for durations (`30s`, `5m`, `7d`)."""
     if value is None:
         return None
     try:
-        parsed = parse_duration(value)
+        return parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
-    if param.name == "lease" and parsed.total_seconds() <= 0:
-        raise click.BadParameter("the lease must be longer than 0", ctx, param)
-    return parsed
+
+
+def lease_duration(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> timedelta | None:
+    """click callback for a worker's `--lease`: a duration within `config.check_lease`."""
+    parsed = duration(ctx, param, value)
+    if parsed is None:
+        return None
+    try:
+        return check_lease(parsed)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def at_most(limit: timedelta) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """click callback for a duration no longer than `limit`."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+        parsed = duration(ctx, param, value)
+        if parsed is not None and parsed > limit:
+            raise click.BadParameter(f"must be at most {limit.total_seconds():g}s", ctx, param)
+        return parsed
+
+    return check
+
+
+def queue_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """click callback: a queue name pgq can store and NOTIFY (see `config.check_queue_name`)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("queue name must not be empty", ctx, param)
+    try:
+        return check_queue_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def queue_names(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    return tuple(name for name in value if queue_option(ctx, param, name) is not None)

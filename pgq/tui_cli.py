@@ -12,10 +12,10 @@ import click
 import psycopg
 
 from pgq_core import embedded, migrate, resolve
-from pgq_core.config import Target
+from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
 from pgq_core.worker import load_handler
 
-from .context import duration, fail, settings
+from .context import fail, lease_duration, settings
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp
@@ -61,7 +61,7 @@ def leave_stuck_handlers(
 @click.option(
     "--concurrency",
     "-c",
-    type=click.IntRange(1, 1000),
+    type=click.IntRange(1, CONCURRENCY_MAX),
     default=4,
     show_default=True,
     help="Concurrency of each worker started with `w`.",
@@ -70,8 +70,8 @@ def leave_stuck_handlers(
     "--lease",
     default="30s",
     show_default=True,
-    callback=duration,
-    help="Lease of workers started with `w`, e.g. 30s.",
+    callback=lease_duration,
+    help="Lease of workers started with `w`, 1s to 1d, e.g. 30s.",
 )
 @click.pass_context
 def dashboard_command(
@@ -123,7 +123,7 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
     group = settings(ctx)
     schema = group.schema or os.environ.get("PGQ_SCHEMA") or DEMO_SCHEMA
     target = resolve(group.dsn, schema)
-    with psycopg.connect(target.dsn, autocommit=True) as conn:
+    with psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn)) as conn:
         migrate(conn, target.schema)
     producer = DemoProducer(target.dsn, target.schema)
     producer.fill()

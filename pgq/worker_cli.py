@@ -7,20 +7,37 @@ import logging
 import os
 import sys
 from datetime import timedelta
+from typing import Any
 
 import click
 
+from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
+from pgq_core.text import printable
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
-from .context import duration, fail, settings
+from .context import at_most, lease_duration, queue_names, settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005
 
 
+class PrintableFormatter(logging.Formatter):
+    """Each log record on one line with every control character escaped (a handler's error
+    or a queue name must not drive the terminal or forge a log line); tracebacks keep their
+    line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), multiline=True)
+
 
 @click.command("worker")
-@click.argument("queues", nargs=-1, required=True)
+@click.argument("queues", nargs=-1, required=True, callback=queue_names)
 @click.option(
     "--handler",
     "handler_spec",
@@ -29,35 +46,36 @@ SWITCH_INTERVAL = 0.0005
     help="Function called with each job (plain or async def); MODULE importable from here.",
 )
 @click.option(
-    "--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
+    "--concurrency", "-c", type=click.IntRange(1, CONCURRENCY_MAX), default=10, show_default=True,
     help="Jobs run at once (and the most jobs ever held).",
 )
 @click.option(
-    "--lease", default="30s", show_default=True, callback=duration,
-    help="Lease per claim, e.g. 30s or 2m (bare numbers are seconds); heartbeats every third.",
+    "--lease", default="30s", show_default=True, callback=lease_duration,
+    help="Lease per claim, 1s to 1d, e.g. 30s or 2m (bare numbers are seconds); heartbeats "
+    "every third.",
 )
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty and nothing runs.")
 @click.option(
-    "--grace", default="30s", show_default=True, callback=duration,
+    "--grace", default="30s", show_default=True, callback=at_most(LEASE_MAX),
     help="On SIGTERM/SIGINT, how long running jobs may finish before they are handed back.",
 )
 @click.option(
-    "--poll-interval", default="1s", show_default=True, callback=duration,
+    "--poll-interval", default="1s", show_default=True, callback=at_most(timedelta(hours=1)),
     help="Polling fallback when idle (doubles up to 10x while the queues stay empty).",
 )
 @click.option(
     "--timeout",
     default=None,
-    callback=duration,
+    callback=at_most(LEASE_MAX),
     help="Fail a job whose handler runs longer than this (async handlers are cancelled, "
     "plain ones abandoned in their thread). Default: no limit.",
 )
 @click.option(
-    "--statement-timeout", default="30s", show_default=True, callback=duration,
+    "--statement-timeout", default="30s", show_default=True, callback=at_most(LEASE_MAX),
     help="Longest any worker statement may run before it is cancelled and retried.",
 )
 @click.option(
-    "--lock-timeout", default="5s", show_default=True, callback=duration,
+    "--lock-timeout", default="5s", show_default=True, callback=at_most(LEASE_MAX),
     help="Longest a worker statement may wait for a lock.",
 )
 @click.option(
@@ -88,11 +106,11 @@ def worker_command(
     max_attempts). SIGTERM/SIGINT stops claiming, lets running jobs finish within --grace and
     hands the rest back; a second signal hands them back at once.
     """
-    if any(not q.strip() for q in queues):
-        fail("queue names must not be empty")
     handler = load_handler(handler_spec)
     target = settings(ctx).target()
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))
+    logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
     worker = Worker(
         target.dsn,
         queues,

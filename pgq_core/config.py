@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+from urllib.parse import quote, unquote
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -15,7 +17,30 @@ from .errors import PgqError
 DEFAULT_SCHEMA = "pgq"
 #: Seconds to wait for a connection when neither the DSN nor PGCONNECT_TIMEOUT says otherwise.
 DEFAULT_CONNECT_TIMEOUT = 5
+#: Statement and lock timeouts of the CLI's sessions unless the role, database or the operator
+#: (--statement-timeout, PGQ_STATEMENT_TIMEOUT) set one.
+DEFAULT_STATEMENT_TIMEOUT = timedelta(seconds=30)
+DEFAULT_LOCK_TIMEOUT = timedelta(seconds=10)
+#: Bounds of a worker's lease: under a second the heartbeat cannot keep up (jobs run twice);
+#: over a day an expired lease is noticed too late to matter.
+LEASE_MIN = timedelta(seconds=1)
+LEASE_MAX = timedelta(days=1)
+#: Jobs one worker runs at once (each holds a task and, for sync handlers, a thread).
+CONCURRENCY_MAX = 1000
+#: A queue name is the payload of NOTIFY (at most 7999 bytes) and a key of btree indexes
+#: (a row holds at most 2704 bytes, incompressible names reach it first): 2 kB fits both.
+NOTIFY_PAYLOAD_MAX_BYTES = 7999
+QUEUE_NAME_MAX_BYTES = 2048
+#: Passwords shorter than this are not searched for inside a message (that would garble
+#: words); a message holding one as a whole token is replaced by HIDDEN.
+SHORT_PASSWORD = 4
+HIDDEN = "(details hidden: the message may hold the database password)"
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
+_URL = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+#: What a URL's user info may hold raw (RFC 3986: unreserved, sub-delims, ':', %-escapes),
+#: plus non-ASCII, which libpq passes through.
+_USERINFO_OK = re.compile(r"^(?:[A-Za-z0-9\-._~!$&'()*+,;=:\u0080-\U0010ffff]|%[0-9A-Fa-f]{2})*$")
+_KV_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
 
 
 @dataclass(frozen=True)
@@ -38,15 +63,49 @@ def check_schema(schema: str) -> str:
     return schema
 
 
+def _userinfo(dsn: str) -> str | None:
+    """The raw `user:password` part of a URL DSN (up to its last '@'), or None."""
+    if not _URL.match(dsn):
+        return None
+    rest = _URL.sub("", dsn, count=1).split("?", 1)[0]
+    return rest[: rest.rindex("@")] if "@" in rest else None
+
+
+def _parse_problem(message: str) -> str:
+    """What is wrong with a DSN psycopg refused, in words that quote none of it."""
+    if "percent-encoded" in message:
+        return "a %-escape is invalid (write % itself as %25)"
+    if 'missing "="' in message or "unterminated quoted string" in message:
+        return "a key=value pair is malformed (quote values holding spaces: password='a b')"
+    if "invalid connection option" in message:
+        return "it names an unknown connection option"
+    if "invalid URI" in message or "URI" in message:
+        return "the URL is malformed"
+    return "it could not be parsed"
+
+
+def check_dsn(dsn: str) -> None:
+    """PgqError when `dsn` cannot name a server as written. The message never quotes the DSN:
+    psycopg's own parse errors do, and a typo there is often in the password."""
+    userinfo = _userinfo(dsn)
+    if userinfo is not None and not _USERINFO_OK.match(userinfo):
+        raise PgqError(
+            "invalid DSN: its user name or password holds a character a URL must carry "
+            "percent-encoded ('@' as %40, '/' as %2F, '%' as %25, space as %20, "
+            "'?' as %3F, '#' as %23), or a bad %-escape"
+        )
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:  # noqa: BLE001 - psycopg raises ProgrammingError
+        raise PgqError(f"invalid DSN: {_parse_problem(str(exc))}") from None
+
+
 def resolve(dsn: str | None, schema: str | None) -> Target:
     """`dsn` (or PGQ_DSN) names a server; with neither, the embedded server under PGQ_HOME."""
     schema = check_schema(schema or os.environ.get("PGQ_SCHEMA") or DEFAULT_SCHEMA)
     dsn = dsn or os.environ.get("PGQ_DSN") or None
     if dsn:
-        try:
-            conninfo_to_dict(dsn)
-        except Exception as exc:  # noqa: BLE001 - psycopg raises ProgrammingError
-            raise PgqError(f"invalid DSN {mask(dsn)!r}: {first_line(str(exc))}") from None
+        check_dsn(dsn)
         return Target(dsn, schema, embedded=False)
     return Target(embedded.start(), schema, embedded=True)
 
@@ -80,13 +139,111 @@ def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-def scrub(text: str, dsn: str) -> str:
-    """Remove a DSN's password from an error text before it is shown or logged."""
+def _kv_value(raw: str) -> str:
+    if raw.startswith("'") and raw.endswith("'") and len(raw) > 1:
+        return re.sub(r"\\(.)", r"\1", raw[1:-1])
+    return raw
+
+
+def passwords(dsn: str) -> set[str]:
+    """Every form the password of `dsn` may take in a message: as parsed, as written in the
+    DSN (percent-encoded or quoted), percent-decoded and percent-encoded; PGPASSWORD too.
+    Works on DSNs psycopg cannot parse."""
+    found: set[str] = set()
     try:
-        password = conninfo_to_dict(dsn).get("password")
+        parsed = conninfo_to_dict(dsn).get("password")
+    except Exception:  # noqa: BLE001 - an unparseable DSN still has its password found below
+        parsed = None
+    if parsed:
+        found.add(str(parsed))
+    userinfo = _userinfo(dsn)
+    if userinfo and ":" in userinfo:
+        found.add(userinfo.split(":", 1)[1])
+    for match in _KV_PASSWORD.finditer(dsn):
+        found.add(match.group(1))
+        found.add(_kv_value(match.group(1)))
+    if os.environ.get("PGPASSWORD"):
+        found.add(os.environ["PGPASSWORD"])
+    for password in list(found):
+        found.add(unquote(password))
+        found.add(quote(password, safe=""))
+    found.discard("")
+    return found
+
+
+def scrub(text: str, dsn: str | None) -> str:
+    """`text` with the password of `dsn` replaced by *** wherever it stands as a token (not
+    inside another word: a password `ab` leaves "database unavailable" alone). When a short
+    password stands as a token, the whole text becomes HIDDEN rather than a guess."""
+    if not dsn:
+        return text
+    for password in sorted(passwords(dsn), key=len, reverse=True):
+        token = re.compile(rf"(?<!\w){re.escape(password)}(?!\w)")
+        if not token.search(text):
+            continue
+        if len(password) < SHORT_PASSWORD:
+            return HIDDEN
+        text = token.sub("***", text)
+    return text
+
+
+def _bounded(value: timedelta, low: timedelta, high: timedelta, what: str) -> timedelta:
+    if not low <= value <= high:
+        raise ValueError(f"{what} must be between {_span(low)} and {_span(high)}")
+    return value
+
+
+def _span(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def check_lease(lease: timedelta) -> timedelta:
+    """ValueError unless LEASE_MIN <= lease <= LEASE_MAX."""
+    return _bounded(lease, LEASE_MIN, LEASE_MAX, "the lease")
+
+
+def check_concurrency(concurrency: int) -> int:
+    """ValueError unless 1 <= concurrency <= CONCURRENCY_MAX."""
+    if not 1 <= concurrency <= CONCURRENCY_MAX:
+        raise ValueError(f"concurrency must be between 1 and {CONCURRENCY_MAX}")
+    return concurrency
+
+
+def check_queue_name(name: str) -> str:
+    """ValueError unless `name` is storable and fits a NOTIFY payload: not empty, no NUL, valid
+    UTF-8, at most QUEUE_NAME_MAX_BYTES bytes."""
+    if not name:
+        raise ValueError("queue name must not be empty")
+    if "\x00" in name:
+        raise ValueError("queue name must not hold a NUL character")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("queue name is not valid UTF-8") from None
+    if size > QUEUE_NAME_MAX_BYTES:
+        raise ValueError(
+            f"queue name is {size} bytes long (UTF-8); at most {QUEUE_NAME_MAX_BYTES} fit "
+            f"(it is indexed, and it is the NOTIFY payload, at most {NOTIFY_PAYLOAD_MAX_BYTES})"
+        )
+    return name
+
+
+def connect_timeout(dsn: str) -> float:
+    """Seconds a connection attempt to `dsn` may take: the DSN's, PGCONNECT_TIMEOUT or ours."""
+    try:
+        given = conninfo_to_dict(dsn).get("connect_timeout")
     except Exception:  # noqa: BLE001
-        password = None
-    return text.replace(str(password), "***") if password else text
+        given = None
+    for value in (given, os.environ.get("PGCONNECT_TIMEOUT")):
+        try:
+            return float(str(value))
+        except ValueError:
+            continue
+    return DEFAULT_CONNECT_TIMEOUT
 
 
 def connect_options(dsn: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg.types.json import Jsonb
 
+from .config import check_queue_name
 from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
 
 T = TypeVar("T")
@@ -66,8 +67,7 @@ def _settled(held: Sequence[tuple[int, int]]) -> Callable[[Rows], Settled]:
 
 
 def _check_spec(spec: JobSpec) -> None:
-    if not spec.queue:
-        raise ValueError("queue name must not be empty")
+    check_queue_name(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
 
@@ -275,3 +275,42 @@ def job(job_id: int) -> Op[JobDetail | None]:
 
 def history(job_id: int) -> Op[list[JobEvent]]:
     return Op("history", {"id": job_id}, lambda rows: [JobEvent(*r) for r in rows])
+
+
+def session_limits(
+    statement_timeout: timedelta, lock_timeout: timedelta, *, force: bool
+) -> Op[None]:
+    """Timeouts in whole milliseconds (0 disables); see `session_limits` in queries.sql."""
+    return Op(
+        "session_limits",
+        {
+            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
+            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+            "force": force,
+        },
+        lambda rows: None,
+    )
+
+
+@dataclass(frozen=True)
+class PayloadPreview:
+    """The first `chars` characters of a payload's JSON text, and its whole size in bytes."""
+
+    text: str
+    size: int
+
+    @property
+    def complete(self) -> bool:
+        return len(self.text.encode("utf-8")) >= self.size
+
+
+def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] | None]:
+    """The job without its payload (`payload` is None) and a bounded preview of it."""
+
+    def read(rows: Rows) -> tuple[JobDetail, PayloadPreview] | None:
+        if not rows:
+            return None
+        *columns, text, size = rows[0]
+        return JobDetail(*columns), PayloadPreview(str(text), int(size))
+
+    return Op("job_preview", {"id": job_id, "chars": chars}, read)

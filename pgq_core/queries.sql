@@ -416,3 +416,26 @@ SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, 
 -- One job's fence history, oldest first.
 SELECT at, event, fence, worker, detail
   FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: session_limits
+-- Bound every statement (and lock wait) of an operator's session. A limit the role, database
+-- or server already sets is kept unless `force` (the operator asked for one explicitly).
+SELECT set_config('statement_timeout',
+                  CASE WHEN %(force)s OR current_setting('statement_timeout') = '0'
+                       THEN %(statement_timeout)s ELSE current_setting('statement_timeout') END,
+                  false),
+       set_config('lock_timeout',
+                  CASE WHEN current_setting('lock_timeout') = '0'
+                       THEN %(lock_timeout)s ELSE current_setting('lock_timeout') END,
+                  false);
+
+-- name: job_preview
+-- One job, every column, but of the payload only its first `chars` characters of JSON text and
+-- its whole size in bytes, so a huge payload is never sent to be shown.
+SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
+       last_error, queued_at, worker, claimed_at,
+       extract(epoch FROM lease_length)::float8, finished_at,
+       left(p.text, %(chars)s), octet_length(p.text)
+  FROM {schema}.jobs
+ CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
+ WHERE id = %(id)s;

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from . import ops
+from .config import connect_options
 from .errors import JobNotFound, LeaseLost, SchemaMissing
 from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
 from .ops import JobSpec, Op
@@ -80,7 +81,8 @@ class Queue:
 
     @classmethod
     def connect(cls, dsn: str, schema: str = "pgq") -> Queue:
-        return cls(psycopg.connect(dsn, autocommit=True), schema, owns=True)
+        """Connects with `config.connect_options`: the attempt is bounded, keepalives on."""
+        return cls(psycopg.connect(dsn, autocommit=True, **connect_options(dsn)), schema, owns=True)
 
     def close(self) -> None:
         if self._owns:
@@ -234,7 +236,9 @@ class AsyncQueue:
 
     @classmethod
     async def connect(cls, dsn: str, schema: str = "pgq") -> AsyncQueue:
-        return cls(await psycopg.AsyncConnection.connect(dsn, autocommit=True), schema, owns=True)
+        """Connects with `config.connect_options`: the attempt is bounded, keepalives on."""
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_options(dsn))
+        return cls(conn, schema, owns=True)
 
     async def close(self) -> None:
         if self._owns:

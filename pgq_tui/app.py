@@ -18,11 +18,13 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
 from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
+from pgq_core.text import printable
 
 from .pool import QUIT_GRACE, QUIT_HAND_BACK, Pool
 from .screens.confirm import ConfirmScreen
@@ -143,8 +145,14 @@ class DashboardApp(App[None]):
             self._start_worker(queue)
         self.request_refresh()
 
+    def alert(
+        self, message: str, *, title: str = "", severity: SeverityLevel = "information"
+    ) -> None:
+        """`notify`, for text that may quote the database: printable, never markup."""
+        self.notify(printable(message), title=printable(title), severity=severity, markup=False)
+
     def worker_failed(self, text: str) -> None:
-        self.notify(text, title="worker stopped", severity="error")
+        self.alert(text, title="worker stopped", severity="error")
         self.dashboard.say(text, "bold red")
 
     # header ----------------------------------------------------------------------------
@@ -306,7 +314,7 @@ class DashboardApp(App[None]):
         if isinstance(self.screen, (ConfirmScreen, HelpScreen)):
             return True
         if self.read_only:
-            self.notify("read-only: actions are disabled", severity="warning")
+            self.alert("read-only: actions are disabled", severity="warning")
         return self.read_only
 
     def _selected_job(self) -> tuple[int, str, str] | None:
@@ -324,11 +332,11 @@ class DashboardApp(App[None]):
             return
         job = self._selected_job()
         if job is None:
-            self.notify("select a dead job first (Jobs view, 2)", severity="warning")
+            self.alert("select a dead job first (Jobs view, 2)", severity="warning")
             return
         job_id, status, _ = job
         if status != "dead":
-            self.notify(
+            self.alert(
                 f"job {job_id} is {status}: only dead jobs are requeued", severity="warning"
             )
             return
@@ -342,10 +350,10 @@ class DashboardApp(App[None]):
             return
         stats = self.dashboard.selected_stats()
         if stats is None:
-            self.notify("select a queue first", severity="warning")
+            self.alert("select a queue first", severity="warning")
             return
         if not stats.dead:
-            self.notify(f"queue {stats.queue} has no dead jobs", severity="information")
+            self.alert(f"queue {stats.queue} has no dead jobs", severity="information")
             return
         queue = stats.queue
 
@@ -373,11 +381,11 @@ class DashboardApp(App[None]):
             return
         job = self._selected_job()
         if job is None:
-            self.notify("select a job first (Leases 1 or Jobs 2)", severity="warning")
+            self.alert("select a job first (Leases 1 or Jobs 2)", severity="warning")
             return
         job_id, status, queue = job
         if status not in ("ready", "running"):
-            self.notify(
+            self.alert(
                 f"job {job_id} is {status}: only ready or running jobs are killed",
                 severity="warning",
             )
@@ -413,10 +421,10 @@ class DashboardApp(App[None]):
         try:
             ids = await call
         except (Disconnected, PgqError) as exc:
-            self.notify(str(exc), title="action failed", severity="error")
+            self.alert(str(exc), title="action failed", severity="error")
             return
         text = describe(ids)
-        self.notify(text)
+        self.alert(text)
         self.dashboard.say(text, "bold")
         self.request_refresh()
 
@@ -424,11 +432,11 @@ class DashboardApp(App[None]):
         if self._refuse_read_only():
             return
         if not self.pool.can_start:
-            self.notify("no handler: start with --handler MODULE:CALLABLE", severity="warning")
+            self.alert("no handler: start with --handler MODULE:CALLABLE", severity="warning")
             return
         queue = self.dashboard.selected_queue()
         if queue is None:
-            self.notify("select a queue first", severity="warning")
+            self.alert("select a queue first", severity="warning")
             return
         self._start_worker(queue)
 
@@ -436,7 +444,7 @@ class DashboardApp(App[None]):
         try:
             worker_id = self.pool.start(queue)
         except Exception as exc:  # noqa: BLE001 - shown, never raised
-            self.notify(first_line(str(exc)), title="worker not started", severity="error")
+            self.alert(first_line(str(exc)), title="worker not started", severity="error")
             return
         self.dashboard.say(f"started worker {worker_id} on {queue}", "bold green")
 

@@ -1,6 +1,11 @@
-"""How numbers and times read on screen: short, humane, and always the same width class."""
+"""How numbers and times read on screen: short, humane, and always the same width class; and
+how text from the database reads: as data (`db_text`), never markup or terminal control."""
 
 from __future__ import annotations
+
+from rich.text import Text
+
+from pgq_core.text import printable
 
 SPARK_BARS = " ▁▂▃▄▅▆▇█"
 
@@ -63,6 +68,13 @@ def short_worker(worker: str | None, width: int = 28) -> str:
     """Worker ids are host:pid:suffix; keep the distinguishing tail when space is short."""
     if not worker:
         return "—"
+    worker = printable(worker)
     if len(worker) <= width:
         return worker
     return "…" + worker[-(width - 1) :]
+
+
+def db_text(value: str | None, *, multiline: bool = False, style: str = "") -> Text:
+    """Text from the database (queue names, errors, worker ids, reasons) for a widget: a
+    `Text` (never parsed as markup) with every control character shown as a visible escape."""
+    return Text(printable(value or "", multiline=multiline), style=style)

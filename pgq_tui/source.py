@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import psycopg
 
 from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
-from pgq_core.config import scrub
+from pgq_core.config import connect_options, scrub
 
 APPLICATION_NAME = "pgq-dashboard"
 
@@ -58,9 +58,10 @@ class Source(Protocol):
 class PgSource:
     """pgq_core's AsyncQueue on a dedicated autocommit connection, reconnected on demand."""
 
-    def __init__(self, dsn: str, schema: str, connect_timeout: int = 3) -> None:
+    def __init__(self, dsn: str, schema: str, connect_timeout: float | None = 3) -> None:
         self.dsn = dsn
         self.schema = schema
+        #: None: the DSN's or PGCONNECT_TIMEOUT or pgq's default (`config.connect_options`)
         self.connect_timeout = connect_timeout
         #: names this dashboard's connections in pg_stat_activity
         self.application_name = f"{APPLICATION_NAME} {secrets.token_hex(3)}"
@@ -68,15 +69,11 @@ class PgSource:
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        options = connect_options(self.dsn)
+        if self.connect_timeout is not None:
+            options["connect_timeout"] = self.connect_timeout
         return await psycopg.AsyncConnection.connect(
-            self.dsn,
-            autocommit=True,
-            application_name=self.application_name,
-            connect_timeout=self.connect_timeout,
-            keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
+            self.dsn, autocommit=True, application_name=self.application_name, **options
         )
 
     async def _get(self) -> AsyncQueue:

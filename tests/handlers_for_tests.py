@@ -102,3 +102,8 @@ def hostile(ctx: JobContext) -> None:
     if text is not None:
         raise ValueError(text)
     fenced(ctx)
+
+
+def fail_with(ctx: JobContext) -> None:
+    """Raise an error whose text is `payload["error"]` (terminal control sequences included)."""
+    raise RuntimeError(ctx.payload["error"])

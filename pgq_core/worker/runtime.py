@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 
 from .. import ops
-from ..config import describe, first_line, scrub
+from ..config import check_concurrency, check_lease, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
 from ..models import Job, Settled
 from ..ops import Op
@@ -54,8 +54,6 @@ log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 HAND_BACK_TIMEOUT = 5.0
-#: Concurrency above this is refused: each slot may be a thread and a held row.
-CONCURRENCY_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -135,12 +133,11 @@ class Worker:
     ) -> None:
         if not queues or not all(queues):
             raise PgqError("a worker needs at least one non-empty queue name")
-        if not 1 <= concurrency <= CONCURRENCY_MAX:
-            raise PgqError(
-                f"concurrency must be between 1 and {CONCURRENCY_MAX}, got {concurrency}"
-            )
-        if lease.total_seconds() <= 0:
-            raise PgqError("lease must be positive")
+        try:
+            check_concurrency(concurrency)
+            check_lease(lease)
+        except ValueError as exc:
+            raise PgqError(str(exc)) from None
         if timeout is not None and timeout <= 0:
             raise PgqError("timeout must be positive")
         if statement_timeout <= 0 or lock_timeout <= 0:

@@ -1,4 +1,7 @@
-"""A yes/no question before a destructive action: y confirms, n or Esc cancels."""
+"""A yes/no question before a destructive action: y confirms, n or Esc cancels.
+
+The question and detail may quote database text (a queue name): both are shown as plain,
+printable text, never as markup."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
+
+from ..humanize import db_text
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -24,8 +29,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="question")
-            yield Static(self.detail, id="detail")
+            yield Label(db_text(self.title_text), id="question")
+            yield Static(db_text(self.detail, multiline=True), id="detail")
             yield Static("[b]y[/b] confirm    [b]n[/b] / [b]Esc[/b] cancel", id="keys")
 
     def action_answer(self, answer: bool) -> None:

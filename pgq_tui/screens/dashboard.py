@@ -152,8 +152,9 @@ class DashboardScreen(Screen[None]):
         self.render_status_line()
 
     def say(self, message: str, style: str = "") -> None:
-        """Show `message` on the status line for MESSAGE_SECONDS."""
-        self.message = Text(message, style=style)
+        """Show `message` (printable: it may quote a queue name) on the status line for
+        MESSAGE_SECONDS."""
+        self.message = humanize.db_text(message, style=style)
         self.message_until = self.dashboard.clock() + MESSAGE_SECONDS
         self.render_status_line()
 
@@ -220,7 +221,7 @@ class DashboardScreen(Screen[None]):
             }
         bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append(" queue ", style="grey62")
-        bar.append(queue or "all", style="bold")
+        bar.append_text(humanize.db_text(queue or "all", style="bold"))
         bar.append("   ")
         for choice in JOB_STATUSES:
             name = choice or "all"

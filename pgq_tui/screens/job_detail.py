@@ -1,11 +1,14 @@
-"""One job: payload as highlighted JSON, where it stands, last error, and its fence history."""
+"""One job: payload as highlighted JSON, where it stands, last error, and its fence history.
+
+Every piece of database text is shown through `humanize.db_text` (never markup, never a
+control character); a payload longer than PAYLOAD_CHARS shows its first part only."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, cast
 
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -27,6 +30,9 @@ from ..widgets.timeline import timeline
 if TYPE_CHECKING:
     from ..app import DashboardApp
 
+#: characters of a payload's JSON text shown
+PAYLOAD_CHARS = 64 * 1024
+
 
 def facts(job: JobDetail, now: float) -> Table:
     table = Table.grid(padding=(0, 2))
@@ -36,13 +42,13 @@ def facts(job: JobDetail, now: float) -> Table:
     if status == "ready" and job.run_at.timestamp() > now:
         status = "scheduled"
     table.add_row("status", Text(status, style=STATUS_STYLE.get(status, "")))
-    table.add_row("queue", job.queue)
+    table.add_row("queue", humanize.db_text(job.queue))
     table.add_row(
         "attempts",
         Text(f"{job.attempts} of {job.max_attempts}", style="yellow" if job.attempts > 1 else ""),
     )
     table.add_row("fence", fence_text(job.fence))
-    table.add_row("worker", job.worker or "—")
+    table.add_row("worker", humanize.db_text(job.worker or "—"))
     table.add_row("queued", humanize.ago(now - job.queued_at.timestamp()))
     if job.status == "ready":
         due = job.run_at.timestamp() - now
@@ -66,11 +72,21 @@ def facts(job: JobDetail, now: float) -> Table:
 def last_error(job: JobDetail) -> Text:
     if not job.last_error:
         return Text("none", style="grey50")
-    return Text(job.last_error, style="red")
+    return humanize.db_text(job.last_error, multiline=True, style="red")
 
 
-def payload(job: JobDetail) -> JSON:
-    return JSON(json.dumps(job.payload, default=str), indent=2)
+def payload(job: JobDetail) -> Text:
+    """Indented, highlighted JSON; past PAYLOAD_CHARS cut, with the whole size said."""
+    shown = json.dumps(job.payload, default=str, indent=2, ensure_ascii=False)
+    cut = len(shown) > PAYLOAD_CHARS
+    text = humanize.db_text(shown[:PAYLOAD_CHARS] if cut else shown, multiline=True)
+    JSONHighlighter().highlight(text)
+    if cut:
+        text.append(
+            f"\n… cut: {humanize.count(len(shown))} characters in all (pgq show --full)",
+            style="bold yellow",
+        )
+    return text
 
 
 class JobDetailScreen(Screen[None]):
@@ -129,7 +145,7 @@ class JobDetailScreen(Screen[None]):
             )
             return
         except (Disconnected, PgqError) as exc:
-            self.notify(str(exc), title="could not load the job", severity="error")
+            self.dashboard.alert(str(exc), title="could not load the job", severity="error")
             return
         self.show(job)
 
@@ -139,7 +155,7 @@ class JobDetailScreen(Screen[None]):
         title = Text.assemble(
             (f" job {job.id} ", "bold black on #5fafff"),
             ("  queue ", "grey62"),
-            job.queue,
+            humanize.db_text(job.queue),
             ("  ·  ", "grey62"),
             (job.status, STATUS_STYLE.get(job.status, "")),
             ("  ·  fence ", "grey62"),

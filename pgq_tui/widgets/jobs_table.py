@@ -46,7 +46,7 @@ def job_row(job: JobRow, now: float) -> Row:
         str(job.id),
         [
             Text(str(job.id)),
-            job.queue,
+            humanize.db_text(job.queue),
             Text(status, style=STATUS_STYLE.get(status, "")),
             Text(
                 f"{job.attempts}/{job.max_attempts}",
@@ -55,7 +55,7 @@ def job_row(job: JobRow, now: float) -> Row:
             fence_text(job.fence),
             Text(humanize.short_worker(job.worker, 26), style="grey62"),
             Text(when(job, now)),
-            Text(error, style="red"),
+            humanize.db_text(error, style="red"),
         ],
     )
 

@@ -23,7 +23,6 @@ class KeyedTable(DataTable[Cell]):
     `sync` updates only the cells that changed, removes and adds only the rows that came or
     went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
     numbers can change under an operator's cursor without the table jumping.
-    Invariant: a row's first cell reads exactly as its key (reordering sorts on it).
     A column without a width fits its widest cell, also when a cell grows in place.
     """
 
@@ -86,9 +85,11 @@ class KeyedTable(DataTable[Cell]):
                 self.add_row(*cells, key=key)
         order = [key for key, _ in rows]
         if order != self._current_order():
-            position = {key: i for i, key in enumerate(order)}
             first = column_keys[0]
-            self.sort(first, key=lambda cell: position.get(plain(cell), len(position)))
+            # By the identity of each row's stored first cell: a cell may read unlike its key
+            # (a queue name with control characters is shown escaped).
+            position = {id(self.get_cell(key, first)): i for i, key in enumerate(order)}
+            self.sort(first, key=lambda cell: position.get(id(cell), len(position)))
         self._keys = order
         if selected is not None and selected in wanted:
             index = self.get_row_index(selected)

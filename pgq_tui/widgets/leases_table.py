@@ -51,7 +51,7 @@ def lease_row(lease: Lease, polled_at: float, now: float) -> Row:
         str(lease.id),
         [
             Text(str(lease.id), style=id_style),
-            lease.queue,
+            humanize.db_text(lease.queue),
             countdown(left, lease.lease_seconds),
             Text(humanize.duration(lease.lease_seconds) if lease.lease_seconds else "—"),
             Text(humanize.short_worker(lease.worker, 34)),

@@ -32,7 +32,7 @@ def queue_row(stats: QueueStats, throughput: Throughput, now: float) -> Row:
     return (
         stats.queue,
         [
-            Text(stats.queue, style="bold"),
+            humanize.db_text(stats.queue, style="bold"),
             number(stats.ready, "bold"),
             number(stats.scheduled, "blue"),
             number(stats.running, "cyan"),

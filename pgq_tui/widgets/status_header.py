@@ -8,13 +8,16 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from pgq_core.text import printable
+
 CONNECTED = "connected"
 CONNECTING = "connecting"
 DISCONNECTED = "disconnected"
 
 
 class StatusHeader(Widget):
-    """State is set by the app; rendering reads only these reactives and the app clock."""
+    """State is set by the app; rendering reads only these reactives and the app clock.
+    Every string is shown through `printable` (the problem text may quote database text)."""
 
     database: reactive[str] = reactive("")
     schema: reactive[str] = reactive("")
@@ -27,12 +30,12 @@ class StatusHeader(Widget):
     def render(self) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" pgq ", style="bold black on #5fafff")
-        text.append(f" {self.database}")
+        text.append(f" {printable(self.database)}")
         text.append("  ·  schema ", style="grey62")
-        text.append(f"{self.schema}  ")
+        text.append(f"{printable(self.schema)}  ")
         if self.connection == CONNECTED and self.problem:
             text.append(" ⚠ ", style="bold black on yellow")
-            text.append(f" {self.problem}", style="bold yellow")
+            text.append(f" {printable(self.problem)}", style="bold yellow")
         elif self.connection == CONNECTED:
             text.append(" ● live ", style="bold black on green")
         elif self.connection == CONNECTING:
@@ -40,7 +43,7 @@ class StatusHeader(Widget):
         else:
             text.append(" ✕ disconnected — reconnecting ", style="bold white on red")
             if self.problem:
-                text.append(f" {self.problem}", style="red")
+                text.append(f" {printable(self.problem)}", style="red")
         if self.paused:
             text.append("  ")
             text.append(" ⏸ paused ", style="bold black on yellow")

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgq_core import JobEvent
+from pgq_core.text import printable
 
 from .. import humanize
 
@@ -39,7 +40,7 @@ def short_detail(detail: str) -> str:
 def event_line(event: JobEvent, start: datetime, first: bool) -> Text:
     """An event without its detail: UTC time, offset from the first event, event, fence,
     worker."""
-    marker, label, style = EVENTS.get(event.event, ("·", event.event, ""))
+    marker, label, style = EVENTS.get(event.event, ("·", printable(event.event), ""))
     offset = (event.at - start).total_seconds()
     text = Text(no_wrap=True)
     text.append(event.at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3], style="grey62")
@@ -62,6 +63,8 @@ def timeline(history: Sequence[JobEvent]) -> Table | Text:
     table.add_column(overflow="fold")
     start = history[0].at
     for i, event in enumerate(history):
-        detail = Text(short_detail(event.detail or ""), style="italic grey62")
+        detail = humanize.db_text(
+            short_detail(event.detail or ""), multiline=True, style="italic grey62"
+        )
         table.add_row(event_line(event, start, first=not i), detail)
     return table

@@ -1,0 +1,160 @@
+"""`pgq bench`: loads `pgq_bench` only when run, so no other command pays for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .context import settings
+
+
+def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    """`1,4,10,50` -> (1, 4, 10, 50): each a concurrency from 1 to 1000, each once."""
+    try:
+        levels = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"not a comma-separated list of numbers: {value!r}") from None
+    if not all(1 <= c <= 1000 for c in levels):
+        raise click.BadParameter("each level must be from 1 to 1000")
+    return tuple(dict.fromkeys(levels))
+
+
+@click.command("bench")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=None,
+    help="Jobs per side (default 20,000; with --same-resources 10,000 per run).",
+)
+@click.option(
+    "--workers",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes per side.",
+)
+@click.option(
+    "--batch",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="The seed's LIMIT: jobs per seed claim (10 as the seed writes it). The "
+    "pgq_same_batch side runs pgq's worker with this concurrency, so the same claim size.",
+)
+@click.option(
+    "--concurrency",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
+    "(ratio), its pickup latency and the variants.",
+)
+@click.option(
+    "--payload-bytes",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    help="Padding in each job's payload.",
+)
+@click.option(
+    "--latency-samples",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Jobs enqueued one at a time for pickup latency.",
+)
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="Drain rounds per side, interleaved; each side reports its median round.",
+)
+@click.option(
+    "--stats-scale",
+    is_flag=True,
+    help="Instead: stats and leases timing over a large history, sizes, prune.",
+)
+@click.option(
+    "--done",
+    "done_jobs",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: done jobs (with history).",
+)
+@click.option(
+    "--ready",
+    "ready_jobs",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: ready jobs.",
+)
+@click.option(
+    "--running",
+    "running_jobs",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: running jobs.",
+)
+@click.option(
+    "--dead",
+    "dead_jobs",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--stats-scale: dead jobs.",
+)
+@click.option(
+    "--repeat",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="--stats-scale: calls timed per query.",
+)
+@click.option(
+    "--same-resources",
+    is_flag=True,
+    help="Instead: the seed (C threads, one process) against one `pgq worker --concurrency C` "
+    "process, for each C of --concurrency-levels.",
+)
+@click.option(
+    "--concurrency-levels",
+    default="1,4,10,50",
+    show_default=True,
+    callback=_bench_levels,
+    help="--same-resources: the values of C, comma-separated.",
+)
+@click.option(
+    "--handler",
+    "handler_kind",
+    type=click.Choice(["sync", "async", "both"]),
+    default="both",
+    show_default=True,
+    help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
+@click.pass_context
+def bench_command(ctx: click.Context, /, **options: Any) -> None:
+    """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
+    with throwaway schemas that are dropped afterwards).
+
+    \b
+    Drain sides, same server, same run, same number of processes:
+      seed            the seed's SQL as written, claim --batch (LIMIT 10)
+      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
+      pgq             pgq's worker, concurrency --concurrency (its claim size)
+    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed.
+
+    \b
+    --same-resources: for each C, each side gets one process and C-way concurrency:
+      seed  the seed's SQL, C threads in one process, claim LIMIT 10
+      pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
+    ratio = pgq drain / seed drain at the same C, per handler."""
+    from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
+
+    obj = settings(ctx)
+    run_command(obj.dsn, obj.schema, **options)
