@@ -254,7 +254,10 @@ def throwaway_role(dsn: str, schema: str) -> Iterator[tuple[str, psycopg.Connect
     role = f"r_{secrets.token_hex(4)}"
     admin = psycopg.connect(dsn, autocommit=True)
     ident, target = sql.Identifier(role), sql.Identifier(schema)
-    admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw-unused'").format(ident))
+    password = secrets.token_hex(8)
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(ident, sql.Literal(password))
+    )
     admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(target, ident))
     admin.execute(
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {} TO {}").format(
@@ -263,6 +266,7 @@ def throwaway_role(dsn: str, schema: str) -> Iterator[tuple[str, psycopg.Connect
     )
     params = conninfo_to_dict(dsn)
     params["user"] = role
+    params["password"] = password
     try:
         yield make_conninfo("", **{k: v for k, v in params.items() if v is not None}), admin
     finally:
