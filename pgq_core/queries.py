@@ -30,3 +30,10 @@ def names() -> list[str]:
 def query(name: str, schema: str) -> sql.Composed:
     """The statement `name` with `{schema}` bound to the quoted schema identifier."""
     return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema))
+
+
+@cache
+def statement(name: str, schema: str) -> bytes:
+    """`query(name, schema)` rendered once: what the hot paths send (composing a statement on
+    every call costs more than some of them take to run)."""
+    return query(name, schema).as_bytes(None)

@@ -24,7 +24,7 @@ from .config import connect_options
 from .errors import JobNotFound, LeaseLost, SchemaMissing
 from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
 from .ops import JobSpec, Op
-from .queries import query
+from .queries import statement
 
 T = TypeVar("T")
 ENQUEUE_CHUNK = 5000
@@ -97,8 +97,8 @@ class Queue:
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         try:
             with (conn or self.conn).cursor() as cur:
-                cur.execute(query(op.name, self.schema), op.params)
-                rows = cur.fetchall() if cur.description else []
+                cur.execute(statement(op.name, self.schema), op.params)
+                rows = cur.fetchall() if cur.rownumber is not None else []
         except psycopg.errors.UndefinedTable as exc:
             if not _is_missing(exc, self.schema):
                 raise
@@ -253,8 +253,8 @@ class AsyncQueue:
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         try:
             async with (conn or self.conn).cursor() as cur:
-                await cur.execute(query(op.name, self.schema), op.params)
-                rows = await cur.fetchall() if cur.description else []
+                await cur.execute(statement(op.name, self.schema), op.params)
+                rows = await cur.fetchall() if cur.rownumber is not None else []
         except psycopg.errors.UndefinedTable as exc:
             if not _is_missing(exc, self.schema):
                 raise

@@ -27,7 +27,7 @@ import psycopg
 
 from .. import ops
 from ..config import first_line, scrub
-from ..queries import query
+from ..queries import statement
 from .link import Timeouts, application_name, open_sync_connection
 from .runner import call_async
 
@@ -140,7 +140,7 @@ class Heartbeater:
                     self._dsn, self._timeouts, application_name("heartbeat", self._worker_id)
                 )
             with self._conn.cursor() as cur:
-                cur.execute(query(op.name, self._schema), op.params)
+                cur.execute(statement(op.name, self._schema), op.params)
                 settled = op.read(cur.fetchall())
         except psycopg.Error as exc:
             log.info(

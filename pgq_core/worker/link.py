@@ -24,7 +24,7 @@ from psycopg import sql
 from ..config import connect_options, first_line, scrub
 from ..errors import SchemaMissing
 from ..ops import Op
-from ..queries import query
+from ..queries import statement
 from .policy import Backoff
 
 #: SQLSTATE classes and codes worth retrying unchanged.
@@ -170,16 +170,16 @@ class Link:
         if len(step) == 1:
             (op,) = step
             async with conn.cursor() as cur:
-                await cur.execute(query(op.name, self._schema), op.params)
-                return [op.read(await cur.fetchall() if cur.description else [])]
+                await cur.execute(statement(op.name, self._schema), op.params)
+                return [op.read(await cur.fetchall() if cur.rownumber is not None else [])]
         cursors = []
         async with conn.pipeline(), conn.transaction():
             for op in step:
                 cur = conn.cursor()
-                await cur.execute(query(op.name, self._schema), op.params)
+                await cur.execute(statement(op.name, self._schema), op.params)
                 cursors.append(cur)
         return [
-            op.read(await cur.fetchall() if cur.description else [])
+            op.read(await cur.fetchall() if cur.rownumber is not None else [])
             for op, cur in zip(step, cursors, strict=True)
         ]
 

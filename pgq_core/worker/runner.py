@@ -111,8 +111,19 @@ async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
         return False, exc
 
 
+@dataclass(eq=False)
+class _Running:
+    ctx: JobContext
+    future: asyncio.Future[tuple[bool, Any]]
+    on_outcome: Callable[[Outcome], None]
+    timer: asyncio.TimerHandle | None = None
+    reported: bool = False
+    cancelled_by_us: bool = False
+
+
 class Runner:
-    """Starts handlers and keeps count of those still running after they were given up."""
+    """Starts handlers, reports each one's outcome once, and keeps count of those still
+    running after they were given up. No task is made per job beyond the handler itself."""
 
     def __init__(
         self,
@@ -129,9 +140,8 @@ class Runner:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=concurrency, thread_name_prefix=thread_name
             )
-        self._inner: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
-        self._cancelled: set[int] = set()
-        self._abandoned: set[asyncio.Future[tuple[bool, Any]]] = set()
+        self._running: dict[int, _Running] = {}
+        self._abandoned: set[_Running] = set()
         self._threads_lock = threading.Lock()
         self._in_threads = 0
 
@@ -144,8 +154,9 @@ class Runner:
         """Handlers executing now (threads and tasks), given up or not."""
         with self._threads_lock:
             in_threads = self._in_threads
-        tasks = sum(1 for f in self._abandoned if not f.done()) if self.is_async else 0
-        return in_threads + tasks
+        runs = {*self._running.values(), *self._abandoned}
+        tasks = sum(1 for r in runs if not r.future.done())
+        return in_threads + (tasks if self.is_async else 0)
 
     def _counted(self, ctx: JobContext) -> tuple[bool, Any]:
         with self._threads_lock:
@@ -156,51 +167,82 @@ class Runner:
             with self._threads_lock:
                 self._in_threads -= 1
 
-    async def run(self, ctx: JobContext, timeout: float | None) -> Outcome:
-        """Run the handler on `ctx` to its outcome (see the module's invariants)."""
+    def start(
+        self, ctx: JobContext, timeout: float | None, on_outcome: Callable[[Outcome], None]
+    ) -> None:
+        """Run the handler on `ctx`; `on_outcome` is called once, on the event loop, with how
+        it ended (see the module's invariants). Must be called on the event loop."""
         loop = asyncio.get_running_loop()
-        inner: asyncio.Future[tuple[bool, Any]]
+        future: asyncio.Future[tuple[bool, Any]]
         if self.is_async:
-            inner = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
+            future = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         else:
-            inner = loop.run_in_executor(self._executor, self._counted, ctx)
-        self._inner[ctx.id] = inner
-        try:
-            done, _ = await asyncio.wait({inner}, timeout=timeout)
-            if not done:
-                self.abandon(ctx)
-                return Outcome("timed_out", f"timed out after {timeout:g} s")
-            if inner.cancelled():
-                if ctx.id in self._cancelled:
-                    return CANCELLED
-                return Outcome(
-                    "raised", "CancelledError (raised by the handler, not a worker cancel)"
+            future = loop.run_in_executor(self._executor, self._counted, ctx)
+        run = _Running(ctx, future, on_outcome)
+        if timeout is not None:
+            run.timer = loop.call_later(timeout, self._expire, run, timeout)
+        self._running[ctx.id] = run
+        future.add_done_callback(lambda _: self._ended(run))
+
+    async def run(self, ctx: JobContext, timeout: float | None) -> Outcome:
+        """`start`, awaiting the outcome."""
+        outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.start(ctx, timeout, outcome.set_result)
+        return await outcome
+
+    def _report(self, run: _Running, outcome: Outcome) -> None:
+        if not run.reported:
+            run.reported = True
+            run.on_outcome(outcome)
+
+    def _expire(self, run: _Running, timeout: float) -> None:
+        self._report(run, Outcome("timed_out", f"timed out after {timeout:g} s"))
+        self.abandon(run.ctx)
+
+    def _ended(self, run: _Running) -> None:
+        if run.timer is not None:
+            run.timer.cancel()
+        if self._running.get(run.ctx.id) is run:
+            del self._running[run.ctx.id]
+        future = run.future
+        if future.cancelled():
+            if run.cancelled_by_us:
+                self._report(run, CANCELLED)
+            else:
+                self._report(
+                    run,
+                    Outcome(
+                        "raised", "CancelledError (raised by the handler, not a worker cancel)"
+                    ),
                 )
-            ok, value = inner.result()
-            return _ended(ok, value)
-        finally:
-            self._inner.pop(ctx.id, None)
-            self._cancelled.discard(ctx.id)
+        else:
+            ok, value = future.result()
+            self._report(run, _ended(ok, value))
+        if run in self._abandoned:
+            self._abandoned.discard(run)
+            self._on_slot_freed()
 
     def abandon(self, ctx: JobContext) -> None:
         """Give up a running handler: tell it (`ctx.lost`), cancel it if it is async, and keep
         its slot occupied until it really ends."""
         ctx._lost = True
-        inner = self._inner.get(ctx.id)
-        if inner is None or inner.done() or inner in self._abandoned:
+        run = self._running.get(ctx.id)
+        if run is None or run.ctx is not ctx or run.future.done() or run in self._abandoned:
             return
-        self._abandoned.add(inner)
-        inner.add_done_callback(self._slot_freed)
+        self._abandoned.add(run)
         if self.is_async:
-            self._cancelled.add(ctx.id)
-            inner.cancel()
+            run.cancelled_by_us = True
+            run.future.cancel()
 
-    def _slot_freed(self, inner: asyncio.Future[tuple[bool, Any]]) -> None:
-        self._abandoned.discard(inner)
-        if not inner.cancelled():
-            inner.exception()  # retrieved: its outcome no longer matters
-        self._on_slot_freed()
+    async def wait_abandoned(self, timeout: float) -> None:
+        """Give cancelled async handlers up to `timeout` seconds to finish unwinding."""
+        pending = [r.future for r in self._abandoned if self.is_async and not r.future.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
 
     def shutdown(self) -> None:
+        for run in self._running.values():
+            if run.timer is not None:
+                run.timer.cancel()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

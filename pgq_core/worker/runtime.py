@@ -89,7 +89,6 @@ class Held:
     uncertain: bool = False
     #: a busy row (locked by another session) is not tried again before this time
     not_before: float = 0.0
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -186,7 +185,6 @@ class Worker:
         self._runner: Runner | None = None
         self._heart: Heartbeater | None = None
         self._chores: set[asyncio.Task[None]] = set()
-        self._supervisors: set[asyncio.Task[None]] = set()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -316,10 +314,9 @@ class Worker:
         finally:
             if self._chores:
                 await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
-            supervisors = list(self._supervisors)
-            for task in [*background, *self._chores, *supervisors]:
+            for task in [*background, *self._chores]:
                 task.cancel()
-            await asyncio.gather(*background, *supervisors, return_exceptions=True)
+            await asyncio.gather(*background, return_exceptions=True)
             if self._heart is not None:
                 await asyncio.to_thread(self._heart.stop)
             await self._link.close()
@@ -706,21 +703,19 @@ class Worker:
         self._held[job.id] = held
         if self._heart is not None:
             self._heart.track(job.id, job.fence)
-        held.task = asyncio.create_task(self._supervise(held), name=f"pgq-job-{job.id}")
-        self._supervisors.add(held.task)
-        held.task.add_done_callback(self._supervisors.discard)
-
-    async def _supervise(self, held: Held) -> None:
-        """Run one job's handler to its outcome and queue its settlement."""
         assert self._runner is not None
-        outcome = await self._runner.run(held.ctx, self.timeout)
+        self._runner.start(ctx, self.timeout, lambda outcome: self._on_outcome(held, outcome))
+
+    def _on_outcome(self, held: Held, outcome: Outcome) -> None:
+        """A handler ended: queue its job's settlement (unless the job was given up)."""
+        assert self._runner is not None
         if self._held.get(held.job.id) is not held or held.outcome is not None:
             return
         if outcome.kind == "cancelled":
             return
         if outcome.kind == "lost":
             if self._lose(held, outcome.action):
-                await self._record_stale([(held, outcome.action)])
+                self._chore(self._record_stale([(held, outcome.action)]))
             return
         if outcome.kind == "timed_out":
             log.warning(
@@ -828,10 +823,7 @@ class Worker:
         assert self._runner is not None
         for h in remaining:
             self._runner.abandon(h.ctx)
-        if self._runner.is_async:
-            tasks = [h.task for h in remaining if h.task is not None and not h.task.done()]
-            if tasks:
-                await asyncio.wait(tasks, timeout=1.0)
+        await self._runner.wait_abandoned(timeout=1.0)
         released = 0
         while remaining and time.monotonic() < deadline:
             pairs = [(h.job.id, h.job.fence) for h in remaining]
