@@ -398,6 +398,13 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     show_default=True,
     help="Attempts before the job is dead.",
 )
+@click.option(
+    "--priority",
+    type=click.IntRange(-(2**31), 2**31 - 1),
+    default=0,
+    show_default=True,
+    help="Higher is claimed first among the queue's due jobs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
 @click.pass_context
 def enqueue(
@@ -408,6 +415,7 @@ def enqueue(
     delay: timedelta | None,
     run_at: datetime | None,
     max_attempts: int,
+    priority: int,
     as_json: bool,
 ) -> None:
     """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file."""
@@ -425,7 +433,12 @@ def enqueue(
             ) from None
         with _queue(ctx) as q:
             job_id = q.enqueue(
-                queue_name, value, delay=delay, run_at=run_at, max_attempts=max_attempts
+                queue_name,
+                value,
+                delay=delay,
+                run_at=run_at,
+                max_attempts=max_attempts,
+                priority=priority,
             )
         if as_json:
             echo_json([job_id])
@@ -436,7 +449,17 @@ def enqueue(
     name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
     payloads = read_payload_lines(file, name)
     specs = [
-        (JobSpec(queue_name, p, run_at=run_at, delay=delay, max_attempts=max_attempts), size)
+        (
+            JobSpec(
+                queue_name,
+                p,
+                run_at=run_at,
+                delay=delay,
+                max_attempts=max_attempts,
+                priority=priority,
+            ),
+            size,
+        )
         for p, size in payloads
     ]
     ids = _enqueue_all(ctx, specs)
@@ -582,6 +605,7 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("queue", d.queue),
         ("status", d.status),
         ("attempts", f"{d.attempts} of {d.max_attempts}"),
+        ("priority", str(d.priority)),
         ("fence", str(d.fence)),
         ("run at", _when(d.run_at)),
         ("queued at", _when(d.queued_at)),
@@ -593,6 +617,11 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
     ):
         fields.add_row(label, _text(value))
     fields.add_row("last error", _text(d.last_error, multiline=True))
+    if d.result is not None:
+        shown = json.dumps(d.result, ensure_ascii=False)
+        if len(shown) > SHOW_CHARS:
+            shown = shown[:SHOW_CHARS] + f" ... ({_size(len(shown))} in all; --json shows all)"
+        fields.add_row("result", _text(shown, multiline=True))
     console.print(fields)
     if preview.complete:
         console.print(Text("payload", style="bold"))

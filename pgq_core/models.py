@@ -85,6 +85,7 @@ class JobRow:
     last_error: str | None
     queued_at: datetime
     finished_at: datetime | None
+    priority: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +122,9 @@ class JobDetail:
     claimed_at: datetime | None
     lease_seconds: float | None
     finished_at: datetime | None
+    priority: int = 0
+    #: what the handler returned (JSON), stored with its completion
+    result: Any = None
     history: list[JobEvent] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

@@ -47,6 +47,8 @@ class JobSpec:
     run_at: datetime | None = None
     delay: timedelta | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: higher is claimed first among due jobs of the queue
+    priority: int = 0
 
 
 def _ids(rows: Rows) -> list[int]:
@@ -84,6 +86,7 @@ def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
             "run_ats": [s.run_at for s in specs],
             "delays": [s.delay for s in specs],
             "max_attempts": [s.max_attempts for s in specs],
+            "priorities": [s.priority for s in specs],
         },
         _ids,
     )
@@ -102,12 +105,27 @@ def heartbeat(held: Sequence[tuple[int, int]]) -> Op[Settled]:
     )
 
 
-def complete(held: Sequence[tuple[int, int]], worker: str | None) -> Op[Settled]:
+def complete(
+    held: Sequence[tuple[int, int]],
+    worker: str | None,
+    results: Sequence[str | None] | None = None,
+) -> Op[Settled]:
+    """`results`: each job's result as JSON text (None: no result)."""
     return Op(
         "complete",
-        {"ids": [i for i, _ in held], "fences": [f for _, f in held], "worker": worker},
+        {**_pairs(held), "worker": worker, "results": _results(held, results)},
         _settled(held),
     )
+
+
+def _results(
+    held: Sequence[tuple[int, int]], results: Sequence[str | None] | None
+) -> list[str | None]:
+    if results is None:
+        return [None] * len(held)
+    if len(results) != len(held):
+        raise ValueError("one result per held job")
+    return list(results)
 
 
 def _outcomes(held: Sequence[tuple[int, int]], applied: str) -> Callable[[Rows], Settled]:
@@ -129,17 +147,29 @@ def _pairs(held: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
 
 
 def complete_and_claim(
-    held: Sequence[tuple[int, int]], queue: str, limit: int, lease: timedelta, worker: str
+    held: Sequence[tuple[int, int]],
+    queue: str,
+    limit: int,
+    lease: timedelta,
+    worker: str,
+    results: Sequence[str | None] | None = None,
 ) -> Op[tuple[Settled, list[Job]]]:
-    """The worker's hot path: complete `held` and claim up to `limit` of `queue` in one
-    statement, never waiting on a row lock: (settled, claimed jobs)."""
+    """The worker's hot path: complete `held` (with `results`, JSON text or None) and claim up
+    to `limit` of `queue` in one statement, never waiting on a row lock: (settled, claimed)."""
     settled = _outcomes(held, "completed")
 
     def read(rows: Rows) -> tuple[Settled, list[Job]]:
         jobs = [Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7]) for r in rows if r[0] == "claimed"]
         return settled([r for r in rows if r[0] != "claimed"]), jobs
 
-    params = {**_pairs(held), "queue": queue, "limit": limit, "lease": lease, "worker": worker}
+    params = {
+        **_pairs(held),
+        "results": _results(held, results),
+        "queue": queue,
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
     return Op("settle_complete_and_claim", params, read)
 
 

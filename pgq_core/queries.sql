@@ -7,11 +7,12 @@
 -- name: enqueue
 -- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array.
 WITH new_jobs AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr
     FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
                     unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
-                    unnest(%(max_attempts)s::int[])) AS t(q, p, r, d, m)
+                    unnest(%(max_attempts)s::int[]), unnest(%(priorities)s::int[]))
+      AS t(q, p, r, d, m, pr)
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence)
@@ -33,7 +34,7 @@ WITH claimed AS (
    WHERE id IN (
      SELECT id FROM {schema}.jobs
       WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-      ORDER BY run_at
+      ORDER BY priority DESC, run_at
       LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED
    )
@@ -46,20 +47,23 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claim
 
 -- name: settle_complete_and_claim
 -- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
--- each checked against its own id + fence, and claim up to `limit` more exactly as `claim`.
+-- each checked against its own id + fence and storing its handler's result, and claim up to
+-- `limit` more exactly as `claim` (highest priority first, then oldest run_at).
 -- Never waits on a row lock: a held row another session has locked is skipped and reported
 -- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
 -- held job ('done': our completion had already committed unseen; a job not reported is lost),
 -- then ('claimed', job...) per claim. Completions and claims touch disjoint rows.
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
+    AS t(id, fence, result)
 ), mine AS (
-  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+  SELECT j.id, j.fence, t.result
+    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
    WHERE j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), settled AS (
   UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now()
+     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
     FROM mine m
    WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
@@ -75,7 +79,7 @@ WITH held AS (
    WHERE id IN (
      SELECT id FROM {schema}.jobs
       WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-      ORDER BY run_at
+      ORDER BY priority DESC, run_at
       LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED
    )
@@ -212,11 +216,12 @@ UPDATE {schema}.jobs j
 RETURNING j.id, j.fence, j.lease_until;
 
 -- name: complete
--- Settle many held jobs as done; the rows not returned are lost.
+-- Settle many held jobs as done, each with its result (or NULL); the rows not returned are lost.
 WITH settled AS (
   UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now()
-    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+     SET status = 'done', lease_until = NULL, finished_at = now(), result = t.result
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
+      AS t(id, fence, result)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 ), history AS (
@@ -398,7 +403,7 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
 -- name: jobs
 -- Browse jobs by queue and status, newest first (dead: most recently dead first).
 SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-       last_error, queued_at, finished_at
+       last_error, queued_at, finished_at, priority
   FROM {schema}.jobs
  WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -409,7 +414,7 @@ SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, wo
 -- One job, every column.
 SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
-       extract(epoch FROM lease_length)::float8, finished_at
+       extract(epoch FROM lease_length)::float8, finished_at, priority, result
   FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: history
@@ -434,7 +439,7 @@ SELECT set_config('statement_timeout',
 -- its whole size in bytes, so a huge payload is never sent to be shown.
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
-       extract(epoch FROM lease_length)::float8, finished_at,
+       extract(epoch FROM lease_length)::float8, finished_at, priority, result,
        left(p.text, %(chars)s), octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p

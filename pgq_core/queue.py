@@ -9,6 +9,7 @@ back with the caller's own writes.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import secrets
 import socket
@@ -50,6 +51,16 @@ def operator_id() -> str:
     except Exception:  # noqa: BLE001 - no user name is not worth failing an operator action
         user = "unknown"
     return f"operator:{user}@{socket.gethostname()}"
+
+
+def result_json(result: Any) -> str | None:
+    """A handler's result as JSON text (None stays None); ValueError if it is not JSON."""
+    if result is None:
+        return None
+    try:
+        return json.dumps(result, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
 
 
 def _missing(schema: str) -> SchemaMissing:
@@ -114,9 +125,12 @@ class Queue:
         delay: timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
-        spec = JobSpec(queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        spec = JobSpec(
+            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts, priority=priority
+        )
         return self.run(ops.enqueue([spec]), conn)[0]
 
     def enqueue_many(
@@ -151,9 +165,11 @@ class Queue:
         *,
         worker: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        result: Any = None,
     ) -> None:
-        """Raises LeaseLost if the fence is stale; inside `conn` that rolls the caller back too."""
-        settled = self.run(ops.complete([(job_id, fence)], worker), conn)
+        """Raises LeaseLost if the fence is stale; inside `conn` that rolls the caller back too.
+        `result` (JSON-serialisable) is stored with the completion."""
+        settled = self.run(ops.complete([(job_id, fence)], worker, [result_json(result)]), conn)
         _expect_applied(settled, job_id, fence, "complete")
 
     def fail(self, job_id: int, fence: int, error: str, *, worker: str | None = None) -> None:
@@ -269,9 +285,12 @@ class AsyncQueue:
         delay: timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
-        spec = JobSpec(queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts)
+        spec = JobSpec(
+            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts, priority=priority
+        )
         return (await self.run(ops.enqueue([spec]), conn))[0]
 
     async def enqueue_many(
@@ -304,8 +323,11 @@ class AsyncQueue:
         *,
         worker: str | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
+        result: Any = None,
     ) -> None:
-        settled = await self.run(ops.complete([(job_id, fence)], worker), conn)
+        settled = await self.run(
+            ops.complete([(job_id, fence)], worker, [result_json(result)]), conn
+        )
         _expect_applied(settled, job_id, fence, "complete")
 
     async def fail(self, job_id: int, fence: int, error: str, *, worker: str | None = None) -> None:

@@ -48,19 +48,22 @@ class JobContext:
         """True once the lease is lost or handed back: stop, the result will be thrown away."""
         return self._lost
 
-    def complete(self, conn: psycopg.Connection[Any]) -> None:
-        """Complete this job inside `conn`'s open transaction, together with the handler's writes.
+    def complete(self, conn: psycopg.Connection[Any], result: Any = None) -> None:
+        """Complete this job inside `conn`'s open transaction, together with the handler's writes
+        (and `result`, JSON-serialisable, stored with it).
 
         Raises LeaseLost if the fence is stale (the caller's transaction must then roll back).
         The worker does not complete the job again once this returned and the handler returns.
         """
-        Queue(conn, self.schema).complete(self.id, self.fence, worker=self.worker_id, conn=conn)
+        Queue(conn, self.schema).complete(
+            self.id, self.fence, worker=self.worker_id, conn=conn, result=result
+        )
         self._completed = True
 
-    async def complete_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def complete_async(self, conn: psycopg.AsyncConnection[Any], result: Any = None) -> None:
         """`complete` for async handlers."""
         await AsyncQueue(conn, self.schema).complete(
-            self.id, self.fence, worker=self.worker_id, conn=conn
+            self.id, self.fence, worker=self.worker_id, conn=conn, result=result
         )
         self._completed = True
 

@@ -22,8 +22,10 @@ log = logging.getLogger("pgq.worker")
 async def reap_forever(
     call: Callable[[Op[Any]], Awaitable[list[Any]]], interval: float, worker_id: str
 ) -> None:
-    """Reap every `interval` seconds (jittered by 20%) until cancelled."""
+    """Reap every `interval` seconds (jittered by 20%), the first time one interval after the
+    start, until cancelled."""
     while True:
+        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
         try:
             (reaped,) = await call(ops.reap())
         except (Disconnected, Transient, DataFault):
@@ -36,4 +38,3 @@ async def reap_forever(
                 len(reaped),
                 f", {dead} dead" if dead else "",
             )
-        await asyncio.sleep(interval * random.uniform(0.8, 1.2))

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..config import first_line
 from ..errors import LeaseLost, PgqError
-from ..text import describe_exception
+from ..queue import result_json
+from ..text import describe_exception, storable
 from .context import JobContext
 
 Handler = Callable[[JobContext], Any]
@@ -70,6 +71,7 @@ class Outcome:
     kind: str  # returned | raised | timed_out | cancelled | lost
     error: str | None = None
     action: str = ""  # for `lost`: the fenced write that matched no row
+    result: str | None = None  # for `returned`: what the handler returned, as JSON text
 
     @property
     def succeeded(self) -> bool:
@@ -80,9 +82,15 @@ RETURNED = Outcome("returned")
 CANCELLED = Outcome("cancelled")
 
 
-def _ended(ok: bool, value: Any) -> Outcome:
+def outcome_of(ok: bool, value: Any) -> Outcome:
+    """The outcome of a handler that returned `value` (ok) or raised it."""
     if ok:
-        return RETURNED
+        if value is None:
+            return RETURNED
+        try:
+            return Outcome("returned", result=result_json(value))
+        except ValueError as exc:
+            return Outcome("raised", storable(str(exc)))
     if isinstance(value, LeaseLost):
         return Outcome("lost", action=value.action)
     if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
@@ -114,7 +122,7 @@ async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
 @dataclass(eq=False)
 class _Running:
     ctx: JobContext
-    future: asyncio.Future[tuple[bool, Any]]
+    future: asyncio.Future[Any]
     on_outcome: Callable[[Outcome], None]
     timer: asyncio.TimerHandle | None = None
     reported: bool = False
@@ -158,11 +166,12 @@ class Runner:
         tasks = sum(1 for r in runs if not r.future.done())
         return in_threads + (tasks if self.is_async else 0)
 
-    def _counted(self, ctx: JobContext) -> tuple[bool, Any]:
+    def _counted(self, ctx: JobContext) -> Outcome:
+        """Runs in a pool thread: the handler, then its result's JSON, off the event loop."""
         with self._threads_lock:
             self._in_threads += 1
         try:
-            return call_sync(self.handler, ctx)
+            return outcome_of(*call_sync(self.handler, ctx))
         finally:
             with self._threads_lock:
                 self._in_threads -= 1
@@ -173,7 +182,7 @@ class Runner:
         """Run the handler on `ctx`; `on_outcome` is called once, on the event loop, with how
         it ended (see the module's invariants). Must be called on the event loop."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[bool, Any]]
+        future: asyncio.Future[Any]
         if self.is_async:
             future = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         else:
@@ -216,8 +225,8 @@ class Runner:
                     ),
                 )
         else:
-            ok, value = future.result()
-            self._report(run, _ended(ok, value))
+            ended = future.result()
+            self._report(run, ended if isinstance(ended, Outcome) else outcome_of(*ended))
         if run in self._abandoned:
             self._abandoned.discard(run)
             self._on_slot_freed()

@@ -531,10 +531,13 @@ class Worker:
         if fails:
             step.append(self._fail_op(fails))
         pairs = [(h.job.id, h.job.fence) for h in completes]
-        if queue is not None:
-            step.append(ops.complete_and_claim(pairs, queue, free, self.lease, self.id))
-        elif completes:
-            step.append(ops.complete_and_claim(pairs, "", 0, self.lease, self.id))
+        values = [h.outcome.result if h.outcome else None for h in completes]
+        if queue is not None or completes:
+            step.append(
+                ops.complete_and_claim(
+                    pairs, queue or "", free if queue else 0, self.lease, self.id, values
+                )
+            )
         if not step:
             return StepResult()
         results = await self._call(*step)
@@ -621,7 +624,9 @@ class Worker:
         if h.outcome.succeeded:
             try:
                 (out,) = await self._call(
-                    ops.complete_and_claim([(h.job.id, h.job.fence)], "", 0, self.lease, self.id)
+                    ops.complete_and_claim(
+                        [(h.job.id, h.job.fence)], "", 0, self.lease, self.id, [h.outcome.result]
+                    )
                 )
                 self._read_completes([h], out[0], result)
                 return
