@@ -422,3 +422,36 @@ def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:
         Worker(dsn, ["q"], lambda ctx: None, timeout=0)
     with pytest.raises(PgqError, match="concurrency must be between"):
         Worker(dsn, ["q"], lambda ctx: None, concurrency=10**12)
+
+
+async def test_after_a_failed_heartbeat_the_next_comes_within_a_second(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = queue.enqueue("q", {})
+    gate = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        await gate.wait()
+
+    caplog.set_level("INFO", logger="pgq.worker")
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=6))
+    async with running(worker):
+        await until(lambda: len(worker.snapshot().running) == 1, what="the job running")
+        app = f"pgq heartbeat {worker.id}"
+
+        def terminated() -> bool:
+            row = queue.conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (app,),
+            ).fetchone()
+            return row is not None and row[0] == 1
+
+        await until(terminated, what="the heartbeat connection, ended from the server")
+        await until(lambda: "heartbeat failed" in caplog.text, what="a failed heartbeat")
+        failed_at = time.monotonic()
+        before = queue.job(job_id).lease_until
+        await until(lambda: queue.job(job_id).lease_until != before, what="the next heartbeat")
+        assert time.monotonic() - failed_at < 1.5
+        gate.set()
+        await until(lambda: worker.snapshot().done == 1, what="the job done")
