@@ -173,6 +173,19 @@ def complete_and_claim(
     return Op("settle_complete_and_claim", params, read)
 
 
+def _fail_params(
+    held: Sequence[tuple[int, int, str]], worker: str | None, base: float, cap: float, jitter: float
+) -> dict[str, Any]:
+    return {
+        **_pairs([(i, f) for i, f, _ in held]),
+        "errors": [e for _, _, e in held],
+        "worker": worker,
+        "base": base,
+        "cap": cap,
+        "jitter": jitter,
+    }
+
+
 def settle_fail(
     held: Sequence[tuple[int, int, str]],
     worker: str | None,
@@ -182,16 +195,8 @@ def settle_fail(
     jitter: float = BACKOFF_JITTER,
 ) -> Op[Settled]:
     """The worker's failures: as `fail`, never waiting on a row lock."""
-    pairs = [(i, f) for i, f, _ in held]
-    params = {
-        **_pairs(pairs),
-        "errors": [e for _, _, e in held],
-        "worker": worker,
-        "base": base,
-        "cap": cap,
-        "jitter": jitter,
-    }
-    return Op("settle_fail", params, _outcomes(pairs, "failed"))
+    params = _fail_params(held, worker, base, cap, jitter)
+    return Op("settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"))
 
 
 def extend_leases(held: Sequence[tuple[int, int]]) -> Op[Settled]:
@@ -218,19 +223,8 @@ def fail(
     cap: float = BACKOFF_CAP,
     jitter: float = BACKOFF_JITTER,
 ) -> Op[Settled]:
-    return Op(
-        "fail",
-        {
-            "ids": [i for i, _, _ in held],
-            "fences": [f for _, f, _ in held],
-            "errors": [e for _, _, e in held],
-            "worker": worker,
-            "base": base,
-            "cap": cap,
-            "jitter": jitter,
-        },
-        _settled([(i, f) for i, f, _ in held]),
-    )
+    params = _fail_params(held, worker, base, cap, jitter)
+    return Op("fail", params, _settled([(i, f) for i, f, _ in held]))
 
 
 def release(held: Sequence[tuple[int, int]], worker: str | None, reason: str) -> Op[Settled]:
