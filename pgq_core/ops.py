@@ -125,8 +125,10 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     first: dict[str, int] = {}
     sent: list[JobSpec] = []
     source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
+    repeated: list[bool] = []  # for each spec, whether an earlier spec had its key
     for spec in specs:
         key = spec.unique_key
+        repeated.append(key is not None and key in first)
         if key is not None and key in first:
             source.append(first[key])
             continue
@@ -146,9 +148,9 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
             job_id, inserted = keyed[spec.unique_key]
             outcomes.append(None if job_id is None else Enqueued(job_id, inserted))
         result: Round = []
-        for index, at in enumerate(source):
+        for at, again in zip(source, repeated, strict=True):
             outcome = outcomes[at]
-            if outcome is not None and outcome.inserted and at != index:
+            if outcome is not None and outcome.inserted and again:
                 outcome = Enqueued(outcome.id, False)  # a duplicate within the batch
             result.append(outcome)
         return result
