@@ -158,9 +158,8 @@ async def test_async_queue_dedupes_too(aqueue: AsyncQueue) -> None:
 def test_a_key_inside_a_rolled_back_transaction_holds_nothing(
     queue: Queue, conn: Any, dsn: str
 ) -> None:
-    with psycopg.connect(dsn) as own:
-        with pytest.raises(PgqError), own.transaction():
-            queue.enqueue("q", {}, unique_key="k", conn=own)
-            raise PgqError("the app's own write failed")
+    with psycopg.connect(dsn) as own, pytest.raises(PgqError), own.transaction():
+        queue.enqueue("q", {}, unique_key="k", conn=own)
+        raise PgqError("the app's own write failed")
     assert keyed_jobs(queue, "k") == []
     assert queue.enqueue("q", {}, unique_key="k") > 0
