@@ -115,6 +115,8 @@ def worker_command(
     """
     if (handler_spec is None) == (tasks_spec is None):
         raise click.UsageError("give --handler or --tasks (one of them)")
+    if tasks_spec is None and not queues:
+        raise click.UsageError("give at least one QUEUE")
     if tasks_spec is not None:
         from pgq_core.tasks import Tasks
 
