@@ -90,6 +90,11 @@ class LazyGroup(PgqGroup):
             "bench_command",
             "Benchmark pgq against the seed's plain SQL on a throwaway server.",
         ),
+        "schedule": (
+            "pgq.app_cli",
+            "schedule_group",
+            "Periodic jobs: add, list, remove or run a cron schedule.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -176,6 +181,15 @@ def _delay(ctx: click.Context, param: click.Parameter, value: str | None) -> tim
     if parsed is not None and parsed > DELAY_MAX:
         raise click.BadParameter("the delay must be at most 100 years", ctx, param)
     return parsed
+
+
+def _unique_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return ops.check_unique_key(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _string_problem(value: Any) -> str | None:
@@ -405,6 +419,11 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     show_default=True,
     help="Higher is claimed first among the queue's due jobs.",
 )
+@click.option(
+    "--unique-key",
+    callback=_unique_key,
+    help="Enqueue nothing while a ready, scheduled or running job holds this key.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
 @click.pass_context
 def enqueue(
@@ -416,13 +435,19 @@ def enqueue(
     run_at: datetime | None,
     max_attempts: int,
     priority: int,
+    unique_key: str | None,
     as_json: bool,
 ) -> None:
-    """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file."""
+    """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file.
+
+    With --unique-key, a second enqueue while a job with that key is ready, scheduled or
+    running inserts nothing and prints the existing job's id."""
     if payload is not None and file is not None:
         raise click.UsageError("give PAYLOAD_JSON or --file, not both")
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --run-at, not both")
+    if unique_key is not None and file is not None:
+        raise click.UsageError("--unique-key names one job: it does not go with --file")
 
     if file is None:
         try:
@@ -431,19 +456,26 @@ def enqueue(
             raise click.BadParameter(
                 f"not valid JSON ({exc})", param_hint="'PAYLOAD_JSON'"
             ) from None
+        spec = JobSpec(
+            queue_name,
+            value,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+        )
         with _queue(ctx) as q:
-            job_id = q.enqueue(
-                queue_name,
-                value,
-                delay=delay,
-                run_at=run_at,
-                max_attempts=max_attempts,
-                priority=priority,
-            )
+            (outcome,) = q.enqueue_many_detailed([spec])
         if as_json:
-            echo_json([job_id])
+            echo_json([outcome.id])
+        elif outcome.inserted:
+            click.echo(f"enqueued job {outcome.id} on {printable(queue_name)}")
         else:
-            click.echo(f"enqueued job {job_id} on {printable(queue_name)}")
+            click.echo(
+                f"job {outcome.id} already holds unique key {printable(unique_key or '')}; "
+                "nothing enqueued"
+            )
         return
 
     name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
@@ -614,6 +646,7 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("lease", lease),
         ("lease until", _when(d.lease_until)),
         ("finished at", _when(d.finished_at)),
+        ("unique key", d.unique_key or ""),
     ):
         fields.add_row(label, _text(value))
     fields.add_row("last error", _text(d.last_error, multiline=True))
@@ -726,18 +759,33 @@ def requeue(
 
     with _queue(ctx) as q:
         if by_queue:
-            requeued = q.requeue_dead(queue_name)
+            requeued, key_held = q.requeue_dead_report(queue_name)
             if as_json:
-                echo_json({"requeued": requeued, "not_requeued": []})
+                held = "dead: a ready or running job holds its unique key"
+                echo_json(
+                    {
+                        "requeued": requeued,
+                        "not_requeued": [{"id": i, "status": held} for i in key_held],
+                    }
+                )
             else:
                 where = "every queue" if all_queues else f"queue {printable(queue_name or '')}"
                 click.echo(f"requeued {_plural(len(requeued), 'dead job')} of {where}")
+                if key_held:
+                    click.echo(
+                        f"left dead (a ready or running job holds their unique key): "
+                        f"{_ids_text(key_held)}"
+                    )
             return
         ids = unique(job_ids)
         _require_jobs(q, ids)
-        requeued = q.requeue(ids)
+        requeued, key_held = q.requeue_report(ids)
         skipped = _left_alone(q, ids, requeued)
-    _report("requeued", requeued, skipped, "not dead", as_json)
+    for job_id in key_held:
+        if skipped.get(job_id) == "dead":
+            skipped[job_id] = "dead: a ready or running job holds its unique key"
+    why = "not dead, or unique key held" if key_held else "not dead"
+    _report("requeued", requeued, skipped, why, as_json)
 
 
 @main.command()

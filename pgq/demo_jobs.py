@@ -5,6 +5,7 @@ Job kinds (the payload's `kind` decides what the handler does):
   slow    runs for many seconds; the worker's heartbeats keep its lease alive
   flaky   fails now and then with a plausible error, then succeeds on a retry
   doomed  always fails: it dies after max_attempts
+A schedule (`DEMO_SCHEDULES`) enqueues an uptime report every 15 seconds.
 A "frozen worker" (`DemoProducer._freeze`) claims a job, stops heartbeating until its lease
 expires and the reaper hands the job to a live worker, then wakes up and tries to complete
 with its old fence: the write is rejected and recorded as stale.
@@ -27,6 +28,10 @@ from pgq_core.worker import JobContext
 
 #: one in-app worker per queue
 DEMO_QUEUES = ("emails", "thumbnails", "reports", "webhooks")
+#: periodic jobs (name, queue, cron in UTC, payload): the in-app workers enqueue each slot once
+DEMO_SCHEDULES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("uptime-report", "reports", "*/15 * * * * *", {"kind": "fast", "ms": 300, "report": "uptime"}),
+)
 FROZEN_WORKER = "frozen-worker:demo"
 
 
@@ -158,7 +163,10 @@ class DemoProducer:
         self._thread = threading.Thread(target=self._run, name="pgq-demo-producer", daemon=True)
 
     def fill(self) -> int:
+        """The initial jobs, and the demo's schedules (replaced if a previous demo left them)."""
         with Queue.connect(self.dsn, self.schema) as q:
+            for name, queue, cron, payload in DEMO_SCHEDULES:
+                q.add_schedule(name, queue, cron, payload, replace=True)
             return len(q.enqueue_many(initial_jobs(self.rng)))
 
     def start(self) -> None:

@@ -37,13 +37,19 @@ class PrintableFormatter(logging.Formatter):
 
 
 @click.command("worker")
-@click.argument("queues", nargs=-1, required=True, callback=queue_names)
+@click.argument("queues", nargs=-1, callback=queue_names)
 @click.option(
     "--handler",
     "handler_spec",
-    required=True,
     metavar="MODULE:CALLABLE",
     help="Function called with each job (plain or async def); MODULE importable from here.",
+)
+@click.option(
+    "--tasks",
+    "tasks_spec",
+    metavar="MODULE:TASKS",
+    help="A pgq_core.Tasks registry: each job runs the task it names. QUEUES default to the "
+    "queues of its tasks.",
 )
 @click.option(
     "--concurrency", "-c", type=click.IntRange(1, CONCURRENCY_MAX), default=10, show_default=True,
@@ -88,7 +94,8 @@ class PrintableFormatter(logging.Formatter):
 def worker_command(
     ctx: click.Context,
     queues: tuple[str, ...],
-    handler_spec: str,
+    handler_spec: str | None,
+    tasks_spec: str | None,
     concurrency: int,
     lease: timedelta,
     burst: bool,
@@ -106,7 +113,26 @@ def worker_command(
     max_attempts). SIGTERM/SIGINT stops claiming, lets running jobs finish within --grace and
     hands the rest back; a second signal hands them back at once.
     """
-    handler = load_handler(handler_spec)
+    if (handler_spec is None) == (tasks_spec is None):
+        raise click.UsageError("give --handler or --tasks (one of them)")
+    if tasks_spec is None and not queues:
+        raise click.UsageError("give at least one QUEUE")
+    if tasks_spec is not None:
+        from pgq_core.tasks import Tasks
+
+        tasks = load_handler(tasks_spec)
+        if not isinstance(tasks, Tasks):
+            raise click.BadParameter(
+                f"{tasks_spec} is a {type(tasks).__name__}, not a pgq_core.Tasks registry",
+                param_hint="'--tasks'",
+            )
+        handler: Any = tasks
+        queues = queues or tuple(tasks.queues)
+    else:
+        assert handler_spec is not None
+        handler = load_handler(handler_spec)
+    if not queues:
+        raise click.UsageError("give at least one QUEUE")
     target = settings(ctx).target()
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))

@@ -4,13 +4,16 @@ from .config import Target, mask, resolve
 from .durations import parse_duration
 from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing
 from .fenced import fenced_write
+from .integrations import driver_connection, enqueue_in
 from .migrate import migrate
-from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
+from .models import Enqueued, Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Schedule, Settled
 from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
+from .tasks import Task, TaskArgumentError, TaskError, Tasks, current_job
 
 __all__ = [
     "AsyncQueue",
+    "Enqueued",
     "Job",
     "JobDetail",
     "JobEvent",
@@ -22,10 +25,18 @@ __all__ = [
     "PgqError",
     "Queue",
     "QueueStats",
+    "Schedule",
     "SchemaMissing",
     "Settled",
     "Target",
+    "Task",
+    "TaskArgumentError",
+    "TaskError",
+    "Tasks",
     "channel",
+    "current_job",
+    "driver_connection",
+    "enqueue_in",
     "fenced_write",
     "listen_statement",
     "make_worker_id",

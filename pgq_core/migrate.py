@@ -30,7 +30,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     """Bring `schema` to the latest version; returns the versions applied (empty: up to date).
 
     One transaction under an advisory lock keyed on the schema name: a second process waits,
-    then finds nothing left to do.
+    then finds nothing left to do. Every shipped version not yet recorded is applied, in
+    version order: numbers need not be contiguous, and a version merged later with a lower
+    number than one already applied (branches developed in parallel) is still applied.
     """
     ident = sql.Identifier(schema)
     applied: list[int] = []
@@ -44,12 +46,14 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(ident)
         )
-        row = conn.execute(
-            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(ident)
-        ).fetchone()
-        current = int(row[0]) if row else 0
+        done = {
+            int(row[0])
+            for row in conn.execute(
+                sql.SQL("SELECT version FROM {}.schema_version").format(ident)
+            ).fetchall()
+        }
         for version, name, text in migrations():
-            if version <= current:
+            if version in done:
                 continue
             conn.execute(sql.SQL(text).format(schema=ident))
             conn.execute(

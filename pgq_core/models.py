@@ -86,6 +86,7 @@ class JobRow:
     queued_at: datetime
     finished_at: datetime | None
     priority: int = 0
+    unique_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,7 +126,40 @@ class JobDetail:
     priority: int = 0
     #: what the handler returned (JSON), stored with its completion
     result: Any = None
+    unique_key: str | None = None
     history: list[JobEvent] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What one enqueued spec became: the job's id, and whether this enqueue inserted it
+    (False: a ready or running job already held the spec's unique key, and `id` is that job)."""
+
+    id: int
+    inserted: bool
+
+    @property
+    def duplicate(self) -> bool:
+        return not self.inserted
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic job: `cron` (UTC; 5 fields, or 6 with seconds first) enqueues `payload` on
+    `queue`. `last_slot` is the latest slot enqueued (None: none yet); `next_slot` is computed
+    from the cron expression (None when it never fires again or cannot be parsed)."""
+
+    name: str
+    queue: str
+    cron: str
+    payload: Any
+    max_attempts: int
+    created_at: datetime
+    last_slot: datetime | None
+    next_slot: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -6,15 +6,26 @@ neither holds SQL or decides anything on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from .config import check_queue_name
-from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
+from .config import QUEUE_NAME_MAX_BYTES, check_queue_name
+from .errors import PgqError
+from .models import (
+    Enqueued,
+    Job,
+    JobDetail,
+    JobEvent,
+    JobRow,
+    Lease,
+    QueueStats,
+    Schedule,
+    Settled,
+)
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -27,6 +38,11 @@ BACKOFF_CAP = 3600.0
 BACKOFF_JITTER = 0.25
 REAP_BATCH = 1000
 PRUNE_BATCH = 5000
+#: The most bytes of UTF-8 a unique key may have: it is indexed (a btree entry holds ~2.7 kB).
+UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
+#: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
+#: committed (or finished) between the statements. Each round needs a new race to fail.
+UNIQUE_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -40,7 +56,11 @@ class Op(Generic[T]):
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now."""
+    """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now.
+
+    With a `unique_key`, nothing is inserted while a ready (due or scheduled) or running job
+    holds that key: the enqueue returns the holder's id instead. Done and dead jobs hold no key.
+    """
 
     queue: str
     payload: Any
@@ -49,6 +69,7 @@ class JobSpec:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     #: higher is claimed first among due jobs of the queue
     priority: int = 0
+    unique_key: str | None = None
 
 
 def _ids(rows: Rows) -> list[int]:
@@ -68,28 +89,143 @@ def _settled(held: Sequence[tuple[int, int]]) -> Callable[[Rows], Settled]:
     return read
 
 
+def check_unique_key(key: str) -> str:
+    """ValueError unless `key` is storable and indexable: not empty, no NUL, valid UTF-8, at
+    most UNIQUE_KEY_MAX_BYTES bytes."""
+    if not key:
+        raise ValueError("unique key must not be empty")
+    if "\x00" in key:
+        raise ValueError("unique key must not hold a NUL character")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("unique key is not valid UTF-8") from None
+    if size > UNIQUE_KEY_MAX_BYTES:
+        raise ValueError(
+            f"unique key is {size} bytes long (UTF-8); at most {UNIQUE_KEY_MAX_BYTES} fit "
+            "(it is indexed)"
+        )
+    return key
+
+
 def _check_spec(spec: JobSpec) -> None:
     check_queue_name(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
+    if spec.unique_key is not None:
+        check_unique_key(spec.unique_key)
 
 
-def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
-    specs = list(specs)
+#: One enqueue round's answer per spec: its outcome, or None when a ready or running job held
+#: its key but committed after the statement's snapshot (look the holder up again).
+Round = list[Enqueued | None]
+
+
+def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
+    """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
+    with a key already in the batch are duplicates of the first (same outcome, not inserted)."""
+    first: dict[str, int] = {}
+    sent: list[JobSpec] = []
+    source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
+    repeated: list[bool] = []  # for each spec, whether an earlier spec had its key
     for spec in specs:
-        _check_spec(spec)
+        key = spec.unique_key
+        repeated.append(key is not None and key in first)
+        if key is not None and key in first:
+            source.append(first[key])
+            continue
+        if key is not None:
+            first[key] = len(sent)
+        source.append(len(sent))
+        sent.append(spec)
+
+    def read(rows: Rows) -> Round:
+        plain = iter(sorted(int(r[0]) for r in rows if r[1] and r[2] is None))
+        keyed = {str(r[2]): (None if r[0] is None else int(r[0]), bool(r[1])) for r in rows if r[2]}
+        outcomes: list[Enqueued | None] = []
+        for spec in sent:
+            if spec.unique_key is None:
+                outcomes.append(Enqueued(next(plain), True))
+                continue
+            job_id, inserted = keyed[spec.unique_key]
+            outcomes.append(None if job_id is None else Enqueued(job_id, inserted))
+        result: Round = []
+        for at, again in zip(source, repeated, strict=True):
+            outcome = outcomes[at]
+            if outcome is not None and outcome.inserted and again:
+                outcome = Enqueued(outcome.id, False)  # a duplicate within the batch
+            result.append(outcome)
+        return result
+
     return Op(
         "enqueue",
         {
-            "queues": [s.queue for s in specs],
-            "payloads": Jsonb([s.payload for s in specs]),
-            "run_ats": [s.run_at for s in specs],
-            "delays": [s.delay for s in specs],
-            "max_attempts": [s.max_attempts for s in specs],
-            "priorities": [s.priority for s in specs],
+            "queues": [s.queue for s in sent],
+            "payloads": Jsonb([s.payload for s in sent]),
+            "run_ats": [s.run_at for s in sent],
+            "delays": [s.delay for s in sent],
+            "max_attempts": [s.max_attempts for s in sent],
+            "unique_keys": [s.unique_key for s in sent],
+            "priorities": [s.priority for s in sent],
         },
-        _ids,
+        read,
     )
+
+
+def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:
+    """The id of the ready or running job holding each key (keys nobody holds are absent)."""
+    return Op(
+        "unique_holders",
+        {"keys": list(keys)},
+        lambda rows: {str(r[0]): int(r[1]) for r in rows},
+    )
+
+
+def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enqueued]]:
+    """Enqueue `specs` (checked first: nothing is sent if any is invalid), one outcome each.
+
+    A generator of ops: the caller runs each op yielded and sends its result back (`Queue` and
+    `AsyncQueue` drive it alike). Mostly one round trip. When a key's holder committed after
+    the statement's snapshot, the holder is looked up in a new statement; if it finished in
+    between, the spec is enqueued again. Never a read-then-write: the unique index decides.
+    """
+    specs = list(specs)
+    for spec in specs:
+        _check_spec(spec)
+    results: Round = yield enqueue_round(specs)
+    for _ in range(UNIQUE_ROUNDS):
+        missing = [i for i, r in enumerate(results) if r is None]
+        if not missing:
+            return [r for r in results if r is not None]
+        keys = list(dict.fromkeys(str(specs[i].unique_key) for i in missing))
+        holders: dict[str, int] = yield unique_holders(keys)
+        again: list[int] = []
+        for i in missing:
+            holder = holders.get(str(specs[i].unique_key))
+            if holder is None:
+                again.append(i)
+            else:
+                results[i] = Enqueued(holder, False)
+        if again:
+            retried: Round = yield enqueue_round([specs[i] for i in again])
+            for i, outcome in zip(again, retried, strict=True):
+                results[i] = outcome
+    if any(r is None for r in results):
+        raise PgqError(
+            f"unique keys contended too long ({UNIQUE_ROUNDS} rounds): their jobs kept "
+            "finishing and reappearing while this enqueue ran; try again"
+        )
+    return [r for r in results if r is not None]
+
+
+def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
+    """One statement enqueuing `specs`: their ids (for a duplicate, its holder's id, or 0 if
+    the holder committed after the statement's snapshot). `enqueue_flow` never answers 0."""
+    specs = list(specs)
+    for spec in specs:
+        _check_spec(spec)
+    op = enqueue_round(specs)
+    return Op(op.name, op.params, lambda rows: [r.id if r else 0 for r in op.read(rows)])
 
 
 def claim(queue: str, limit: int, lease: timedelta, worker: str) -> Op[list[Job]]:
@@ -259,12 +395,41 @@ def reap(limit: int = REAP_BATCH) -> Op[list[tuple[int, str]]]:
     return Op("reap", {"limit": limit}, lambda rows: [(int(r[0]), str(r[1])) for r in rows])
 
 
+def _requeued(rows: Rows) -> list[int]:
+    return [int(r[1]) for r in rows if r[0] == "requeued"]
+
+
+def _key_held(rows: Rows) -> list[int]:
+    return [int(r[1]) for r in rows if r[0] == "key_held"]
+
+
 def requeue(ids: Sequence[int], actor: str | None) -> Op[list[int]]:
-    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _ids)
+    """Dead jobs back to ready; a dead job whose unique key a live job holds stays dead."""
+    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _requeued)
 
 
 def requeue_dead(queue: str | None, actor: str | None) -> Op[list[int]]:
-    return Op("requeue_queue", {"queue": queue, "actor": actor}, _ids)
+    return Op("requeue_queue", {"queue": queue, "actor": actor}, _requeued)
+
+
+def requeue_report(ids: Sequence[int], actor: str | None) -> Op[tuple[list[int], list[int]]]:
+    """`requeue`, answering (requeued ids, ids left dead because their unique key is held)."""
+    return Op(
+        "requeue_ids",
+        {"ids": list(ids), "actor": actor},
+        lambda rows: (_requeued(rows), _key_held(rows)),
+    )
+
+
+def requeue_dead_report(
+    queue: str | None, actor: str | None
+) -> Op[tuple[list[int], list[int]]]:
+    """`requeue_dead`, answering (requeued ids, ids left dead because their key is held)."""
+    return Op(
+        "requeue_queue",
+        {"queue": queue, "actor": actor},
+        lambda rows: (_requeued(rows), _key_held(rows)),
+    )
 
 
 def kill(
@@ -338,3 +503,90 @@ def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] 
         return JobDetail(*columns), PayloadPreview(str(text), int(size))
 
     return Op("job_preview", {"id": job_id, "chars": chars}, read)
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+def _schedule(row: tuple[Any, ...]) -> Schedule:
+    from .cron import next_slot
+
+    schedule = Schedule(*row)
+    try:
+        after = max(datetime.now(schedule.created_at.tzinfo), schedule.created_at)
+        upcoming = next_slot(schedule.cron, after)
+    except ValueError:  # a row written by plain SQL with a cron expression we cannot read
+        upcoming = None
+    return replace(schedule, next_slot=upcoming)
+
+
+def schedule_rows() -> Op[list[Schedule]]:
+    """Every schedule as stored (`next_slot` not computed): what the worker's scheduler reads."""
+    return Op("schedules", {}, lambda rows: [Schedule(*r) for r in rows])
+
+
+def schedules() -> Op[list[Schedule]]:
+    """Every schedule with its next slot (computed here from its cron expression)."""
+    return Op("schedules", {}, lambda rows: [_schedule(r) for r in rows])
+
+
+def check_schedule_name(name: str) -> str:
+    """ValueError unless `name` can name a schedule (the rules of a queue name)."""
+    try:
+        return check_queue_name(name)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("queue name", "schedule name")) from None
+
+
+def add_schedule(
+    name: str,
+    queue: str,
+    cron: str,
+    payload: Any = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    *,
+    replace: bool = False,
+) -> Op[bool]:
+    """True if added (or replaced, with `replace`); False if the name exists. ValueError for
+    a bad name, queue, cron expression or max_attempts, before anything is sent."""
+    from .cron import check_cron
+
+    check_schedule_name(name)
+    check_queue_name(queue)
+    check_cron(cron)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    return Op(
+        "add_schedule",
+        {
+            "name": name,
+            "queue": queue,
+            "cron": cron,
+            "payload": Jsonb({} if payload is None else payload),
+            "max_attempts": max_attempts,
+            "replace": replace,
+        },
+        lambda rows: bool(rows),
+    )
+
+
+def remove_schedule(name: str) -> Op[bool]:
+    """True if a schedule of that name was removed."""
+    return Op("remove_schedule", {"name": name}, lambda rows: bool(rows))
+
+
+def run_schedule(name: str) -> Op[int | None]:
+    """Enqueue the schedule's job now: its id, or None when no schedule has that name."""
+    return Op("run_schedule", {"name": name}, lambda rows: int(rows[0][0]) if rows else None)
+
+
+def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | None]:
+    """Enqueue `slot` of schedule `name` unless it (or a later slot) already was: the new job's
+    id, or None. Safe from any number of workers at once; never waits on a lock."""
+    from .cron import slot_key
+
+    return Op(
+        "enqueue_due_slot",
+        {"name": name, "slot": slot, "key": slot_key(name, slot), "worker": worker},
+        lambda rows: int(rows[0][0]) if rows else None,
+    )

@@ -5,20 +5,49 @@
 -- Each transition writes its fence-history row in the same statement.
 
 -- name: enqueue
--- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array.
-WITH new_jobs AS (
+-- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array. Jobs
+-- without a unique key are inserted as they are. A job with a key is inserted unless a ready
+-- or running job holds the key (the partial unique index arbitrates, so racing producers make
+-- one job): then nothing is inserted and the holder's id is looked up. The caller sends each
+-- key at most once per statement. Rows: (id, true, key) per inserted job, in input order per
+-- kind; (holder id, false, key) per duplicate. The holder id is NULL when the holder committed
+-- after this statement's snapshot was taken: look it up again in a new statement.
+WITH input AS (
+  SELECT * FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
+                           unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
+                           unnest(%(max_attempts)s::int[]), unnest(%(unique_keys)s::text[]),
+                           unnest(%(priorities)s::int[]))
+    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, n)
+), plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
   SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr
-    FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
-                    unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
-                    unnest(%(max_attempts)s::int[]), unnest(%(priorities)s::int[]))
-      AS t(q, p, r, d, m, pr)
-  RETURNING id, fence
+    FROM input WHERE k IS NULL ORDER BY n
+  RETURNING id, fence, NULL::text AS unique_key
+), keyed AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr
+    FROM input WHERE k IS NOT NULL ORDER BY n
+  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+  DO NOTHING
+  RETURNING id, fence, unique_key
+), new_jobs AS (
+  SELECT * FROM plain UNION ALL SELECT * FROM keyed
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence)
   SELECT id, 'enqueued', fence FROM new_jobs
 )
-SELECT id FROM new_jobs ORDER BY id;
+SELECT id, true, unique_key FROM new_jobs
+UNION ALL
+SELECT (SELECT j.id FROM {schema}.jobs j
+         WHERE j.unique_key = i.k AND j.status IN ('ready', 'running')), false, i.k
+  FROM input i
+ WHERE i.k IS NOT NULL AND i.k NOT IN (SELECT unique_key FROM keyed)
+ORDER BY 1;
+
+-- name: unique_holders
+-- The ready or running job holding each of `keys` (a key no job holds has no row).
+SELECT unique_key, id FROM {schema}.jobs
+ WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
 
 -- name: claim
 -- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1.
@@ -303,30 +332,61 @@ WITH reaped AS (
 SELECT id, status FROM reaped ORDER BY id;
 
 -- name: requeue_ids
--- Operator: dead jobs back to ready with a fresh set of attempts.
-WITH requeued AS (
+-- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
+-- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
+-- sharing a key only the newest is requeued. Rows: ('requeued' | 'key_held', id).
+WITH dead AS (
+  SELECT id, unique_key FROM {schema}.jobs
+   WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+), chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL
+  UNION ALL
+  (SELECT DISTINCT ON (unique_key) id FROM dead d
+    WHERE unique_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
+                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
+    ORDER BY unique_key, id DESC)
+), requeued AS (
   UPDATE {schema}.jobs
      SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
-   WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
   SELECT id, 'requeued', fence, %(actor)s FROM requeued
 )
-SELECT id FROM requeued ORDER BY id;
+SELECT 'requeued', id FROM requeued
+UNION ALL
+SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+ORDER BY 2;
 
 -- name: requeue_queue
--- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement.
-WITH requeued AS (
+-- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement;
+-- unique keys are respected as in `requeue_ids`.
+WITH dead AS (
+  SELECT id, unique_key FROM {schema}.jobs
+   WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+), chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL
+  UNION ALL
+  (SELECT DISTINCT ON (unique_key) id FROM dead d
+    WHERE unique_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
+                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
+    ORDER BY unique_key, id DESC)
+), requeued AS (
   UPDATE {schema}.jobs
      SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
-   WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
   SELECT id, 'requeued', fence, %(actor)s FROM requeued
 )
-SELECT id FROM requeued ORDER BY id;
+SELECT 'requeued', id FROM requeued
+UNION ALL
+SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+ORDER BY 2;
 
 -- name: kill
 -- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
@@ -403,7 +463,7 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
 -- name: jobs
 -- Browse jobs by queue and status, newest first (dead: most recently dead first).
 SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-       last_error, queued_at, finished_at, priority
+       last_error, queued_at, finished_at, priority, unique_key
   FROM {schema}.jobs
  WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -414,7 +474,7 @@ SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, wo
 -- One job, every column.
 SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
-       extract(epoch FROM lease_length)::float8, finished_at, priority, result
+       extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key
   FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: history
@@ -439,8 +499,70 @@ SELECT set_config('statement_timeout',
 -- its whole size in bytes, so a huge payload is never sent to be shown.
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
-       extract(epoch FROM lease_length)::float8, finished_at, priority, result,
+       extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
        left(p.text, %(chars)s), octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
  WHERE id = %(id)s;
+
+
+-- name: schedules
+-- Every periodic job, by name.
+SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
+  FROM {schema}.schedules ORDER BY name;
+
+-- name: add_schedule
+-- A new periodic job; with `replace`, an existing one of that name is changed instead (its
+-- last slot kept). No row: the name exists and `replace` was not given.
+INSERT INTO {schema}.schedules AS s (name, queue, cron, payload, max_attempts)
+VALUES (%(name)s::text, %(queue)s::text, %(cron)s::text, %(payload)s::jsonb,
+        %(max_attempts)s::int)
+ON CONFLICT (name) DO UPDATE
+   SET queue = excluded.queue, cron = excluded.cron, payload = excluded.payload,
+       max_attempts = excluded.max_attempts
+ WHERE %(replace)s::boolean
+RETURNING name;
+
+-- name: remove_schedule
+DELETE FROM {schema}.schedules WHERE name = %(name)s::text RETURNING name;
+
+-- name: run_schedule
+-- Enqueue a schedule's job now, outside its slots (no unique key, `last_slot` untouched).
+WITH new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts)
+  SELECT queue, payload, max_attempts FROM {schema}.schedules WHERE name = %(name)s::text
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, detail)
+  SELECT id, 'enqueued', fence, 'schedule ' || %(name)s::text || ' run now' FROM new_jobs
+)
+SELECT id FROM new_jobs;
+
+-- name: enqueue_due_slot
+-- A worker enqueues a schedule's due slot: `last_slot` advances to `slot` and the slot's job is
+-- inserted in one statement, so each slot is enqueued once whatever the number of workers
+-- (a second worker finds last_slot already there, and never waits: SKIP LOCKED) and even
+-- after the slot's job finished. A slot before the schedule existed, or later than the
+-- database's clock, is refused. The unique key `schedule:<name>:<slot>` guards the job as well.
+-- Rows: the new job's id, or none.
+WITH due AS (
+  SELECT name FROM {schema}.schedules
+   WHERE name = %(name)s::text AND (last_slot IS NULL OR last_slot < %(slot)s::timestamptz)
+     AND %(slot)s::timestamptz >= created_at AND %(slot)s::timestamptz <= now()
+     FOR UPDATE SKIP LOCKED
+), advanced AS (
+  UPDATE {schema}.schedules s SET last_slot = %(slot)s::timestamptz
+    FROM due WHERE s.name = due.name
+  RETURNING s.queue, s.payload, s.max_attempts
+), new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key)
+  SELECT queue, payload, max_attempts, %(key)s::text FROM advanced
+  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+  DO NOTHING
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'enqueued', fence, %(worker)s::text, 'schedule ' || %(name)s::text || ' slot ' || %(slot)s::timestamptz
+    FROM new_jobs
+)
+SELECT id FROM new_jobs;

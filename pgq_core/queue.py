@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -22,8 +22,18 @@ from psycopg import sql
 
 from . import ops
 from .config import connect_options
-from .errors import JobNotFound, LeaseLost, SchemaMissing
-from .models import Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Settled
+from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing
+from .models import (
+    Enqueued,
+    Job,
+    JobDetail,
+    JobEvent,
+    JobRow,
+    Lease,
+    QueueStats,
+    Schedule,
+    Settled,
+)
 from .ops import JobSpec, Op
 from .queries import statement
 
@@ -82,6 +92,21 @@ def _chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:
         yield specs[start : start + ENQUEUE_CHUNK]
 
 
+Flow = Generator[Op[Any], Any, T]
+
+
+def _unknown_schedule(name: str) -> PgqError:
+    return PgqError(f"no schedule named {name!r}")
+
+
+def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run an ops constructor, turning its ValueError (bad input) into a PgqError."""
+    try:
+        return check(*args, **kwargs)
+    except ValueError as exc:
+        raise PgqError(str(exc)) from None
+
+
 class Queue:
     """Sync queue API over one autocommit connection."""
 
@@ -126,28 +151,49 @@ class Queue:
         run_at: datetime | None = None,
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
+        unique_key: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
+        """The new job's id; with `unique_key` held by a ready or running job, nothing is
+        inserted and that job's id is returned (`enqueue_many_detailed` tells which)."""
         spec = JobSpec(
-            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts, priority=priority
+            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
         )
-        return self.run(ops.enqueue([spec]), conn)[0]
+        return self.enqueue_many_detailed([spec], conn)[0].id
+
+    def _drive(self, flow: Flow[T], conn: psycopg.Connection[Any] | None) -> T:
+        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""
+        try:
+            op = next(flow)
+            while True:
+                op = flow.send(self.run(op, conn))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
 
     def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
     ) -> list[int]:
         """All or nothing: up to ENQUEUE_CHUNK jobs go in one statement (one round trip); more
-        are written chunk by chunk inside one transaction."""
+        are written chunk by chunk inside one transaction. One id per spec: a duplicate (its
+        unique key held) gets the holder's id."""
+        return [e.id for e in self.enqueue_many_detailed(specs, conn)]
+
+    def enqueue_many_detailed(
+        self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
+    ) -> list[Enqueued]:
+        """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
         target = conn or self.conn
         if len(specs) <= ENQUEUE_CHUNK:
-            return self.run(ops.enqueue(specs), target)
-        ids: list[int] = []
+            return self._drive(ops.enqueue_flow(specs), target)
+        done: list[Enqueued] = []
         with target.transaction():
             for chunk in _chunks(specs):
-                chunk_ids: list[int] = self.run(ops.enqueue(chunk), target)
-                ids.extend(chunk_ids)
-        return ids
+                done.extend(self._drive(ops.enqueue_flow(chunk), target))
+        return done
 
     # lease holders
     def claim(
@@ -206,8 +252,47 @@ class Queue:
     def requeue_dead(self, queue: str | None) -> list[int]:
         return self.run(ops.requeue_dead(queue, operator_id()))
 
+    def requeue_report(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """(requeued, left dead because a ready or running job holds their unique key)."""
+        return self.run(ops.requeue_report(ids, operator_id()))
+
+    def requeue_dead_report(self, queue: str | None) -> tuple[list[int], list[int]]:
+        return self.run(ops.requeue_dead_report(queue, operator_id()))
+
     def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return self.run(ops.kill(ids, operator_id(), reason))
+
+    # schedules
+    def add_schedule(
+        self,
+        name: str,
+        queue: str,
+        cron: str,
+        payload: Any = None,
+        *,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        replace: bool = False,
+    ) -> None:
+        """A periodic job: every worker enqueues `payload` on `queue` at each slot of `cron`
+        (UTC), each slot once. PgqError if the name exists (unless `replace`) or the input is
+        bad."""
+        op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
+        if not self.run(op):
+            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+
+    def list_schedules(self) -> list[Schedule]:
+        return self.run(ops.schedules())
+
+    def remove_schedule(self, name: str) -> None:
+        if not self.run(ops.remove_schedule(name)):
+            raise _unknown_schedule(name)
+
+    def run_schedule(self, name: str) -> int:
+        """Enqueue the schedule's job now (outside its slots): the new job's id."""
+        job_id = self.run(ops.run_schedule(name))
+        if job_id is None:
+            raise _unknown_schedule(name)
+        return job_id
 
     def prune_batches(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> Iterator[int]:
         """Deletes in bounded batches, yielding each batch's count, until nothing is left."""
@@ -286,26 +371,42 @@ class AsyncQueue:
         run_at: datetime | None = None,
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
+        unique_key: str | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         spec = JobSpec(
-            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts, priority=priority
+            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
         )
-        return (await self.run(ops.enqueue([spec]), conn))[0]
+        return (await self.enqueue_many_detailed([spec], conn))[0].id
+
+    async def _drive(self, flow: Flow[T], conn: psycopg.AsyncConnection[Any] | None) -> T:
+        try:
+            op = next(flow)
+            while True:
+                op = flow.send(await self.run(op, conn))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
 
     async def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[int]:
+        return [e.id for e in await self.enqueue_many_detailed(specs, conn)]
+
+    async def enqueue_many_detailed(
+        self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[Enqueued]:
         specs = list(specs)
         target = conn or self.conn
         if len(specs) <= ENQUEUE_CHUNK:
-            return await self.run(ops.enqueue(specs), target)
-        ids: list[int] = []
+            return await self._drive(ops.enqueue_flow(specs), target)
+        done: list[Enqueued] = []
         async with target.transaction():
             for chunk in _chunks(specs):
-                chunk_ids: list[int] = await self.run(ops.enqueue(chunk), target)
-                ids.extend(chunk_ids)
-        return ids
+                done.extend(await self._drive(ops.enqueue_flow(chunk), target))
+        return done
 
     async def claim(
         self, queue: str, limit: int = 10, lease: timedelta = ops.DEFAULT_LEASE, worker: str = ""
@@ -396,3 +497,30 @@ class AsyncQueue:
             raise JobNotFound(job_id)
         detail.history.extend(await self.history(job_id))
         return detail
+
+    async def add_schedule(
+        self,
+        name: str,
+        queue: str,
+        cron: str,
+        payload: Any = None,
+        *,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        replace: bool = False,
+    ) -> None:
+        op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
+        if not await self.run(op):
+            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+
+    async def list_schedules(self) -> list[Schedule]:
+        return await self.run(ops.schedules())
+
+    async def remove_schedule(self, name: str) -> None:
+        if not await self.run(ops.remove_schedule(name)):
+            raise _unknown_schedule(name)
+
+    async def run_schedule(self, name: str) -> int:
+        job_id = await self.run(ops.run_schedule(name))
+        if job_id is None:
+            raise _unknown_schedule(name)
+        return job_id

@@ -5,6 +5,7 @@
 - `runner`: running handlers (threads, async tasks, the ones given up) to one outcome each;
 - `heartbeater`: leases kept alive from a thread and a connection of their own;
 - `reaper`: expired leases back to ready or dead;
+- `scheduler`: the due slots of schedules (periodic jobs) enqueued, each once;
 - `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
 - `runtime`: the `Worker` state machine that composes them.
 """

@@ -2,8 +2,8 @@
 
 Parts: `ClaimRound` and `FlushPolicy` (policy.py) decide when to claim and settle; `Link`
 (link.py) runs statements; `Runner` (runner.py) runs handlers; `Heartbeater`
-(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py) and
-`listen` (listener.py) run beside them.
+(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
+`schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them.
 
 Invariants:
 - A job is *held* from its claim until its settlement committed, a write of it matched no
@@ -49,6 +49,7 @@ from .listener import listen
 from .policy import Backoff, ClaimRound, FlushPolicy
 from .reaper import reap_forever
 from .runner import Handler, Outcome, Runner
+from .scheduler import schedule_forever
 
 log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
@@ -298,6 +299,7 @@ class Worker:
                     )
                 ),
                 asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
+                asyncio.create_task(schedule_forever(self._link.call, self.id)),
             ]
             try:
                 await self._pump()

@@ -49,6 +49,8 @@ def facts(job: JobDetail, now: float) -> Table:
     )
     table.add_row("fence", fence_text(job.fence))
     table.add_row("worker", humanize.db_text(job.worker or "—"))
+    if job.unique_key is not None:
+        table.add_row("unique key", humanize.db_text(job.unique_key))
     table.add_row("queued", humanize.ago(now - job.queued_at.timestamp()))
     if job.status == "ready":
         due = job.run_at.timestamp() - now

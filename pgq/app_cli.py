@@ -1,0 +1,144 @@
+"""`pgq schedule`: periodic jobs (add, list, remove, run now).
+
+Loaded only when run (see `LazyGroup.LAZY` in cli.py), so cron parsing is never imported by
+`pgq --help`. Every running worker enqueues each due slot once; see pgq_core/worker/scheduler.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from pgq_core import ops
+from pgq_core.cron import check_cron
+from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
+from pgq_core.text import printable
+
+from .cli import INT4, _console, _queue, _text, _when, parse_payload
+from .context import PgqGroup, echo_json, queue_option
+
+#: Characters of a schedule's payload shown in `schedule list`.
+PAYLOAD_CHARS = 60
+
+
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return ops.check_schedule_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _cron(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_cron(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _payload(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return {}
+    try:
+        return parse_payload(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc})", ctx, param) from None
+
+
+@click.group("schedule", cls=PgqGroup)
+def schedule_group() -> None:
+    """Periodic jobs: add, list, remove or run a cron schedule.
+
+    Every running worker enqueues each due slot exactly once (no leader). Cron times are UTC;
+    5 fields, or 6 with seconds first. Slots missed while no worker ran are skipped, except
+    the latest, which is enqueued as soon as a worker runs.
+    """
+
+
+@schedule_group.command("add")
+@click.argument("name", callback=_name)
+@click.option("--queue", "-q", "queue_name", required=True, callback=queue_option)
+@click.option("--cron", "cron", required=True, callback=_cron, help='e.g. "*/5 * * * *" (UTC).')
+@click.option("--payload", callback=_payload, help="The job's payload as JSON (default {}).")
+@click.option(
+    "--max-attempts", type=INT4, default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+    help="Attempts before a slot's job is dead.",
+)
+@click.option("--replace", is_flag=True, help="Change the schedule if NAME exists.")
+@click.pass_context
+def add(
+    ctx: click.Context,
+    name: str,
+    queue_name: str,
+    cron: str,
+    payload: Any,
+    max_attempts: int,
+    replace: bool,
+) -> None:
+    """Add schedule NAME: enqueue PAYLOAD on QUEUE at every slot of CRON."""
+    with _queue(ctx) as q:
+        q.add_schedule(
+            name, queue_name, cron, payload, max_attempts=max_attempts, replace=replace
+        )
+        found = [s for s in q.list_schedules() if s.name == name]
+    upcoming = f"; next run {_when(found[0].next_slot)}" if found and found[0].next_slot else ""
+    where = f"{printable(cron)} on {printable(queue_name)}"
+    click.echo(f"schedule {printable(name)}: {where}{upcoming}")
+
+
+@schedule_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Every schedule with its last and next run."""
+    with _queue(ctx) as q:
+        rows = q.list_schedules()
+    if as_json:
+        echo_json([s.to_dict() for s in rows])
+        return
+    if not rows:
+        click.echo("no schedules")
+        return
+    table = Table()
+    for col in ("name", "queue", "cron", "last run", "next run", "attempts", "payload"):
+        table.add_column(col, no_wrap=col in ("last run", "next run"))
+    for s in rows:
+        payload = json.dumps(s.payload, ensure_ascii=False, separators=(",", ":"))
+        if len(payload) > PAYLOAD_CHARS:
+            payload = payload[: PAYLOAD_CHARS - 1] + "…"
+        table.add_row(
+            _text(s.name),
+            _text(s.queue),
+            _text(s.cron),
+            _when(s.last_slot) or "never",
+            _when(s.next_slot),
+            str(s.max_attempts),
+            _text(payload),
+        )
+    _console().print(table)
+
+
+@schedule_group.command("remove")
+@click.argument("name")
+@click.pass_context
+def remove(ctx: click.Context, name: str) -> None:
+    """Remove schedule NAME (jobs it already enqueued stay)."""
+    with _queue(ctx) as q:
+        q.remove_schedule(name)
+    click.echo(f"removed schedule {printable(name)}")
+
+
+@schedule_group.command("run")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the new id as a JSON array.")
+@click.pass_context
+def run(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Enqueue schedule NAME's job now (its slots go on as before)."""
+    with _queue(ctx) as q:
+        job_id = q.run_schedule(name)
+    if as_json:
+        echo_json([job_id])
+    else:
+        click.echo(f"enqueued job {job_id} from schedule {printable(name)}")

@@ -1,0 +1,64 @@
+"""Enqueue inside your framework's transaction: a SQLAlchemy 2 session or connection on the
+psycopg 3 driver (`postgresql+psycopg://`), or a plain psycopg connection.
+
+The job is written on the very connection, inside the very transaction, of the application's
+own writes: it exists only if they commit. SQLAlchemy is never imported here; its objects are
+recognised by what they offer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .errors import PgqError
+from .ops import DEFAULT_MAX_ATTEMPTS
+from .queue import Queue
+
+
+def driver_connection(obj: Any) -> psycopg.Connection[Any]:
+    """The psycopg connection under `obj`: a psycopg connection itself, a SQLAlchemy
+    `Connection` (`.connection.driver_connection`) or `Session` (`.connection()` first, which
+    begins the session's transaction if none is open). PgqError for anything else, e.g. a
+    SQLAlchemy engine on another driver."""
+    if isinstance(obj, psycopg.Connection):
+        return obj
+    if isinstance(obj, psycopg.AsyncConnection):
+        raise PgqError("an async psycopg connection: use AsyncQueue.enqueue(conn=...)")
+    sa_connection = obj
+    if not hasattr(obj, "exec_driver_sql") and callable(getattr(obj, "connection", None)):
+        sa_connection = obj.connection()  # a Session: its connection, in its transaction
+    raw = getattr(getattr(sa_connection, "connection", None), "driver_connection", None)
+    if isinstance(raw, psycopg.Connection):
+        return raw
+    raise PgqError(
+        f"cannot enqueue through a {type(obj).__name__}: give a psycopg 3 connection, or a "
+        "SQLAlchemy session or connection whose URL is postgresql+psycopg://"
+    )
+
+
+def enqueue_in(
+    conn: Any,
+    queue: str,
+    payload: Any,
+    *,
+    schema: str = "pgq",
+    delay: timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    unique_key: str | None = None,
+) -> int:
+    """Enqueue one job inside `conn`'s transaction (see `driver_connection` for what `conn`
+    may be): the job's id. It commits or rolls back with the caller's own writes."""
+    raw = driver_connection(conn)
+    return Queue(raw, schema).enqueue(
+        queue,
+        payload,
+        delay=delay,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+        conn=raw,
+    )

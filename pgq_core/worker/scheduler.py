@@ -1,0 +1,102 @@
+"""The scheduler: every worker enqueues the due slots of every schedule (periodic jobs).
+
+Invariants:
+- Each slot of a schedule is enqueued at most once, whatever the number of workers and with no
+  leader: `enqueue_due_slot` advances the schedule's `last_slot` and inserts the slot's job in
+  one statement, skipping a schedule row another worker has locked (never waiting). The job's
+  unique key `schedule:<name>:<slot>` guards it as well.
+- Only the latest due slot (at or before now) is enqueued: slots missed while no worker ran
+  are skipped, except the latest, which is enqueued once a worker runs again. Slots before a
+  schedule was created are never enqueued.
+- Slots are computed from this process's clock in UTC; the database refuses a slot later than
+  its own clock, so a fast clock delays a slot (to the next pass) and never runs it early.
+- A pass wakes just after the next slot of any schedule, and at least every `interval`
+  seconds, so new schedules are seen within one interval and a 1-second schedule loses no slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import ops
+from ..cron import latest_slot, next_slot
+from ..errors import SchemaMissing
+from ..models import Schedule
+from ..ops import Op
+from ..text import printable
+from .link import DataFault, Disconnected, Transient
+
+log = logging.getLogger("pgq.worker")
+
+#: Seconds between passes at most, and the most a pass waits after a slot starts.
+INTERVAL = 1.0
+SLOT_DELAY = 0.05
+
+
+async def schedule_forever(
+    call: Callable[[Op[Any]], Awaitable[list[Any]]],
+    worker_id: str,
+    interval: float = INTERVAL,
+) -> None:
+    """Enqueue due slots until cancelled (see the module's invariants)."""
+    unreadable: set[tuple[str, str]] = set()
+    while True:
+        try:
+            (rows,) = await call(ops.schedule_rows())
+        except SchemaMissing:
+            log.warning(
+                "worker %s: no schedules table (run `pgq migrate`); periodic jobs are not "
+                "enqueued by this worker",
+                worker_id,
+            )
+            return
+        except (Disconnected, Transient, DataFault):
+            rows = []
+        now = datetime.now(UTC)
+        wake = interval
+        for schedule in rows:
+            try:
+                await _enqueue_due(call, schedule, now, worker_id)
+                upcoming = next_slot(schedule.cron, now)
+            except ValueError as exc:
+                if (schedule.name, schedule.cron) not in unreadable:
+                    unreadable.add((schedule.name, schedule.cron))
+                    log.warning(
+                        "worker %s: schedule %s skipped: %s",
+                        worker_id,
+                        printable(schedule.name),
+                        printable(str(exc)),
+                    )
+                continue
+            except (Disconnected, Transient, DataFault):
+                break
+            if upcoming is not None:
+                wake = min(wake, (upcoming - datetime.now(UTC)).total_seconds())
+        await asyncio.sleep(max(wake, 0.0) + random.uniform(0.0, SLOT_DELAY))
+
+
+async def _enqueue_due(
+    call: Callable[[Op[Any]], Awaitable[list[Any]]],
+    schedule: Schedule,
+    now: datetime,
+    worker_id: str,
+) -> None:
+    slot = latest_slot(schedule.cron, now)
+    if slot is None or slot < schedule.created_at:
+        return
+    if schedule.last_slot is not None and slot <= schedule.last_slot:
+        return
+    (job_id,) = await call(ops.enqueue_due_slot(schedule.name, slot, worker_id))
+    if job_id is not None:
+        log.info(
+            "worker %s: schedule %s: slot %s enqueued as job %d",
+            worker_id,
+            printable(schedule.name),
+            slot.isoformat(),
+            job_id,
+        )

@@ -1,0 +1,160 @@
+"""Periodic jobs on a real server: the schedule API, the slot guard, and three in-process
+workers enqueuing each slot of a 1-second schedule exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from psycopg import sql
+from test_worker import make_worker, until
+
+from pgq_core import PgqError, Queue, ops
+from pgq_core.cron import latest_slot, next_slot, slot_key
+from pgq_core.worker import JobContext
+
+
+def slot_jobs(queue: Queue, name: str) -> Counter[str]:
+    rows = queue.conn.execute(
+        sql.SQL("SELECT unique_key FROM {}.jobs WHERE unique_key LIKE %s").format(
+            sql.Identifier(queue.schema)
+        ),
+        [f"schedule:{name}:%"],
+    ).fetchall()
+    return Counter(str(r[0]) for r in rows)
+
+
+def backdate(queue: Queue, name: str, seconds: float) -> None:
+    queue.conn.execute(
+        sql.SQL(
+            "UPDATE {}.schedules SET created_at = created_at - make_interval(secs => %s)"
+            " WHERE name = %s"
+        ).format(sql.Identifier(queue.schema)),
+        [seconds, name],
+    )
+
+
+def test_add_list_run_remove(queue: Queue) -> None:
+    queue.add_schedule("digest", "emails", "*/5 * * * *", {"kind": "digest"}, max_attempts=3)
+    with pytest.raises(PgqError, match="already exists"):
+        queue.add_schedule("digest", "emails", "* * * * *")
+    queue.add_schedule(
+        "digest", "emails", "0 * * * *", {"kind": "hourly"}, max_attempts=3, replace=True
+    )
+    (s,) = queue.list_schedules()
+    assert (s.name, s.queue, s.cron, s.payload, s.max_attempts) == (
+        "digest", "emails", "0 * * * *", {"kind": "hourly"}, 3
+    )
+    assert s.last_slot is None and s.next_slot is not None
+    assert s.next_slot > datetime.now(UTC) and s.next_slot.minute == 0
+    job_id = queue.run_schedule("digest")
+    job = queue.job(job_id)
+    assert (job.queue, job.payload, job.max_attempts, job.unique_key) == (
+        "emails", {"kind": "hourly"}, 3, None
+    )
+    assert "run now" in (job.history[0].detail or "")
+    queue.remove_schedule("digest")
+    assert queue.list_schedules() == []
+    for call in (lambda: queue.remove_schedule("digest"), lambda: queue.run_schedule("digest")):
+        with pytest.raises(PgqError, match="no schedule named 'digest'"):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("cron", "fragment"),
+    [("* * *", "bad cron expression"), ("61 * * * *", "bad cron"), ("", "empty"),
+     ("0 0 30 2 *", "bad cron")],
+)
+def test_bad_cron_is_refused(queue: Queue, cron: str, fragment: str) -> None:
+    with pytest.raises(PgqError, match=fragment):
+        queue.add_schedule("s", "q", cron)
+    assert queue.list_schedules() == []
+
+
+def test_a_slot_is_enqueued_once_even_after_its_job_is_done(queue: Queue) -> None:
+    queue.add_schedule("tick", "q", "* * * * * *")
+    backdate(queue, "tick", 60)
+    slot = latest_slot("* * * * * *", datetime.now(UTC))
+    assert slot is not None
+    first = queue.run(ops.enqueue_due_slot("tick", slot, "w1"))
+    assert first is not None
+    assert queue.run(ops.enqueue_due_slot("tick", slot, "w2")) is None
+    (job,) = queue.claim("q", 1)
+    queue.complete(job.id, job.fence)  # the unique key no longer holds: the guard does
+    assert queue.run(ops.enqueue_due_slot("tick", slot, "w3")) is None
+    older = slot - timedelta(seconds=5)
+    assert queue.run(ops.enqueue_due_slot("tick", older, "w3")) is None  # never backwards
+    assert queue.job(first).unique_key == slot_key("tick", slot)
+    (s,) = queue.list_schedules()
+    assert s.last_slot == slot
+
+
+def test_slots_before_creation_or_in_the_future_are_refused(queue: Queue) -> None:
+    queue.add_schedule("tick", "q", "* * * * * *")
+    now = datetime.now(UTC).replace(microsecond=0)
+    assert queue.run(ops.enqueue_due_slot("tick", now - timedelta(seconds=30), "w")) is None
+    assert queue.run(ops.enqueue_due_slot("tick", now + timedelta(seconds=30), "w")) is None
+    assert queue.jobs() == []
+
+
+def test_cron_slots_are_utc_and_whole() -> None:
+    at = datetime(2030, 1, 1, 12, 7, 30, 500, tzinfo=UTC)
+    assert latest_slot("*/5 * * * *", at) == datetime(2030, 1, 1, 12, 5, tzinfo=UTC)
+    assert latest_slot("*/5 * * * *", at.replace(minute=10, second=0, microsecond=0)) == (
+        datetime(2030, 1, 1, 12, 10, tzinfo=UTC)
+    )
+    assert next_slot("*/5 * * * *", at) == datetime(2030, 1, 1, 12, 10, tzinfo=UTC)
+    assert latest_slot("*/10 * * * * *", at) == datetime(2030, 1, 1, 12, 7, 30, tzinfo=UTC)
+
+
+async def test_missed_slots_are_skipped_except_the_latest(dsn: str, schema: str) -> None:
+    with Queue.connect(dsn, schema) as q:
+        q.add_schedule("minutely", "other", "* * * * *")
+        backdate(q, "minutely", 3600)  # an hour of slots passed with no worker running
+    worker = make_worker(dsn, schema, lambda ctx: None, queues=["q"])
+    task = asyncio.create_task(worker.run())
+    try:
+        with Queue.connect(dsn, schema) as q:
+            await until(lambda: sum(slot_jobs(q, "minutely").values()) >= 1, what="a slot")
+            await asyncio.sleep(1.5)
+            jobs = slot_jobs(q, "minutely")
+            assert list(jobs.values()) == [1]  # one slot of the hour missed: the latest
+            slot = datetime.fromisoformat(next(iter(jobs)).split(":", 2)[2])
+            now = datetime.now(UTC)
+            assert now - timedelta(minutes=2) < slot <= now and slot.second == 0
+    finally:
+        worker.stop(immediately=True)
+        await asyncio.wait_for(task, 30)
+
+
+async def test_three_workers_enqueue_each_slot_of_a_1s_schedule_exactly_once(
+    dsn: str, schema: str
+) -> None:
+    done: list[int] = []
+
+    def handle(ctx: JobContext) -> None:
+        done.append(ctx.id)
+
+    with Queue.connect(dsn, schema) as q:
+        q.add_schedule("tick", "ticks", "* * * * * *", {"kind": "tick"})
+    workers = [make_worker(dsn, schema, handle, queues=["ticks"]) for _ in range(3)]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        await asyncio.sleep(10)
+    finally:
+        for w in workers:
+            w.stop(immediately=True)
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    with Queue.connect(dsn, schema) as q:
+        jobs = slot_jobs(q, "tick")
+        (schedule,) = q.list_schedules()
+    assert set(jobs.values()) == {1}, jobs  # no slot twice
+    slots = sorted(datetime.fromisoformat(k.split(":", 2)[2]) for k in jobs)
+    assert len(slots) >= 8, slots
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(slots)]
+    assert set(gaps) == {1.0}, gaps  # every slot of the run, none skipped
+    assert schedule.last_slot == slots[-1]
+    assert len(done) >= len(slots) - 1  # and the workers ran them
