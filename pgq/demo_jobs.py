@@ -5,7 +5,8 @@ Job kinds (the payload's `kind` decides what the handler does):
   slow    runs for many seconds; the worker's heartbeats keep its lease alive
   flaky   fails now and then with a plausible error, then succeeds on a retry
   doomed  always fails: it dies after max_attempts
-A schedule (`DEMO_SCHEDULES`) enqueues an uptime report every 15 seconds.
+A schedule (`DEMO_SCHEDULES`) enqueues an uptime report every 15 seconds. `emails` is a
+priority queue: password resets (priority 10) are claimed before receipts (5) and digests (0).
 A "frozen worker" (`DemoProducer._freeze`) claims a job, stops heartbeating until its lease
 expires and the reaper hands the job to a live worker, then wakes up and tries to complete
 with its old fence: the write is rejected and recorded as stale.
@@ -68,16 +69,22 @@ async def handle(ctx: JobContext) -> None:
         _raise_one()
 
 
+#: the emails queue's priorities, by template
+EMAIL_PRIORITY = {"password-reset": 10, "receipt": 5, "welcome": 1, "digest": 0}
+
+
 def _email(rng: random.Random) -> JobSpec:
     kind = "flaky" if rng.random() < 0.1 else "fast"
+    template = rng.choice(list(EMAIL_PRIORITY))
     return JobSpec(
         "emails",
         {
             "kind": kind,
             "ms": rng.randint(40, 400),
             "to": f"user{rng.randint(1, 9999)}@example.com",
-            "template": rng.choice(["welcome", "receipt", "password-reset", "digest"]),
+            "template": template,
         },
+        priority=EMAIL_PRIORITY[template],
     )
 
 

@@ -144,3 +144,13 @@ def test_cli_priority_and_result(dsn: str, schema: str, queue: Queue) -> None:
     assert '"result": {' in as_json.output and '"priority": 7' in as_json.output
     bad = runner.invoke(main, [*base, "enqueue", "q", "{}", "--priority", "high"])
     assert bad.exit_code == 2
+
+
+def test_the_demo_fills_a_priority_queue() -> None:
+    import random
+
+    from pgq.demo_jobs import EMAIL_PRIORITY, initial_jobs
+
+    emails = [s for s in initial_jobs(random.Random(1)) if s.queue == "emails"]
+    assert emails and {s.priority for s in emails} > {0}
+    assert all(s.priority == EMAIL_PRIORITY[s.payload["template"]] for s in emails)
