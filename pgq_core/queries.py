@@ -30,3 +30,9 @@ def names() -> list[str]:
 def query(name: str, schema: str) -> sql.Composed:
     """The statement `name` with `{schema}` bound to the quoted schema identifier."""
     return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema))
+
+
+def query_with(name: str, schema: str, **fragments: sql.Composable) -> sql.Composed:
+    """The statement `name` with `{schema}` and each `{fragment}` (e.g. a filter's `{where}`,
+    built with psycopg.sql, values as placeholders) bound. Not cached: fragments vary."""
+    return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema), **fragments)

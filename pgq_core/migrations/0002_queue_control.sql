@@ -1,0 +1,72 @@
+-- pgq schema, version 2: queue control (pause, a running limit) and error groups.
+-- {schema} is replaced by the quoted schema identifier (psycopg.sql); nothing else is templated
+-- (so a literal brace is written twice).
+
+-- Per-queue settings. A queue without a row (or with every column NULL) runs unpaused and
+-- unlimited; the claim statements look the queue up by primary key and nothing more.
+--   paused_at, paused_by, pause_reason   set while the queue is paused: it claims nothing
+--   max_running                          jobs of this queue running at once, across workers
+CREATE TABLE {schema}.queue_settings (
+  queue        text        PRIMARY KEY,
+  paused_at    timestamptz,
+  paused_by    text,
+  pause_reason text,
+  max_running  int,
+  CONSTRAINT queue_settings_max_running_check CHECK (max_running >= 0)
+);
+
+-- How many of `want` jobs a claim on a limited queue may take: max_running minus the jobs of
+-- the queue running now, not counting `settling` (the held jobs the same statement completes).
+-- Race-free across workers: it takes a transaction-level advisory lock on (settings table,
+-- queue), so limited claims of one queue run one at a time, and it is VOLATILE, so under READ
+-- COMMITTED its count takes a fresh snapshot after the lock: it sees every claim committed by
+-- the previous lock holder. Claims of unlimited queues never call it.
+CREATE FUNCTION {schema}.claim_allowance(p_queue text, p_want int, p_settling bigint[])
+RETURNS int LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  lock_key int;
+  max_running int;
+  running bigint;
+BEGIN
+  IF p_want <= 0 THEN
+    RETURN 0;
+  END IF;
+  SELECT s.tableoid::int INTO lock_key FROM {schema}.queue_settings s WHERE s.queue = p_queue;
+  PERFORM pg_advisory_xact_lock(coalesce(lock_key, 0), hashtext(p_queue));
+  -- Read the limit again after the lock, in case it changed meanwhile.
+  SELECT s.max_running INTO max_running FROM {schema}.queue_settings s WHERE s.queue = p_queue;
+  IF max_running IS NULL THEN
+    RETURN p_want;
+  END IF;
+  SELECT count(*) INTO running FROM {schema}.jobs j
+   WHERE j.queue = p_queue AND j.status = 'running' AND j.id <> ALL(p_settling);
+  RETURN greatest(0, least(p_want::bigint, max_running - running))::int;
+END
+$fn$;
+
+-- Error groups: the first line of an error (exception type and message, at most 200
+-- characters) with URLs, UUIDs, quoted values, hex and numbers replaced, so that errors that
+-- differ only in ids fall into one group. `error_group` is its short id (12 hex digits of an
+-- md5). Immutable SQL functions: inlined, and usable in indexes.
+CREATE FUNCTION {schema}.error_pattern(error text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+  SELECT regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+           left(split_part(error, E'\n', 1), 200),
+           '[a-z][a-z0-9+.-]*://[^\s''"<>]+', '<url>', 'gi'),
+           '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<uuid>', 'gi'),
+           '''[^'']*''|"[^"]*"', '<str>', 'g'),
+           '\m(0x[0-9a-f]+|[0-9a-f]*[0-9][0-9a-f]*)\M', '<n>', 'gi'),
+           '[0-9]+', '<n>', 'g')
+$fn$;
+
+CREATE FUNCTION {schema}.error_group(error text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+  SELECT left(md5({schema}.error_pattern(error)), 12)
+$fn$;
+
+-- Failed jobs (ready again, waiting to retry, with the error of their last attempt): error
+-- groups and `pgq jobs --status failed` find them without reading every ready job. Pays on
+-- failures only: claims, completions and enqueues never enter it (last_error is NULL or the
+-- status is not ready). Dead jobs are found through jobs_dead_idx.
+CREATE INDEX jobs_failed_idx ON {schema}.jobs (queue, id)
+  WHERE status = 'ready' AND last_error IS NOT NULL;
