@@ -235,8 +235,11 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
+        marks = (" [yellow](paused)[/yellow]" if r.paused else "") + (
+            f" [dim](limit {r.limit})[/dim]" if r.limit is not None else ""
+        )
         table.add_row(
-            escape(r.queue),
+            escape(r.queue) + marks,
             str(r.ready),
             str(r.scheduled),
             str(r.running),
@@ -757,3 +760,8 @@ from .worker_cli import worker_command  # noqa: E402
 
 for _command in (worker_command, dashboard_command, demo_command):
     main.add_command(_command)
+
+# Queue operations (pause, limit, filters, errors, health) live in their own module too.
+from .ops_cli import install as _install_ops_commands  # noqa: E402
+
+_install_ops_commands(main)

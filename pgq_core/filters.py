@@ -28,8 +28,10 @@ from psycopg.types.json import Jsonb
 from .durations import parse_duration
 from .models import STATUSES
 
-#: `failed` is a view of `ready`: jobs waiting to retry, with the error of their last attempt.
+#: `failed` is a view of `ready`: jobs waiting to retry, with the error of their last attempt
+#: (a requeued job starts again at attempt 0 and is not failed, whatever its old error).
 FILTER_STATUSES = (*STATUSES, "failed")
+FAILED = "(j.status = 'ready' AND j.attempts > 0 AND j.last_error IS NOT NULL)"
 _GROUP = re.compile(r"^[0-9a-f]{12}$")
 _SEGMENT = re.compile(r"^[^.\s]+$")
 #: Which statuses each bulk action may change.
@@ -220,7 +222,7 @@ class JobFilter:
             if plain:
                 either.append(sql.SQL("j.status = ANY({}::text[])").format(bind(plain)))
             if "failed" in self.statuses and "ready" not in plain:
-                either.append(sql.SQL("(j.status = 'ready' AND j.last_error IS NOT NULL)"))
+                either.append(sql.SQL(FAILED))
             clauses.append(sql.SQL("({})").format(sql.SQL(" OR ").join(either)))
         if self.error is not None:
             pattern = f"%{_like_escape(self.error)}%"
@@ -228,7 +230,7 @@ class JobFilter:
         if self.error_group is not None:
             clauses.append(
                 sql.SQL(
-                    "(j.last_error IS NOT NULL AND j.status IN ('ready', 'dead')"
+                    "(j.last_error IS NOT NULL AND (j.status = 'dead' OR " + FAILED + ")"
                     " AND {}.error_group(j.last_error) = {})"
                 ).format(sql.Identifier(schema), bind(self.error_group))
             )

@@ -560,7 +560,8 @@ SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 -- ---------------------------------------------------------------------------- error groups
 
 -- name: errors
--- Failed jobs (ready again with the error of their last attempt) and dead ones, grouped by
+-- Failed jobs (ready again after an attempt, with its error; a requeued job, back at attempt 0,
+-- is not failed) and dead ones, grouped by
 -- error_group (the error's first line with ids, numbers, quoted values and URLs normalized,
 -- computed in the database). `seen` is finished_at for dead jobs and the failed attempt's
 -- claimed_at for failed ones. The example is the group's newest job, with its full error.
@@ -570,7 +571,7 @@ WITH failing AS (
          {schema}.error_pattern(last_error) AS pattern
     FROM {schema}.jobs
    WHERE last_error IS NOT NULL
-     AND (status = 'dead' OR status = 'ready')
+     AND (status = 'dead' OR (status = 'ready' AND attempts > 0))
      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
      AND (%(since)s::interval IS NULL
           OR coalesce(finished_at, claimed_at, queued_at) >= now() - %(since)s::interval)
