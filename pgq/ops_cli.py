@@ -42,7 +42,7 @@ from .context import duration, echo_json, settings
 INT4_MAX = 2**31 - 1
 #: Options that make `jobs`, `requeue` or `kill` a filtered command (the rest are the plain
 #: commands' own).
-FILTER_ONLY = ("error", "payload", "older_than", "newer_than", "error_group", "dry_run", "batch")
+FILTER_ONLY = ("error", "payload", "older_than", "newer_than", "error_group", "dry_run")
 VERBS = {"requeue": "requeued", "kill": "killed", "delete": "deleted"}
 
 
@@ -355,8 +355,7 @@ def _make_jobs(plain: click.Command) -> click.Command:
     @click.pass_context
     def callback(ctx: click.Context, /, **kw: Any) -> None:
         statuses: tuple[str, ...] = kw["status"]
-        is_plain = not any(kw[k] for k in ("error", "payload", "older_than", "newer_than"))
-        is_plain = is_plain and not kw["error_group"] and len(statuses) <= 1
+        is_plain = not _filter_given({**kw, "status": ()}) and len(statuses) <= 1
         is_plain = is_plain and "failed" not in statuses
         if is_plain:
             ctx.invoke(
@@ -407,7 +406,8 @@ def _make_jobs(plain: click.Command) -> click.Command:
 
 
 def _filter_given(kw: dict[str, Any]) -> bool:
-    return any(kw.get(k) for k in (*FILTER_ONLY, "status"))
+    """True when any filter-only option was given (even empty, so it is checked)."""
+    return any(kw.get(k) not in (None, False, ()) for k in (*FILTER_ONLY, "status"))
 
 
 def _make_requeue(plain: click.Command) -> click.Command:

@@ -206,3 +206,38 @@ async def test_an_idle_worker_on_a_paused_queue_backs_off_and_resume_wakes_it(
     finally:
         worker.stop(immediately=True)
         await asyncio.wait_for(task, 30)
+
+
+def test_upgrade_from_version_1_keeps_jobs_and_adds_queue_control(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import secrets
+
+    from pgq_core.migrate import migrate, migrations
+
+    migrate_mod = importlib.import_module("pgq_core.migrate")  # the package exports the function
+
+    name = f"t_{secrets.token_hex(5)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(migrate_mod, "migrations", lambda: migrations()[:1])
+                assert migrate(conn, name) == [1]
+            q = Queue(conn, name)
+            [first, *_] = q.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+            # version 1's data: a job that failed once (new code claims only after migrating)
+            conn.execute(
+                sql.SQL("UPDATE {}.jobs SET attempts = 1, last_error = %s WHERE id = %s").format(
+                    sql.Identifier(name)
+                ),
+                ["KeyError: 'a'", first],
+            )
+            assert migrate(conn, name) == [2]
+            assert len(q.claim("q", 2, LEASE, "w")) == 2
+            assert migrate(conn, name) == []
+            q.set_limit("q", 2)
+            assert len(q.claim("q", 3, LEASE, "w")) == 0  # two still running
+            assert [g.pattern for g in q.errors()] == ["KeyError: <str>"]
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

@@ -45,8 +45,9 @@ END
 $fn$;
 
 -- Error groups: the first line of an error (exception type and message, at most 200
--- characters) with URLs, UUIDs, quoted values, hex and numbers replaced, so that errors that
--- differ only in ids fall into one group. `error_group` is its short id (12 hex digits of an
+-- characters) with URLs, UUIDs, quoted values, hex words (0x..., or hex digits mixing digits and
+-- letters) and numbers (3, 3.5, 1.2.3) replaced, so that errors that differ only in ids fall
+-- into one group. `error_group` is its short id (12 hex digits of an
 -- md5). Immutable SQL functions: inlined, and usable in indexes.
 CREATE FUNCTION {schema}.error_pattern(error text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
@@ -55,8 +56,8 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
            '[a-z][a-z0-9+.-]*://[^\s''"<>]+', '<url>', 'gi'),
            '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<uuid>', 'gi'),
            '''[^'']*''|"[^"]*"', '<str>', 'g'),
-           '\m(0x[0-9a-f]+|[0-9a-f]*[0-9][0-9a-f]*)\M', '<n>', 'gi'),
-           '[0-9]+', '<n>', 'g')
+           '\m(0x[0-9a-f]+|[0-9a-f]*([0-9][a-f]|[a-f][0-9])[0-9a-f]*)\M', '<n>', 'gi'),
+           '[0-9]+(\.[0-9]+)*', '<n>', 'g')
 $fn$;
 
 CREATE FUNCTION {schema}.error_group(error text) RETURNS text
