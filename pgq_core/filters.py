@@ -220,7 +220,10 @@ class JobFilter:
             plain = [s for s in self.statuses if s != "failed"]
             either: list[sql.Composable] = []
             if plain:
-                either.append(sql.SQL("j.status = ANY({}::text[])").format(bind(plain)))
+                # Literals, not parameters: statuses come from a fixed list, and a literal
+                # status lets the planner use the partial indexes (status = 'dead', ...)
+                # even in the generic plan of a prepared statement.
+                either += [sql.SQL("j.status = {}").format(sql.Literal(st)) for st in plain]
             if "failed" in self.statuses and "ready" not in plain:
                 either.append(sql.SQL(FAILED))
             clauses.append(sql.SQL("({})").format(sql.SQL(" OR ").join(either)))
@@ -230,9 +233,8 @@ class JobFilter:
         if self.error_group is not None:
             clauses.append(
                 sql.SQL(
-                    "(j.last_error IS NOT NULL AND (j.status = 'dead' OR " + FAILED + ")"
-                    " AND {}.error_group(j.last_error) = {})"
-                ).format(sql.Identifier(schema), bind(self.error_group))
+                    "(j.error_group = {} AND (j.status = 'dead' OR " + FAILED + "))"
+                ).format(bind(self.error_group))
             )
         for match in self.payload:
             path = bind(list(match.path))
@@ -251,6 +253,7 @@ class JobFilter:
             clauses.append(sql.SQL("{} < now() - {}::interval").format(age, bind(self.older_than)))
         if self.newer_than is not None:
             clauses.append(sql.SQL("{} >= now() - {}::interval").format(age, bind(self.newer_than)))
+        assert all(st in FILTER_STATUSES for st in self.statuses)
         if not clauses:
             return sql.SQL("true"), params
         return sql.SQL(" AND ").join(clauses), params

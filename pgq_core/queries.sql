@@ -23,7 +23,9 @@ SELECT id FROM new_jobs ORDER BY id;
 -- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1.
 -- Queue control (`gate`): a paused queue claims nothing; a queue with max_running claims at
 -- most max_running minus its jobs running now (claim_allowance, serialized per queue by an
--- advisory lock); a queue without settings costs one primary-key lookup.
+-- advisory lock); a queue without settings costs one primary-key lookup. The jobs to claim are
+-- locked first, as an array (`id = ANY(ARRAY(...))`): the claiming UPDATE then reads them by
+-- primary key whatever the planner guesses of the gate's LIMIT.
 WITH gate AS (
   SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
               WHEN s.max_running IS NULL THEN %(limit)s
@@ -38,15 +40,13 @@ WITH gate AS (
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
-   WHERE id IN (
-     SELECT id FROM (
-       SELECT id FROM {schema}.jobs
-        WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-        ORDER BY run_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-     ) due LIMIT coalesce((SELECT n FROM gate), %(limit)s)
-   )
+   WHERE id = ANY(ARRAY(
+     SELECT id FROM {schema}.jobs
+      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY run_at
+      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
+      FOR UPDATE SKIP LOCKED
+   ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
@@ -90,15 +90,13 @@ WITH held AS (
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
-   WHERE id IN (
-     SELECT id FROM (
-       SELECT id FROM {schema}.jobs
-        WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-        ORDER BY run_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-     ) due LIMIT coalesce((SELECT n FROM gate), %(limit)s)
-   )
+   WHERE id = ANY(ARRAY(
+     SELECT id FROM {schema}.jobs
+      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY run_at
+      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
+      FOR UPDATE SKIP LOCKED
+   ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
@@ -561,30 +559,29 @@ SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 
 -- name: errors
 -- Failed jobs (ready again after an attempt, with its error; a requeued job, back at attempt 0,
--- is not failed) and dead ones, grouped by
--- error_group (the error's first line with ids, numbers, quoted values and URLs normalized,
--- computed in the database). `seen` is finished_at for dead jobs and the failed attempt's
--- claimed_at for failed ones. The example is the group's newest job, with its full error.
+-- is not failed) and dead ones, grouped by error_group (kept by trigger: the error's first line
+-- with ids, numbers, quoted values and URLs normalized). `seen` is finished_at for dead jobs and
+-- the failed attempt's claimed_at for failed ones. The example is the group's newest job, with
+-- its full error; the pattern is computed from it alone.
 WITH failing AS (
-  SELECT id, queue, status, last_error,
-         coalesce(finished_at, claimed_at, queued_at) AS seen,
-         {schema}.error_pattern(last_error) AS pattern
+  SELECT id, queue, status, error_group,
+         coalesce(finished_at, claimed_at, queued_at) AS seen
     FROM {schema}.jobs
-   WHERE last_error IS NOT NULL
+   WHERE error_group IS NOT NULL
      AND (status = 'dead' OR (status = 'ready' AND attempts > 0))
      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
      AND (%(since)s::interval IS NULL
           OR coalesce(finished_at, claimed_at, queued_at) >= now() - %(since)s::interval)
 ), groups AS (
-  SELECT left(md5(pattern), 12) AS fp, min(pattern) AS pattern,
+  SELECT error_group,
          count(*) FILTER (WHERE status = 'dead') AS dead,
          count(*) FILTER (WHERE status = 'ready') AS failed,
          min(seen) AS first_seen, max(seen) AS last_seen,
          array_agg(DISTINCT queue ORDER BY queue) AS queues, max(id) AS example
     FROM failing GROUP BY 1
 )
-SELECT g.fp, g.pattern, g.dead, g.failed, g.first_seen, g.last_seen, g.queues, g.example,
-       j.last_error
+SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.first_seen,
+       g.last_seen, g.queues, g.example, j.last_error
   FROM groups g JOIN {schema}.jobs j ON j.id = g.example
  ORDER BY g.dead + g.failed DESC, g.last_seen DESC
  LIMIT %(limit)s;

@@ -65,9 +65,35 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
   SELECT left(md5({schema}.error_pattern(error)), 12)
 $fn$;
 
--- Failed jobs (ready again, waiting to retry, with the error of their last attempt): error
--- groups and `pgq jobs --status failed` find them without reading every ready job. Pays on
--- failures only: claims, completions and enqueues never enter it (last_error is NULL or the
--- status is not ready). Dead jobs are found through jobs_dead_idx.
+-- Each job's error group, kept by trigger whatever statement writes last_error (pgq's own or
+-- an operator's plain SQL), so that grouping errors reads a column instead of normalizing every
+-- error text on every look (about 7 us per error: 140 ms for 20,000 failed and dead jobs).
+-- The trigger fires only on statements that set last_error (failures, reaps to dead, kills)
+-- and on inserts that carry one: claims, heartbeats and completions never run it.
+ALTER TABLE {schema}.jobs ADD COLUMN error_group text;
+
+CREATE FUNCTION {schema}.jobs_set_error_group() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  NEW.error_group := {schema}.error_group(NEW.last_error);
+  RETURN NEW;
+END
+$fn$;
+
+CREATE TRIGGER jobs_error_group_insert BEFORE INSERT ON {schema}.jobs
+  FOR EACH ROW WHEN (NEW.last_error IS NOT NULL)
+  EXECUTE FUNCTION {schema}.jobs_set_error_group();
+CREATE TRIGGER jobs_error_group_update BEFORE UPDATE OF last_error ON {schema}.jobs
+  FOR EACH ROW WHEN (NEW.last_error IS DISTINCT FROM OLD.last_error)
+  EXECUTE FUNCTION {schema}.jobs_set_error_group();
+
+UPDATE {schema}.jobs SET error_group = {schema}.error_group(last_error)
+ WHERE last_error IS NOT NULL AND status IN ('ready', 'dead');
+
+-- Failed and dead jobs by error group: `pgq errors` groups them and `--error-group` finds one
+-- group's jobs without reading the others. Failed jobs (ready again after an attempt, with its
+-- error) by queue: `pgq jobs --status failed`. Both pay on failures only: claims, completions
+-- and enqueues never enter them (no error, or a status outside the predicate).
+CREATE INDEX jobs_error_group_idx ON {schema}.jobs (error_group)
+  WHERE error_group IS NOT NULL AND (status = 'dead' OR (status = 'ready' AND attempts > 0));
 CREATE INDEX jobs_failed_idx ON {schema}.jobs (queue, id)
-  WHERE status = 'ready' AND last_error IS NOT NULL;
+  WHERE status = 'ready' AND attempts > 0 AND last_error IS NOT NULL;
