@@ -464,3 +464,45 @@ def test_health_reports_a_lock_wait_on_jobs(pgq: Pgq, queue: Queue, dsn: str) ->
             locker.rollback()
             thread.join(10)
     assert waiter_done.is_set()
+
+
+def test_error_group_follows_last_error_whatever_writes_it(
+    queue: Queue, conn: Any, schema: str
+) -> None:
+    """The trigger keeps jobs.error_group right for pgq's own writes and plain SQL alike, and
+    leaves it alone when a statement does not write last_error."""
+    failed = failed_job(queue, "KeyError: 'a1'")
+    dead = dead_job(queue, "KeyError: 'b2'")
+
+    def group_of(job_id: int) -> str | None:
+        row = conn.execute(
+            sql.SQL("SELECT error_group FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema)),
+            [job_id],
+        ).fetchone()
+        assert row is not None
+        return row[0]
+
+    [g] = queue.errors()
+    assert group_of(failed) == group_of(dead) == g.group
+    conn.execute(
+        sql.SQL("UPDATE {}.jobs SET last_error = 'OSError: disk 3 full' WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [dead],
+    )
+    assert group_of(dead) != g.group
+    assert {e.pattern for e in queue.errors()} == {"KeyError: <str>", "OSError: disk <n> full"}
+    conn.execute(
+        sql.SQL("UPDATE {}.jobs SET attempts = attempts WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [failed],
+    )
+    assert group_of(failed) == g.group
+    inserted = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload, status, last_error) "
+            "VALUES ('mail', '{{}}', 'dead', 'KeyError: ''z''') RETURNING id"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+    assert inserted is not None and group_of(inserted[0]) == g.group
