@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -241,3 +242,26 @@ def test_upgrade_from_version_1_keeps_jobs_and_adds_queue_control(
             assert [g.pattern for g in q.errors()] == ["KeyError: <str>"]
         finally:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+async def test_async_queue_offers_the_same_operations(aqueue: Any) -> None:
+    from pgq_core.filters import JobFilter
+
+    await aqueue.enqueue_many([JobSpec("q", {"i": i}) for i in range(3)])
+    await aqueue.pause("q", "why")
+    assert await aqueue.claim("q", 10, LEASE, "w") == []
+    assert await aqueue.resume("q") is not None
+    assert await aqueue.set_limit("q", 1) is None
+    assert len(await aqueue.claim("q", 10, LEASE, "w")) == 1
+    where = JobFilter(queue="q")
+    assert await aqueue.count_matching(where) == 3
+    assert await aqueue.count_matching(where, "kill") == 3
+    assert len(await aqueue.jobs_matching(where, 2)) == 2
+    killed = await aqueue.bulk("kill", where, batch=2)
+    assert len(killed) == 3
+    [group] = await aqueue.errors()
+    assert (group.dead, group.pattern) == (3, "killed by operator")
+    assert len(await aqueue.bulk("requeue", JobFilter(error_group=group.group))) == 3
+    assert len(await aqueue.bulk("kill", where)) == 3
+    assert len(await aqueue.bulk("delete", where)) == 3
+    assert (await aqueue.health()).notify_usage >= 0
