@@ -377,8 +377,13 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
+        name = _text(r.queue)
+        if r.paused:
+            name.append(" (paused)", style="yellow")
+        if r.limit is not None:
+            name.append(f" (limit {r.limit})", style="dim")
         table.add_row(
-            _text(r.queue),
+            name,
             str(r.ready),
             str(r.scheduled),
             str(r.running),
@@ -859,3 +864,9 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
         echo_json({"deleted": deleted})
     else:
         click.echo(f"pruned {_plural(deleted, 'done job')} older than {_span(older_than)}")
+
+
+# Queue operations (pause, limit, filters, errors, health) live in their own module.
+from .ops_cli import install as _install_ops_commands  # noqa: E402
+
+_install_ops_commands(main)

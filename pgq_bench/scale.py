@@ -2,7 +2,12 @@
 
 Builds a large history directly with generate_series (fixture data, the bench's own setup
 SQL: the jobs trigger keeps queue_counts right), then times the queue's own `stats` and
-`leases`, EXPLAINs them, measures table and index sizes, and prunes.
+`leases`, EXPLAINs them, times the operator queries (filtered job listings, a dry run's count,
+error groups, database health), measures table and index sizes, and prunes.
+
+Fixture errors: every tenth ready job has failed once (attempts 1, an error), and dead jobs
+carry one of a few error shapes with ids, numbers and URLs in them, so error groups have
+real normalizing to do.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pgq_core import Queue, ops
+from pgq_core.filters import JobFilter, parse_payload_match
 from pgq_core.queries import query
 
 from .common import load_average, machine, percentile, server_version, throwaway_schema
@@ -34,10 +40,20 @@ INSERT INTO {s}.jobs (queue, payload, status, run_at, attempts, fence, lease_unt
                       queued_at, worker, claimed_at, lease_length, finished_at)
 SELECT 'q' || (g %% {queues}), jsonb_build_object('n', g), %(status)s,
        t - interval '1 second',
-       CASE %(status)s WHEN 'ready' THEN 0 WHEN 'dead' THEN 5 ELSE 1 END,
-       CASE %(status)s WHEN 'ready' THEN 0 WHEN 'dead' THEN 5 ELSE 1 END,
+       CASE %(status)s WHEN 'ready' THEN (g %% 10 = 0)::int WHEN 'dead' THEN 5 ELSE 1 END,
+       CASE %(status)s WHEN 'ready' THEN (g %% 10 = 0)::int WHEN 'dead' THEN 5 ELSE 1 END,
        CASE %(status)s WHEN 'running' THEN now() + interval '1 hour' END,
-       CASE %(status)s WHEN 'dead' THEN 'boom' END,
+       CASE WHEN %(status)s = 'dead' OR (%(status)s = 'ready' AND g %% 10 = 0) THEN
+         CASE g %% 4
+           WHEN 0 THEN 'TimeoutError: GET https://api.example.com/v1/orders/' || g
+                       || ' took ' || (g %% 30) || '.5s'
+           WHEN 1 THEN 'KeyError: ''customer_' || g || ''''
+           WHEN 2 THEN 'ValueError: order 0x' || to_hex(g * 7919) || ' has ' || (g %% 7)
+                       || ' lines, expected ' || (g %% 5)
+           ELSE 'ConnectionError: [Errno 111] connect to 10.0.' || (g %% 256) || '.'
+                || (g %% 100) || ':5432 refused'
+         END
+       END,
        t - interval '2 seconds',
        CASE WHEN %(status)s <> 'ready' THEN 'bench-fixture' END,
        CASE WHEN %(status)s <> 'ready' THEN t - interval '1 second' END,
@@ -155,6 +171,31 @@ def _vacuum(conn: psycopg.Connection[Any], schema: str, analyze: bool) -> None:
         )
 
 
+def _operator_calls(q: Queue) -> dict[str, Callable[[], object]]:
+    """The operator queries of `pgq jobs/requeue/kill/delete` (filters), `pgq errors` and
+    `pgq health`, as an operator on call would run them."""
+    dead_timeouts = JobFilter(queue="q1", statuses=("dead",), error="timeout")
+    failed = JobFilter(queue="q2", statuses=("failed",))
+    payload = JobFilter(queue="q3", statuses=("ready",), payload=(parse_payload_match("n=1003"),))
+    old_done = JobFilter(statuses=("done",), older_than=timedelta(days=7))
+    group = next(iter(q.errors(limit=1)), None)
+    calls: dict[str, Callable[[], object]] = {
+        "jobs --queue --status dead --error": lambda: q.jobs_matching(dead_timeouts),
+        "jobs --queue --status failed": lambda: q.jobs_matching(failed),
+        "jobs --queue --status ready --payload": lambda: q.jobs_matching(payload),
+        "jobs --status done --older-than 7d": lambda: q.jobs_matching(old_done),
+        "requeue --queue --error --dry-run": lambda: q.count_matching(dead_timeouts, "requeue"),
+        "errors": q.errors,
+        "errors --since 1h": lambda: q.errors(since=timedelta(hours=1)),
+        "health": q.health,
+    }
+    if group is not None:
+        by_group = JobFilter(error_group=group.group)
+        calls["jobs --error-group"] = lambda: q.jobs_matching(by_group)
+        calls["kill --error-group --dry-run"] = lambda: q.count_matching(by_group, "kill")
+    return calls
+
+
 def _fill(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
     statement = sql.SQL(FIXTURE_JOBS).format(
         s=sql.Identifier(schema), queues=sql.Literal(QUEUES), days=sql.Literal(HISTORY_DAYS)
@@ -203,6 +244,10 @@ def run_stats_scale(
         result["explain"] = {
             "stats": explain(conn, schema, ops.stats()),
             "leases": explain(conn, schema, ops.leases()),
+        }
+        say(f"time the operator queries, {opts.repeat} calls each")
+        result["operator"] = {
+            name: _timed(call, opts.repeat) for name, call in _operator_calls(q).items()
         }
         result["sizes"] = sizes(conn, schema, opts.done)
 
@@ -257,6 +302,18 @@ def print_scale(result: dict[str, Any], console: Console) -> None:
         "",
     )
     console.print(head)
+
+    operator = Table(title="operator queries (filters, errors, health)")
+    for col in ("call", "p50 ms", "p95 ms", "max ms"):
+        operator.add_column(col, justify="left" if col == "call" else "right")
+    for name, timing in result.get("operator", {}).items():
+        operator.add_row(
+            name,
+            f"{timing['p50_ms']:.2f}",
+            f"{timing['p95_ms']:.2f}",
+            f"{timing['max_ms']:.2f}",
+        )
+    console.print(operator)
 
     size_table = Table(title=f"sizes ({p['done']:,} done jobs)")
     for col in ("relation", "MB", "MB / million done", "MB after prune + VACUUM"):

@@ -48,6 +48,11 @@ class QueueStats:
     done: int
     completed: int
     oldest_due_seconds: float | None
+    paused: bool = False
+    limit: int | None = None
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +165,78 @@ class Schedule:
     created_at: datetime
     last_slot: datetime | None
     next_slot: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failed (ready, waiting to retry) and dead jobs whose errors differ only in ids, numbers,
+    quoted values and URLs. `group` is the id `--error-group` takes; `example_id` is the
+    group's newest job and `example_error` its full error text."""
+
+    group: str
+    pattern: str
+    dead: int
+    failed: int
+    first_seen: datetime
+    last_seen: datetime
+    queues: list[str]
+    example_id: int
+    example_error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    table: str
+    live_tuples: int
+    dead_tuples: int
+    last_vacuum: datetime | None
+    last_autovacuum: datetime | None
+    last_analyze: datetime | None
+    last_autoanalyze: datetime | None
+    table_bytes: int
+    index_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class XminHolder:
+    """The session holding back the xmin horizon; `query` is its first 80 characters."""
+
+    pid: int
+    age_seconds: float | None
+    state: str | None
+    database: str | None
+    user: str | None
+    application: str | None
+    query: str | None
+    xid_age: int | None
+
+
+@dataclass(frozen=True)
+class LockWait:
+    pid: int
+    locktype: str
+    mode: str
+    waited_seconds: float | None
+    blocked_by: list[int]
+    query: str | None
+
+
+@dataclass(frozen=True)
+class Health:
+    """Database health for the queue; `warnings` are the lines past a threshold."""
+
+    tables: list[TableHealth]
+    xmin: XminHolder | None
+    notify_usage: float
+    lock_waits: list[LockWait]
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

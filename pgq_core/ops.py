@@ -15,16 +15,21 @@ from psycopg.types.json import Jsonb
 
 from .config import QUEUE_NAME_MAX_BYTES, check_queue_name
 from .errors import PgqError
+from .filters import JobFilter
 from .models import (
     Enqueued,
+    ErrorGroup,
     Job,
     JobDetail,
     JobEvent,
     JobRow,
     Lease,
+    LockWait,
     QueueStats,
     Schedule,
     Settled,
+    TableHealth,
+    XminHolder,
 )
 
 T = TypeVar("T")
@@ -52,6 +57,8 @@ class Op(Generic[T]):
     name: str
     params: Mapping[str, Any]
     read: Callable[[Rows], T]
+    #: For statements with a `{where}`: the filter that fills it (values bound, never spliced).
+    where: JobFilter | None = None
 
 
 @dataclass(frozen=True)
@@ -590,3 +597,111 @@ def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | 
         {"name": name, "slot": slot, "key": slot_key(name, slot), "worker": worker},
         lambda rows: int(rows[0][0]) if rows else None,
     )
+
+
+# ---------------------------------------------------------------------------- queue control
+
+
+def pause(queue: str, actor: str | None, reason: str | None) -> Op[datetime]:
+    """Returns when the queue was paused."""
+    _check_queue(queue)
+    params = {"queue": queue, "actor": actor, "reason": reason}
+    return Op("pause", params, lambda rows: rows[0][0])
+
+
+def resume(queue: str, channel: str) -> Op[datetime | None]:
+    """Returns when the queue had been paused (None: it was not); wakes its workers."""
+    _check_queue(queue)
+    return Op("resume", {"queue": queue, "channel": channel}, lambda rows: rows[0][0])
+
+
+def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | None]:
+    """Returns the limit before (None: none); wakes the queue's workers."""
+    _check_queue(queue)
+    if max_running is not None and max_running < 0:
+        raise ValueError(f"the limit must not be negative, got {max_running}")
+    params = {"queue": queue, "max_running": max_running, "channel": channel}
+    return Op("set_limit", params, lambda rows: rows[0][0])
+
+
+def _check_queue(queue: str) -> None:
+    if not queue:
+        raise ValueError("queue name must not be empty")
+
+
+# ---------------------------------------------------------------------------- filters
+
+#: Rows changed per statement by a bulk action over a filter.
+BULK_BATCH = 1000
+
+
+def jobs_filtered(where: JobFilter, limit: int = 50) -> Op[list[JobRow]]:
+    return Op("jobs_filtered", {"limit": limit}, lambda rows: [JobRow(*r) for r in rows], where)
+
+
+def count_filtered(where: JobFilter) -> Op[int]:
+    return Op("count_filtered", {}, lambda rows: int(rows[0][0]), where)
+
+
+def _batch(rows: Rows) -> tuple[int | None, list[int]]:
+    last, changed = rows[0]
+    return (None if last is None else int(last)), [int(i) for i in changed]
+
+
+def bulk(
+    action: str,
+    where: JobFilter,
+    actor: str | None,
+    after: int,
+    batch: int = BULK_BATCH,
+    reason: str = "killed by operator",
+) -> Op[tuple[int | None, list[int]]]:
+    """One batch of `action` (requeue, kill or delete) over the jobs `where` matches with an id
+    above `after`: (the last id looked at, None when none was left; the ids changed). The
+    history rows name `actor` and the filter."""
+    text = f"filter: {where.describe()}"
+    params: dict[str, Any] = {"actor": actor, "after": after, "batch": batch, "detail": text}
+    if action == "kill":
+        params["reason"] = reason
+        params["detail"] = f"{reason} ({text})"
+    if action == "requeue":
+        return Op("requeue_filtered", params, _batch, where.for_action(action))
+    if action == "kill":
+        return Op("kill_filtered", params, _batch, where.for_action(action))
+    if action == "delete":
+        return Op("delete_filtered", params, _batch, where.for_action(action))
+    raise ValueError(f"unknown bulk action {action!r}")
+
+
+# ---------------------------------------------------------------------------- errors, health
+
+
+def errors(
+    queue: str | None = None, since: timedelta | None = None, limit: int = 100
+) -> Op[list[ErrorGroup]]:
+    def read(rows: Rows) -> list[ErrorGroup]:
+        return [
+            ErrorGroup(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), int(r[7]), r[8])
+            for r in rows
+        ]
+
+    return Op("errors", {"queue": queue, "since": since, "limit": limit}, read)
+
+
+def health_tables(schema: str) -> Op[list[TableHealth]]:
+    return Op("health_tables", {"schema": schema}, lambda rows: [TableHealth(*r) for r in rows])
+
+
+def health_xmin() -> Op[XminHolder | None]:
+    return Op("health_xmin", {}, lambda rows: XminHolder(*rows[0]) if rows else None)
+
+
+def health_notify() -> Op[float]:
+    return Op("health_notify", {}, lambda rows: float(rows[0][0]))
+
+
+def health_lock_waits(schema: str) -> Op[list[LockWait]]:
+    def read(rows: Rows) -> list[LockWait]:
+        return [LockWait(r[0], r[1], r[2], r[3], list(r[4] or []), r[5]) for r in rows]
+
+    return Op("health_lock_waits", {"schema": schema}, read)

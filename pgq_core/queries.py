@@ -37,3 +37,9 @@ def statement(name: str, schema: str) -> bytes:
     """`query(name, schema)` rendered once: what the hot paths send (composing a statement on
     every call costs more than some of them take to run)."""
     return query(name, schema).as_bytes(None)
+
+
+def query_with(name: str, schema: str, **fragments: sql.Composable) -> sql.Composed:
+    """The statement `name` with `{schema}` and each `{fragment}` (e.g. a filter's `{where}`,
+    built with psycopg.sql, values as placeholders) bound. Not cached: fragments vary."""
+    return sql.SQL(_raw()[name]).format(schema=sql.Identifier(schema), **fragments)

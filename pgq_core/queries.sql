@@ -51,7 +51,17 @@ SELECT unique_key, id FROM {schema}.jobs
 
 -- name: claim
 -- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1.
-WITH claimed AS (
+-- Queue control (`gate`): a paused queue claims nothing; a queue with max_running claims at
+-- most max_running minus its jobs running now (claim_allowance, serialized per queue by an
+-- advisory lock); a queue without settings costs one primary-key lookup. The jobs to claim are
+-- locked first, as an array (`id = ANY(ARRAY(...))`): the claiming UPDATE then reads them by
+-- primary key whatever the planner guesses of the gate's LIMIT.
+WITH gate AS (
+  SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
+              WHEN s.max_running IS NULL THEN %(limit)s
+              ELSE {schema}.claim_allowance(%(queue)s, %(limit)s, ARRAY[]::bigint[]) END AS n
+    FROM {schema}.queue_settings s WHERE s.queue = %(queue)s
+), claimed AS (
   UPDATE {schema}.jobs
      SET status       = 'running',
          attempts     = attempts + 1,
@@ -60,13 +70,13 @@ WITH claimed AS (
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
-   WHERE id IN (
+   WHERE id = ANY(ARRAY(
      SELECT id FROM {schema}.jobs
       WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
       ORDER BY priority DESC, run_at
-      LIMIT %(limit)s
+      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
       FOR UPDATE SKIP LOCKED
-   )
+   ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
@@ -82,6 +92,8 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claim
 -- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
 -- held job ('done': our completion had already committed unseen; a job not reported is lost),
 -- then ('claimed', job...) per claim. Completions and claims touch disjoint rows.
+-- Queue control as in `claim`; a limited queue's count of running jobs leaves out the jobs this
+-- statement completes, so a worker at the limit takes the next job as it settles one.
 WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
     AS t(id, fence, result)
@@ -96,6 +108,12 @@ WITH held AS (
     FROM mine m
    WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
+), gate AS (
+  SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
+              WHEN s.max_running IS NULL THEN %(limit)s
+              ELSE {schema}.claim_allowance(%(queue)s, %(limit)s, ARRAY(SELECT id FROM settled))
+         END AS n
+    FROM {schema}.queue_settings s WHERE s.queue = %(queue)s
 ), claimed AS (
   UPDATE {schema}.jobs
      SET status       = 'running',
@@ -105,13 +123,13 @@ WITH held AS (
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
-   WHERE id IN (
+   WHERE id = ANY(ARRAY(
      SELECT id FROM {schema}.jobs
       WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
       ORDER BY priority DESC, run_at
-      LIMIT %(limit)s
+      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
       FOR UPDATE SKIP LOCKED
-   )
+   ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
@@ -419,8 +437,9 @@ WITH victims AS (
 SELECT count(*) FROM gone;
 
 -- name: stats
--- Per queue: ready (due now), scheduled, running, expiring soon, dead, done. Reads the partial
--- indexes and queue_counts only; never scans done rows.
+-- Per queue: ready (due now), scheduled, running, expiring soon, dead, done, then its settings
+-- (paused, limit, paused at, by, why); a paused or limited queue is listed even with no jobs.
+-- Reads the partial indexes, queue_counts and queue_settings only; never scans done rows.
 WITH ready AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
@@ -437,17 +456,22 @@ WITH ready AS (
 ), counts AS (
   SELECT queue, sum(done)::bigint AS done, sum(completed)::bigint AS completed
     FROM {schema}.queue_counts GROUP BY queue
+), settings AS (
+  SELECT queue, paused_at, paused_by, pause_reason, max_running FROM {schema}.queue_settings
+   WHERE paused_at IS NOT NULL OR max_running IS NOT NULL
 ), queues AS (
   SELECT queue FROM ready UNION SELECT queue FROM running
-  UNION SELECT queue FROM dead UNION SELECT queue FROM counts
+  UNION SELECT queue FROM dead UNION SELECT queue FROM counts UNION SELECT queue FROM settings
 )
 SELECT q.queue,
        coalesce(r.ready, 0), coalesce(r.scheduled, 0), coalesce(ru.running, 0),
        coalesce(ru.expiring, 0), coalesce(d.dead, 0), coalesce(c.done, 0),
-       coalesce(c.completed, 0), r.oldest_due_seconds
+       coalesce(c.completed, 0), r.oldest_due_seconds,
+       s.paused_at IS NOT NULL, s.max_running, s.paused_at, s.paused_by, s.pause_reason
   FROM queues q
   LEFT JOIN ready r USING (queue) LEFT JOIN running ru USING (queue)
   LEFT JOIN dead d USING (queue) LEFT JOIN counts c USING (queue)
+  LEFT JOIN settings s USING (queue)
  ORDER BY q.queue;
 
 -- name: leases
@@ -566,3 +590,195 @@ WITH due AS (
     FROM new_jobs
 )
 SELECT id FROM new_jobs;
+
+-- ---------------------------------------------------------------------------- queue control
+
+-- name: pause
+-- Operator: the queue claims nothing from now on (claims already running finish). Pausing a
+-- paused queue records the new operator and reason.
+INSERT INTO {schema}.queue_settings AS s (queue, paused_at, paused_by, pause_reason)
+VALUES (%(queue)s, now(), %(actor)s, %(reason)s)
+ON CONFLICT (queue) DO UPDATE
+   SET paused_at = now(), paused_by = excluded.paused_by, pause_reason = excluded.pause_reason
+RETURNING paused_at;
+
+-- name: resume
+-- Operator: the queue claims again. Wakes its workers with the queue's notification (sent at
+-- commit, as the jobs trigger sends it). Row: when it had been paused (NULL: it was not).
+WITH was AS (
+  SELECT paused_at FROM {schema}.queue_settings WHERE queue = %(queue)s
+), resumed AS (
+  UPDATE {schema}.queue_settings
+     SET paused_at = NULL, paused_by = NULL, pause_reason = NULL
+   WHERE queue = %(queue)s
+)
+SELECT (SELECT paused_at FROM was), pg_notify(%(channel)s, %(queue)s) IS NULL;
+
+-- name: set_limit
+-- Operator: at most `max_running` jobs of the queue run at once (NULL: no limit). Wakes the
+-- queue's workers, since a higher limit lets them claim. Row: the limit before.
+WITH was AS (
+  SELECT max_running FROM {schema}.queue_settings WHERE queue = %(queue)s
+), set AS (
+  INSERT INTO {schema}.queue_settings AS s (queue, max_running)
+  VALUES (%(queue)s, %(max_running)s)
+  ON CONFLICT (queue) DO UPDATE SET max_running = excluded.max_running
+)
+SELECT (SELECT max_running FROM was), pg_notify(%(channel)s, %(queue)s) IS NULL;
+
+-- ---------------------------------------------------------------------------- filters
+-- {where} is a filter built by pgq_core/filters.py: a psycopg.sql composition over the alias
+-- `j`, every value a bound parameter. The bulk statements take bounded batches in id order
+-- (`after` is the last id of the previous batch), skip rows other sessions hold locked, check
+-- each row's status again as they change it, and write its history row naming the operator
+-- (`actor`) and the filter (`detail`). Each returns (last id looked at, ids changed).
+
+-- name: jobs_filtered
+-- Jobs matching a filter, newest first.
+SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+       last_error, queued_at, finished_at, priority, unique_key
+  FROM {schema}.jobs j
+ WHERE {where}
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: count_filtered
+-- How many jobs match a filter: the exact count a bulk action's dry run reports.
+SELECT count(*) FROM {schema}.jobs j WHERE {where};
+
+-- name: requeue_filtered
+-- Operator: dead jobs matching a filter back to ready with fresh attempts, one batch.
+WITH victims AS (
+  SELECT j.id FROM {schema}.jobs j
+   WHERE j.status = 'dead' AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), requeued AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+    FROM victims v
+   WHERE j.id = v.id AND j.status = 'dead'
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'requeued', fence, %(actor)s, %(detail)s FROM requeued
+)
+SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
+
+-- name: kill_filtered
+-- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
+-- one fails its next write), one batch.
+WITH victims AS (
+  SELECT j.id FROM {schema}.jobs j
+   WHERE j.status IN ('ready', 'running') AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), killed AS (
+  UPDATE {schema}.jobs j
+     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+         last_error = %(reason)s
+    FROM victims v
+   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'killed', fence, %(actor)s, %(detail)s FROM killed
+)
+SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
+
+-- name: delete_filtered
+-- Operator: dead or done jobs matching a filter deleted with their history, one batch.
+WITH victims AS (
+  SELECT j.id FROM {schema}.jobs j
+   WHERE j.status IN ('dead', 'done') AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM {schema}.jobs j USING victims v
+   WHERE j.id = v.id AND j.status IN ('dead', 'done')
+  RETURNING j.id
+), history AS (
+  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+)
+SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
+
+-- ---------------------------------------------------------------------------- error groups
+
+-- name: errors
+-- Failed jobs (ready again after an attempt, with its error; a requeued job, back at attempt 0,
+-- is not failed) and dead ones, grouped by error_group (kept by trigger: the error's first line
+-- with ids, numbers, quoted values and URLs normalized). `seen` is finished_at for dead jobs and
+-- the failed attempt's claimed_at for failed ones. The example is the group's newest job, with
+-- its full error; the pattern is computed from it alone.
+WITH failing AS (
+  SELECT id, queue, status, error_group,
+         coalesce(finished_at, claimed_at, queued_at) AS seen
+    FROM {schema}.jobs
+   WHERE error_group IS NOT NULL
+     AND (status = 'dead' OR (status = 'ready' AND attempts > 0))
+     AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+     AND (%(since)s::interval IS NULL
+          OR coalesce(finished_at, claimed_at, queued_at) >= now() - %(since)s::interval)
+), groups AS (
+  SELECT error_group,
+         count(*) FILTER (WHERE status = 'dead') AS dead,
+         count(*) FILTER (WHERE status = 'ready') AS failed,
+         min(seen) AS first_seen, max(seen) AS last_seen,
+         array_agg(DISTINCT queue ORDER BY queue) AS queues, max(id) AS example
+    FROM failing GROUP BY 1
+)
+SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.first_seen,
+       g.last_seen, g.queues, g.example, j.last_error
+  FROM groups g JOIN {schema}.jobs j ON j.id = g.example
+ ORDER BY g.dead + g.failed DESC, g.last_seen DESC
+ LIMIT %(limit)s;
+
+-- ---------------------------------------------------------------------------- health
+
+-- name: health_tables
+-- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
+SELECT t.relname, t.n_live_tup, t.n_dead_tup, t.last_vacuum, t.last_autovacuum,
+       t.last_analyze, t.last_autoanalyze,
+       pg_table_size(t.relid), pg_indexes_size(t.relid), pg_total_relation_size(t.relid)
+  FROM pg_stat_user_tables t
+ WHERE t.schemaname = %(schema)s AND t.relname IN ('jobs', 'job_events')
+ ORDER BY t.relname;
+
+-- name: health_xmin
+-- The session holding back the xmin horizon longest (vacuum cannot remove rows it may still
+-- see): the oldest open transaction with an xid or snapshot, this session aside.
+SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, a.state, a.datname,
+       a.usename, a.application_name, left(a.query, 80),
+       greatest(age(a.backend_xmin), age(a.backend_xid))
+  FROM pg_stat_activity a
+ WHERE a.pid <> pg_backend_pid()
+   AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+ ORDER BY a.xact_start NULLS LAST
+ LIMIT 1;
+
+-- name: health_notify
+-- The share of the NOTIFY queue in use (0 to 1): near 1, notifications fail.
+SELECT pg_notification_queue_usage();
+
+-- name: health_lock_waits
+-- Sessions waiting for a lock while they touch the jobs table (a relation lock on it not yet
+-- granted, or a row lock: they hold the relation and wait on a transaction), longest first.
+-- pg_locks.waitstart exists from PostgreSQL 14; before that the wait counts from state_change.
+WITH jobs_rel AS (
+  SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE n.nspname = %(schema)s AND c.relname = 'jobs'
+), waiting AS (
+  SELECT l.pid, l.locktype, l.mode,
+         coalesce((to_jsonb(l) ->> 'waitstart')::timestamptz, a.state_change) AS since,
+         a.query
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+   WHERE NOT l.granted
+     AND l.pid IN (SELECT pid FROM pg_locks WHERE relation = (SELECT oid FROM jobs_rel))
+)
+SELECT pid, locktype, mode, extract(epoch FROM now() - since)::float8,
+       pg_blocking_pids(pid), left(query, 80)
+  FROM waiting
+ ORDER BY since;

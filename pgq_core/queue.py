@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -23,8 +23,12 @@ from psycopg import sql
 from . import ops
 from .config import connect_options
 from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing
+from .filters import JobFilter
+from .health import assess
 from .models import (
     Enqueued,
+    ErrorGroup,
+    Health,
     Job,
     JobDetail,
     JobEvent,
@@ -35,7 +39,7 @@ from .models import (
     Settled,
 )
 from .ops import JobSpec, Op
-from .queries import statement
+from .queries import query_with, statement
 
 T = TypeVar("T")
 ENQUEUE_CHUNK = 5000
@@ -87,6 +91,20 @@ def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> N
         raise LeaseLost(job_id, fence, action)
 
 
+def _statement(op: Op[Any], schema: str) -> tuple[bytes | sql.Composed, Mapping[str, Any]]:
+    """The op's statement and parameters, its filter (if any) bound into `{where}`."""
+    if op.where is None:
+        return statement(op.name, schema), op.params
+    fragment, values = op.where.where(schema)
+    return query_with(op.name, schema, where=fragment), {**op.params, **values}
+
+
+def _health(tables: Any, xmin: Any, notify: float, waits: Any) -> Health:
+    health = Health(tables, xmin, notify, waits)
+    health.warnings.extend(assess(health))
+    return health
+
+
 def _chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:
     for start in range(0, len(specs), ENQUEUE_CHUNK):
         yield specs[start : start + ENQUEUE_CHUNK]
@@ -133,7 +151,7 @@ class Queue:
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         try:
             with (conn or self.conn).cursor() as cur:
-                cur.execute(statement(op.name, self.schema), op.params)
+                cur.execute(*_statement(op, self.schema))
                 rows = cur.fetchall() if cur.rownumber is not None else []
         except psycopg.errors.UndefinedTable as exc:
             if not _is_missing(exc, self.schema):
@@ -302,6 +320,67 @@ class Queue:
     def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
         return sum(self.prune_batches(older_than, batch))
 
+    # queue control
+    def pause(self, queue: str, reason: str | None = None) -> datetime:
+        """The queue claims nothing from now on; returns when it was paused."""
+        return self.run(ops.pause(queue, operator_id(), reason))
+
+    def resume(self, queue: str) -> datetime | None:
+        """The queue claims again and its workers are woken; returns when it had been paused."""
+        return self.run(ops.resume(queue, channel(self.schema)))
+
+    def set_limit(self, queue: str, max_running: int | None) -> int | None:
+        """At most `max_running` jobs of `queue` run at once (None: no limit); returns the old."""
+        return self.run(ops.set_limit(queue, max_running, channel(self.schema)))
+
+    # filters
+    def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
+        return self.run(ops.jobs_filtered(where, limit))
+
+    def count_matching(self, where: JobFilter, action: str | None = None) -> int:
+        """Jobs `where` matches (that `action` would change, if given)."""
+        return self.run(ops.count_filtered(where.for_action(action) if action else where))
+
+    def bulk_batches(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> Iterator[list[int]]:
+        """`action` (requeue, kill or delete) over the jobs `where` matches, in batches of at
+        most `batch` rows (one short transaction each), yielding each batch's changed ids."""
+        after, actor = 0, operator_id()
+        while True:
+            last, changed = self.run(ops.bulk(action, where, actor, after, batch, reason))
+            if last is None:
+                return
+            after = last
+            yield changed
+
+    def bulk(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> list[int]:
+        return [i for ids in self.bulk_batches(action, where, batch, reason) for i in ids]
+
+    # errors and health
+    def errors(
+        self, queue: str | None = None, since: timedelta | None = None, limit: int = 100
+    ) -> list[ErrorGroup]:
+        return self.run(ops.errors(queue, since, limit))
+
+    def health(self) -> Health:
+        return _health(
+            self.run(ops.health_tables(self.schema)),
+            self.run(ops.health_xmin()),
+            self.run(ops.health_notify()),
+            self.run(ops.health_lock_waits(self.schema)),
+        )
+
     # reading
     def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
         return self.run(ops.stats(soon))
@@ -354,7 +433,7 @@ class AsyncQueue:
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         try:
             async with (conn or self.conn).cursor() as cur:
-                await cur.execute(statement(op.name, self.schema), op.params)
+                await cur.execute(*_statement(op, self.schema))
                 rows = await cur.fetchall() if cur.rownumber is not None else []
         except psycopg.errors.UndefinedTable as exc:
             if not _is_missing(exc, self.schema):
@@ -476,6 +555,58 @@ class AsyncQueue:
         while deleted := await self.run(ops.prune(older_than, batch)):
             total += deleted
         return total
+
+    async def pause(self, queue: str, reason: str | None = None) -> datetime:
+        return await self.run(ops.pause(queue, operator_id(), reason))
+
+    async def resume(self, queue: str) -> datetime | None:
+        return await self.run(ops.resume(queue, channel(self.schema)))
+
+    async def set_limit(self, queue: str, max_running: int | None) -> int | None:
+        return await self.run(ops.set_limit(queue, max_running, channel(self.schema)))
+
+    async def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
+        return await self.run(ops.jobs_filtered(where, limit))
+
+    async def count_matching(self, where: JobFilter, action: str | None = None) -> int:
+        return await self.run(ops.count_filtered(where.for_action(action) if action else where))
+
+    async def bulk_batches(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> AsyncIterator[list[int]]:
+        after, actor = 0, operator_id()
+        while True:
+            last, changed = await self.run(ops.bulk(action, where, actor, after, batch, reason))
+            if last is None:
+                return
+            after = last
+            yield changed
+
+    async def bulk(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> list[int]:
+        return [i async for ids in self.bulk_batches(action, where, batch, reason) for i in ids]
+
+    async def errors(
+        self, queue: str | None = None, since: timedelta | None = None, limit: int = 100
+    ) -> list[ErrorGroup]:
+        return await self.run(ops.errors(queue, since, limit))
+
+    async def health(self) -> Health:
+        return _health(
+            await self.run(ops.health_tables(self.schema)),
+            await self.run(ops.health_xmin()),
+            await self.run(ops.health_notify()),
+            await self.run(ops.health_lock_waits(self.schema)),
+        )
 
     async def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
         return await self.run(ops.stats(soon))

@@ -37,8 +37,10 @@ from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHe
 
 NOTIFY_DEBOUNCE = 0.3
 WRITE_ACTIONS = frozenset(
-    {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers"}
+    {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers", "pause_queue"}
 )
+#: recorded as the pause reason of a queue paused with `p`
+PAUSE_REASON = "paused from the dashboard"
 TICK = 0.5
 
 
@@ -71,6 +73,7 @@ class DashboardApp(App[None]):
         Binding("r", "requeue_job", "Requeue"),
         Binding("R", "requeue_queue", "Requeue all"),
         Binding("k", "kill_job", "Kill"),
+        Binding("p", "pause_queue", "Pause queue", show=False),
         Binding("w", "start_worker", "Worker+"),
         Binding("W", "stop_workers", "Stop workers"),
         Binding("slash", "filter", "Filter"),
@@ -411,6 +414,43 @@ class DashboardApp(App[None]):
             answered,
         )
 
+    def action_pause_queue(self) -> None:
+        """`p`: pause the selected queue (its workers claim nothing), or resume a paused one
+        (its workers are woken); asks first either way."""
+        if self._refuse_read_only():
+            return
+        stats = self.dashboard.selected_stats()
+        if stats is None:
+            self.notify("select a queue first", severity="warning")
+            return
+        queue, paused = stats.queue, stats.paused
+
+        async def toggle() -> list[int]:
+            if paused:
+                await self.source.resume_queue(queue)
+            else:
+                await self.source.pause_queue(queue, PAUSE_REASON)
+            return []
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(
+                    toggle(), lambda _: f"{'resumed' if paused else 'paused'} queue {queue}"
+                )
+            else:
+                self.dashboard.say(f"{'resume' if paused else 'pause'} cancelled", "grey62")
+
+        if paused:
+            title = f"Resume queue {queue}?"
+            body = "Its workers claim again, woken at once."
+        else:
+            title = f"Pause queue {queue}?"
+            body = (
+                f"Its workers claim nothing until it is resumed; the {stats.running} running "
+                "job(s) finish."
+            )
+        self.push_screen(ConfirmScreen(title, body), answered)
+
     def _act(self, call: Awaitable[list[int]], describe: Callable[[list[int]], str]) -> None:
         self._run_action(call, describe)
 
@@ -513,6 +553,11 @@ class DashboardApp(App[None]):
         )
         yield SystemCommand(
             "Kill job", "Kill the selected job: dead, fence + 1 (k)", self.action_kill_job
+        )
+        yield SystemCommand(
+            "Pause / resume queue",
+            "Pause the selected queue, or resume it (p)",
+            self.action_pause_queue,
         )
         yield SystemCommand(
             "Start worker", "Start a worker on the selected queue (w)", self.action_start_worker

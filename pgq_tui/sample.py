@@ -323,6 +323,12 @@ class SampleSource:
     async def kill(self, ids: Sequence[int]) -> list[int]:
         return []
 
+    async def pause_queue(self, queue: str, reason: str | None) -> None:
+        return None
+
+    async def resume_queue(self, queue: str) -> None:
+        return None
+
     async def notifications(self) -> AsyncIterator[str]:
         await asyncio.Event().wait()
         yield ""

@@ -47,6 +47,8 @@ class Source(Protocol):
     async def requeue(self, ids: Sequence[int]) -> list[int]: ...
     async def requeue_dead(self, queue: str) -> list[int]: ...
     async def kill(self, ids: Sequence[int]) -> list[int]: ...
+    async def pause_queue(self, queue: str, reason: str | None) -> None: ...
+    async def resume_queue(self, queue: str) -> None: ...
     def notifications(self) -> AsyncIterator[str]:
         """Queue names as jobs become ready; ends (or raises Disconnected) when the link drops."""
         ...
@@ -131,6 +133,13 @@ class PgSource:
     async def kill(self, ids: Sequence[int]) -> list[int]:
         result: list[int] = await self._call("kill", ids)
         return result
+
+    async def pause_queue(self, queue: str, reason: str | None) -> None:
+        await self._call("pause", queue, reason)
+
+    async def resume_queue(self, queue: str) -> None:
+        """Resuming also wakes the queue's workers (its notification)."""
+        await self._call("resume", queue)
 
     async def notifications(self) -> AsyncIterator[str]:
         try:

@@ -22,6 +22,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("r", "requeue the selected dead job"),
     ("R", "requeue every dead job of the selected queue (asks first)"),
     ("k", "kill the selected job: dead, fence + 1 (asks first)"),
+    ("p", "pause / resume the selected queue: no claims (asks first)"),
     ("w", "start a worker on the selected queue (handler from --handler)"),
     ("W", "stop this app's workers (gracefully)"),
     ("space", "pause / resume live updates"),
@@ -39,7 +40,7 @@ def key_table(read_only: bool) -> Table:
         table.add_row(key, what)
     table.add_row("", "")
     if read_only:
-        table.add_row("", Text("read-only: r R k w W are disabled", style="bold #af87ff"))
+        table.add_row("", Text("read-only: r R k p w W are disabled", style="bold #af87ff"))
     table.add_row(
         "colors",
         Text.assemble(

@@ -26,13 +26,21 @@ def oldest_due(seconds: float | None) -> Text:
     return Text(humanize.duration(seconds), style=style)
 
 
+def queue_cell(stats: QueueStats) -> Text:
+    """The queue's name, marked when it is paused (its workers claim nothing)."""
+    cell = humanize.db_text(stats.queue, style="bold")
+    if stats.paused:
+        cell.append(" ⏸ paused", style="bold yellow")
+    return cell
+
+
 def queue_row(stats: QueueStats, throughput: Throughput, now: float) -> Row:
     series = throughput.series(stats.queue, now)
     rate = throughput.rate(stats.queue, now)
     return (
         stats.queue,
         [
-            humanize.db_text(stats.queue, style="bold"),
+            queue_cell(stats),
             number(stats.ready, "bold"),
             number(stats.scheduled, "blue"),
             number(stats.running, "cyan"),

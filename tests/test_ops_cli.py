@@ -1,0 +1,508 @@
+"""`pgq pause/resume/limit`, the filter grammar of `pgq jobs/requeue/kill/delete`, `pgq errors`
+and `pgq health` on a real server: every filter, every bad filter input (one `pgq: error:` line,
+exit 2), dry runs that change nothing, batches, history rows naming operator and filter."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from test_cli import ENV, Pgq, error_line, ok
+
+from pgq_core import Queue
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def pgq(dsn: str, schema: str) -> Pgq:
+    from click.testing import CliRunner, Result
+
+    from pgq.cli import main
+
+    runner = CliRunner(env=ENV)
+
+    def run(*args: str, input: str | None = None) -> Result:
+        return runner.invoke(
+            main, ["--dsn", dsn, "--schema", schema, *args], input=input, prog_name="pgq"
+        )
+
+    return run
+
+
+def _fail_one(queue: Queue, job_id: int, name: str, error: str) -> None:
+    """Claim the queue's ready jobs, fail `job_id` with `error`, hand the others back."""
+    claimed = queue.claim(name, 1000, LEASE, "w")
+    [job] = [j for j in claimed if j.id == job_id]
+    queue.fail(job.id, job.fence, error)
+    queue.release_many([(j.id, j.fence) for j in claimed if j.id != job_id])
+
+
+def failed_job(queue: Queue, error: str, name: str = "mail", payload: Any = None) -> int:
+    """A job that failed once and waits to retry, with `error`."""
+    job_id = queue.enqueue(name, payload if payload is not None else {})
+    _fail_one(queue, job_id, name, error)
+    return job_id
+
+
+def dead_job(queue: Queue, error: str, name: str = "mail", payload: Any = None) -> int:
+    job_id = queue.enqueue(name, payload if payload is not None else {}, max_attempts=1)
+    _fail_one(queue, job_id, name, error)
+    return job_id
+
+
+def done_job(queue: Queue, name: str = "mail", payload: Any = None) -> int:
+    job_id = queue.enqueue(name, payload if payload is not None else {})
+    claimed = queue.claim(name, 1000, LEASE, "w")
+    [job] = [j for j in claimed if j.id == job_id]
+    queue.complete(job.id, job.fence)
+    queue.release_many([(j.id, j.fence) for j in claimed if j.id != job_id])
+    return job_id
+
+
+def ids_of(result_json: str) -> list[int]:
+    return sorted(int(r["id"]) for r in json.loads(result_json))
+
+
+def backdate(conn: psycopg.Connection[Any], schema: str, job_id: int, age: timedelta) -> None:
+    conn.execute(
+        sql.SQL(
+            "UPDATE {}.jobs SET queued_at = now() - %(a)s, "
+            "finished_at = CASE WHEN finished_at IS NOT NULL THEN now() - %(a)s END "
+            "WHERE id = %(id)s"
+        ).format(sql.Identifier(schema)),
+        {"a": age, "id": job_id},
+    )
+
+
+# ---------------------------------------------------------------------------- pause, limit
+
+
+def test_pause_resume_limit_and_stats(pgq: Pgq, queue: Queue) -> None:
+    queue.enqueue("mail", {})
+    out = ok(pgq("pause", "mail", "--reason", "deploy"))
+    assert "paused queue mail (deploy)" in out
+    [row] = json.loads(ok(pgq("stats", "--json")))
+    assert (row["paused"], row["limit"], row["pause_reason"]) == (True, None, "deploy")
+    assert row["paused_by"].startswith("operator:")
+    assert "(paused)" in ok(pgq("stats"))
+    assert queue.claim("mail", 1, LEASE, "w") == []
+
+    assert "resumed queue mail" in ok(pgq("resume", "mail"))
+    assert "was not paused" in ok(pgq("resume", "mail"))
+    assert json.loads(ok(pgq("limit", "mail", "2", "--json"))) == {
+        "queue": "mail",
+        "limit": 2,
+        "limit_before": None,
+    }
+    [row] = json.loads(ok(pgq("stats", "--json")))
+    assert (row["paused"], row["limit"]) == (False, 2)
+    assert "(limit 2)" in ok(pgq("stats"))
+    assert "no limit on running jobs (was 2)" in ok(pgq("limit", "mail", "NONE"))
+    assert len(queue.claim("mail", 1, LEASE, "w")) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["limit", "mail", "x"], "want a number or `none`"),
+        (["limit", "mail", "--", "-1"], "want 0 to"),
+        (["limit", "mail", "-1"], "No such option"),
+        (["limit", "mail", str(2**31)], "want 0 to"),
+        (["limit", "mail"], "Missing argument"),
+        (["pause", " "], "queue name must not be empty"),
+        (["resume", ""], "queue name must not be empty"),
+        (["pause", "mail", "--reason", "a\x00b"], "NUL"),
+    ],
+)
+def test_queue_control_usage_errors(pgq: Pgq, args: list[str], fragment: str) -> None:
+    error_line(pgq(*args), 2, fragment)
+
+
+def test_hostile_pause_reason_is_printed_inert(pgq: Pgq) -> None:
+    out = ok(pgq("pause", "mail", "--reason", "\x1b]0;owned\x07[bold]x"))
+    assert "\x1b" not in out and "\\x1b" in out
+    assert json.loads(ok(pgq("stats", "--json")))[0]["pause_reason"] == "\x1b]0;owned\x07[bold]x"
+
+
+# ---------------------------------------------------------------------------- filters: jobs
+
+
+def test_jobs_every_filter(pgq: Pgq, queue: Queue, conn: Any, schema: str) -> None:
+    a = queue.enqueue("mail", {"customer": {"id": 42}, "tag": "x"})
+    b = queue.enqueue("mail", {"customer": {"id": "42"}, "tag": "y"})
+    c = queue.enqueue("sms", {"customer": {"id": 7}})
+    f = failed_job(queue, "TimeoutError: 100% of_budget used", payload={"n": 1})
+    d = dead_job(queue, "ValueError: bad row 12", payload={"n": 2})
+    backdate(conn, schema, a, timedelta(hours=3))
+    backdate(conn, schema, d, timedelta(days=2))
+
+    def listing(*args: str) -> list[int]:
+        return ids_of(ok(pgq("jobs", *args, "--json")))
+
+    assert listing("--queue", "sms") == [c]
+    assert listing("--status", "dead") == [d]
+    assert listing("--status", "failed") == [f]
+    assert listing("--status", "failed", "--status", "dead") == sorted([f, d])
+    assert listing("--status", "ready") == sorted([a, b, c, f])
+    assert listing("--error", "timeouterror") == [f]  # case-insensitive
+    assert listing("--error", "100%") == [f]  # % and _ are literal
+    assert listing("--error", "of_budget") == [f]
+    assert listing("--error", "o%_b") == []
+    assert listing("--error", "100_") == []  # `_` would match the `%` were it a wildcard
+    assert listing("--payload", "customer.id=42") == [a]  # JSON 42: the number only
+    assert listing("--payload", 'customer.id="42"') == [b]  # JSON "42": the string only
+    assert listing("--payload", "tag=y") == [b]  # not JSON: compared as text
+    assert listing("--payload", "payload.tag=x") == [a]
+    assert listing("--payload", "customer.id=42", "--payload", "tag=x") == [a]
+    assert listing("--payload", "n=1") == [f]
+    assert listing("--payload", "missing.key=1") == []
+    assert listing("--older-than", "1h") == sorted([a, d])  # a queued 3h ago, d died 2d ago
+    assert listing("--older-than", "1d") == [d]
+    assert listing("--newer-than", "1h") == sorted([b, c, f])
+    assert listing("--status", "dead", "--newer-than", "1d") == []
+    assert listing("--older-than", "1h", "--newer-than", "1d") == [a]
+    assert listing("--queue", "mail", "--status", "ready", "--payload", "tag=y") == [b]
+    out = ok(pgq("jobs", "--error", "nothing like this"))
+    assert out.startswith("no jobs matching: error~")
+
+
+def test_jobs_plain_forms_still_work(pgq: Pgq, queue: Queue) -> None:
+    a = queue.enqueue("mail", {})
+    assert ids_of(ok(pgq("jobs", "--queue", "mail", "--status", "ready", "--json"))) == [a]
+    assert "mail" in ok(pgq("jobs", "-q", "mail", "-s", "ready", "-n", "1"))
+
+
+def test_jobs_output_is_inert(pgq: Pgq, queue: Queue) -> None:
+    failed_job(queue, "\x1b[2J[red]boom[/red]\nsecond line", name="q\x1b[31m")
+    out = ok(pgq("jobs", "--status", "failed"))
+    assert "\x1b" not in out
+    assert "\\x1b[2J[red]boom" in out
+    [row] = json.loads(ok(pgq("jobs", "--status", "failed", "--json")))
+    assert row["last_error"] == "\x1b[2J[red]boom[/red]\nsecond line"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--payload", "customer.id"], "PATH=VALUE"),
+        (["--payload", "=42"], "dotted keys"),
+        (["--payload", "a..b=1"], "dotted keys"),
+        (["--payload", "a. b=1"], "dotted keys"),
+        (["--payload", 'a="\\u0000"'], "\\u0000"),
+        (["--payload", "a=\x00"], "NUL"),
+        (["--older-than", "soon"], "not a duration"),
+        (["--newer-than", "-5m"], "--newer-than"),
+        (["--older-than", "2h", "--newer-than", "1h"], "window would be empty"),
+        (["--error", ""], "--error must not be empty"),
+        (["--error", "a\x00b"], "NUL"),
+        (["--error-group", "xyz"], "12 hex digits"),
+        (["--status", "bogus"], "bogus"),
+        (["--queue", " ", "--error", "x"], "--queue must not be empty"),
+        (["--limit", "0", "--error", "x"], "--limit"),
+    ],
+)
+def test_jobs_bad_filter_input(pgq: Pgq, args: list[str], fragment: str) -> None:
+    error_line(pgq("jobs", *args), 2, fragment)
+
+
+# ---------------------------------------------------------------------------- bulk actions
+
+
+def history(queue: Queue, job_id: int) -> list[tuple[str, str | None, str | None]]:
+    return [(e.event, e.worker, e.detail) for e in queue.history(job_id)]
+
+
+def test_requeue_over_a_filter_dry_run_then_batches(pgq: Pgq, queue: Queue) -> None:
+    dead = [dead_job(queue, f"TimeoutError: call {i} timed out") for i in range(5)]
+    other = dead_job(queue, "ValueError: nope")
+    ready = failed_job(queue, "TimeoutError: call 9 timed out")
+
+    dry = json.loads(ok(pgq("requeue", "--error", "timeout", "--dry-run", "--json")))
+    assert dry == {
+        "action": "requeue",
+        "filter": 'error~"timeout"',
+        "dry_run": True,
+        "matching": 5,
+    }
+    assert "would requeue 5 jobs" in ok(pgq("requeue", "--error", "timeout", "--dry-run"))
+    assert all(queue.job(i).status == "dead" for i in dead)
+
+    out = ok(pgq("requeue", "--error", "timeout", "--batch", "2"))
+    assert 'requeued 5 jobs matching: error~"timeout" (in 3 batches)' in out
+    for job_id in dead:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts) == ("ready", 0)
+        event, worker, detail = history(queue, job_id)[-1]
+        assert event == "requeued"
+        assert worker and worker.startswith("operator:")
+        assert detail == 'filter: error~"timeout"'
+    assert queue.job(other).status == "dead"
+    assert queue.job(ready).attempts == 1  # only dead rows are requeued
+    assert json.loads(ok(pgq("requeue", "--error", "timeout", "--json")))["requeued"] == []
+
+
+def test_requeue_queue_dead_with_a_filter_and_dry_run(pgq: Pgq, queue: Queue) -> None:
+    a = dead_job(queue, "x", name="mail")
+    dead_job(queue, "x", name="sms")
+    assert "would requeue 1 job" in ok(pgq("requeue", "--queue", "mail", "--dead", "--dry-run"))
+    result = json.loads(ok(pgq("requeue", "--queue", "mail", "--status", "dead", "--json")))
+    assert result["requeued"] == [a]
+    assert "would requeue 1 job" in ok(pgq("requeue", "--all-queues", "--dead", "--dry-run"))
+
+
+def test_kill_over_a_filter_bumps_the_fence(pgq: Pgq, queue: Queue) -> None:
+    running = queue.enqueue("busy", {"customer": {"id": 42}})
+    [job] = queue.claim("busy", 1, LEASE, "w")
+    ready = queue.enqueue("mail", {"customer": {"id": 42}})
+    other = queue.enqueue("mail", {"customer": {"id": 7}})
+    done = done_job(queue, "done", {"customer": {"id": 42}})
+
+    assert "would kill 2 jobs" in ok(pgq("kill", "--payload", "customer.id=42", "--dry-run"))
+    out = ok(pgq("kill", "--payload", "customer.id=42", "--reason", "bad customer"))
+    assert "killed 2 jobs" in out
+    for job_id in (ready, running):
+        detail = queue.job(job_id)
+        assert (detail.status, detail.last_error) == ("dead", "bad customer")
+        event, worker, text = history(queue, job_id)[-1]
+        assert (event, text) == ("killed", "bad customer (filter: payload.customer.id=42)")
+        assert worker and worker.startswith("operator:")
+    assert queue.job(running).fence == job.fence + 1  # the worker's next write fails
+    assert (queue.job(done).status, queue.job(other).status) == ("done", "ready")
+
+
+def test_kill_ids_still_work_and_missing_argument(pgq: Pgq, queue: Queue) -> None:
+    a = queue.enqueue("mail", {})
+    assert json.loads(ok(pgq("kill", str(a), "--json")))["killed"] == [a]
+    error_line(pgq("kill"), 2, "Missing argument")
+
+
+def test_delete_dead_and_done_only_with_their_history(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    dead = dead_job(queue, "x")
+    done = done_job(queue)
+    ready = queue.enqueue("mail", {})
+    dead_job(queue, "x", name="sms")
+
+    assert "would delete 2 jobs" in ok(pgq("delete", "--queue", "mail", "--dry-run"))
+    out = json.loads(ok(pgq("delete", "--queue", "mail", "--batch", "1", "--json")))
+    assert sorted(out["deleted"]) == sorted([dead, done])
+    left = conn.execute(
+        sql.SQL("SELECT count(*) FROM {}.job_events WHERE job_id = ANY(%s)").format(
+            sql.Identifier(schema)
+        ),
+        [[dead, done]],
+    ).fetchone()
+    assert left == (0,)
+    assert queue.job(ready).status == "ready"
+    assert "would delete 1 job" in ok(pgq("delete", "--all-queues", "--dry-run"))
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["requeue", "1", "--error", "x"], "not both"),
+        (["requeue", "--status", "ready", "--error", "x"], "requeue acts on dead jobs only"),
+        (["requeue", "--error-group", "nothex"], "12 hex digits"),
+        (["requeue", "--queue", "a", "--all-queues", "--error", "x"], "not both"),
+        (["requeue", "--status", "dead"], "needs --queue Q"),
+        (["kill", "--status", "ready"], "needs --queue Q"),
+        (["kill", "1", "--queue", "mail"], "not both"),
+        (["kill", "--status", "done", "--queue", "mail"], "kill acts on ready and running"),
+        (["kill", "--queue", "mail", "--reason", " "], "reason must not be empty"),
+        (["kill", "--payload", "x", "--queue", "mail"], "PATH=VALUE"),
+        (["delete"], "needs --queue Q"),
+        (["delete", "--status", "ready", "--queue", "mail"], "delete acts on dead and done"),
+        (["delete", "--older-than", "7x"], "not a duration"),
+        (["delete", "--queue", "a", "--all-queues"], "not both"),
+        (["delete", "--queue", "a", "--batch", "0"], "--batch"),
+    ],
+)
+def test_bulk_bad_input(pgq: Pgq, queue: Queue, args: list[str], fragment: str) -> None:
+    dead = dead_job(queue, "x")
+    error_line(pgq(*args), 2, fragment)
+    assert queue.job(dead).status == "dead"
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_errors_group_varied_messages(pgq: Pgq, queue: Queue) -> None:
+    timeouts = [
+        dead_job(queue, "TimeoutError: GET https://api.example.com/v1/users/17?x=1 took 3.5s"),
+        dead_job(queue, "TimeoutError: GET http://other.example/users/99 took 12s", name="sms"),
+        failed_job(queue, "TimeoutError: GET https://api.example.com/v1/users/18 took 1s"),
+    ]
+    missing = [
+        dead_job(queue, "KeyError: 'customer_42'"),
+        dead_job(queue, 'KeyError: "customer_43"'),
+        failed_job(queue, "KeyError: 'other key'\nTraceback (most recent call last): ..."),
+    ]
+    ids = [
+        dead_job(queue, "LookupError: order 0xdeadbeef / 123e4567-e89b-12d3-a456-426614174000"),
+        dead_job(queue, "LookupError: order 0x1F / 00000000-0000-0000-0000-000000000000"),
+        dead_job(queue, "LookupError: order 7a3f9c21 / AAAAAAAA-BBBB-CCCC-DDDD-EEEEEEEEEEEE"),
+    ]
+    other = dead_job(queue, "ValueError: something else")
+    queue.requeue([other])  # requeued: back at attempt 0, no longer an error
+
+    groups = json.loads(ok(pgq("errors", "--json")))
+    by_pattern = {g["pattern"]: g for g in groups}
+    assert set(by_pattern) == {
+        "TimeoutError: GET <url> took <n>s",
+        "KeyError: <str>",
+        "LookupError: order <n> / <uuid>",
+    }
+    t = by_pattern["TimeoutError: GET <url> took <n>s"]
+    assert (t["dead"], t["failed"], t["queues"]) == (2, 1, ["mail", "sms"])
+    assert t["example_id"] == max(timeouts)
+    assert t["example_error"] == queue.job(max(timeouts)).last_error
+    k = by_pattern["KeyError: <str>"]
+    assert (k["dead"], k["failed"], k["example_id"]) == (2, 1, max(missing))
+    assert k["example_error"].endswith("Traceback (most recent call last): ...")
+    assert by_pattern["LookupError: order <n> / <uuid>"]["dead"] == 3
+    assert all(g["first_seen"] <= g["last_seen"] for g in groups)
+
+    assert [g["pattern"] for g in json.loads(ok(pgq("errors", "--queue", "sms", "--json")))] == [
+        "TimeoutError: GET <url> took <n>s"
+    ]
+    assert len(json.loads(ok(pgq("errors", "--since", "1h", "--json")))) == 3
+    human = ok(pgq("errors"))
+    assert t["group"] in human and f"example job {max(timeouts)}" in human
+
+    # act on a group: jobs lists it, requeue takes its dead jobs, kill its failed one
+    group = t["group"]
+    listed = ids_of(ok(pgq("jobs", "--error-group", group, "--json")))
+    assert listed == sorted(timeouts)
+    out = json.loads(ok(pgq("requeue", "--error-group", group, "--json")))
+    assert sorted(out["requeued"]) == sorted(timeouts[:2])
+    assert history(queue, timeouts[0])[-1][2] == f"filter: error-group={group}"
+    killed = json.loads(ok(pgq("kill", "--error-group", k["group"], "--json")))["killed"]
+    assert killed == [missing[2]]
+    assert by_pattern["LookupError: order <n> / <uuid>"]["example_id"] == max(ids)
+
+
+def test_errors_empty_and_bad_input(pgq: Pgq) -> None:
+    assert ok(pgq("errors")).strip() == "no failed or dead jobs with an error"
+    assert json.loads(ok(pgq("errors", "--json"))) == []
+    error_line(pgq("errors", "--since", "yesterday"), 2, "not a duration")
+    error_line(pgq("errors", "--limit", "0"), 2, "--limit")
+
+
+def test_errors_since_leaves_old_errors_out(pgq: Pgq, queue: Queue, conn: Any, schema: str) -> None:
+    old = dead_job(queue, "OldError: 1")
+    backdate(conn, schema, old, timedelta(days=3))
+    dead_job(queue, "NewError: 2")
+    patterns = [g["pattern"] for g in json.loads(ok(pgq("errors", "--since", "1d", "--json")))]
+    assert patterns == ["NewError: <n>"]
+
+
+# ---------------------------------------------------------------------------- health
+
+
+def test_health_shows_a_held_open_transaction_as_the_xmin_holder(
+    pgq: Pgq, queue: Queue, dsn: str
+) -> None:
+    queue.enqueue("mail", {})
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT /* \x1b[31m hostile */ txid_current(), 1")
+        pid = holder.info.backend_pid
+        data = json.loads(ok(pgq("health", "--json")))
+        assert data["xmin"]["pid"] == pid
+        assert data["xmin"]["state"] == "idle in transaction"
+        assert data["xmin"]["age_seconds"] >= 0
+        assert "warnings" in data and isinstance(data["warnings"], list)
+        assert {t["table"] for t in data["tables"]} == {"jobs", "job_events"}
+        assert 0 <= data["notify_usage"] < 1
+        assert data["lock_waits"] == []
+        human = ok(pgq("health"))
+        assert f"pid {pid}" in human
+        assert "\x1b" not in human and "\\x1b[31m" in human
+        holder.rollback()
+
+
+def test_health_reports_a_lock_wait_on_jobs(pgq: Pgq, queue: Queue, dsn: str) -> None:
+    import threading
+
+    job_id = queue.enqueue("mail", {})
+    with psycopg.connect(dsn) as locker:
+        locker.execute(
+            sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE").format(
+                sql.Identifier(queue.schema)
+            ),
+            [job_id],
+        )
+        waiter_done = threading.Event()
+
+        def wait() -> None:
+            with psycopg.connect(dsn, autocommit=True) as w:
+                w.execute(
+                    sql.SQL("UPDATE {}.jobs SET attempts = 0 WHERE id = %s").format(
+                        sql.Identifier(queue.schema)
+                    ),
+                    [job_id],
+                )
+            waiter_done.set()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        try:
+            for _ in range(100):
+                waits = json.loads(ok(pgq("health", "--json")))["lock_waits"]
+                if waits:
+                    break
+                time.sleep(0.05)
+            assert waits and waits[0]["blocked_by"] == [locker.info.backend_pid]
+            assert "lock wait: pid" in ok(pgq("health"))
+        finally:
+            locker.rollback()
+            thread.join(10)
+    assert waiter_done.is_set()
+
+
+def test_error_group_follows_last_error_whatever_writes_it(
+    queue: Queue, conn: Any, schema: str
+) -> None:
+    """The trigger keeps jobs.error_group right for pgq's own writes and plain SQL alike, and
+    leaves it alone when a statement does not write last_error."""
+    failed = failed_job(queue, "KeyError: 'a1'")
+    dead = dead_job(queue, "KeyError: 'b2'")
+
+    def group_of(job_id: int) -> str | None:
+        row = conn.execute(
+            sql.SQL("SELECT error_group FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema)),
+            [job_id],
+        ).fetchone()
+        assert row is not None
+        return row[0]
+
+    [g] = queue.errors()
+    assert group_of(failed) == group_of(dead) == g.group
+    conn.execute(
+        sql.SQL("UPDATE {}.jobs SET last_error = 'OSError: disk 3 full' WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [dead],
+    )
+    assert group_of(dead) != g.group
+    assert {e.pattern for e in queue.errors()} == {"KeyError: <str>", "OSError: disk <n> full"}
+    conn.execute(
+        sql.SQL("UPDATE {}.jobs SET attempts = attempts WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [failed],
+    )
+    assert group_of(failed) == g.group
+    inserted = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload, status, last_error) "
+            "VALUES ('mail', '{{}}', 'dead', 'KeyError: ''z''') RETURNING id"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+    assert inserted is not None and group_of(inserted[0]) == g.group
