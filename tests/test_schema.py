@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import secrets
+import time
 from typing import Any
 
 import psycopg
@@ -51,7 +52,44 @@ def test_jobs_keeps_the_seed_columns_types_defaults_and_indexes(schema: str, con
         ).fetchall()
     )
     assert "(queue, run_at) WHERE (status = 'ready'::text)" in indexes["jobs_ready_idx"]
-    assert "(lease_until) WHERE (status = 'running'::text)" in indexes["jobs_lease_idx"]
+    # The seed's lease index gave way to one on running rows that heartbeats never change
+    # (version 6), so a heartbeat is a HOT update; the seed's reaper SQL runs unchanged.
+    assert "jobs_lease_idx" not in indexes
+    assert "(queue) WHERE (status = 'running'::text)" in indexes["jobs_running_idx"]
+    assert not [d for d in indexes.values() if "lease_until" in d]
+
+
+def test_heartbeats_are_hot_updates(schema: str, conn: Any, queue: Any) -> None:
+    """A heartbeat changes only lease_until, which no index holds, and fillfactor leaves room on
+    the page: PostgreSQL updates the row on its page with no new index entry (HOT)."""
+    from datetime import timedelta
+
+    from pgq_core import JobSpec, ops
+
+    if conn.info.server_version < 150000:
+        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+    queue.enqueue_many([JobSpec("q", {"pad": "x" * 200}) for _ in range(2000)])
+    held = [(j.id, j.fence) for j in queue.claim("q", 200, timedelta(seconds=60), "w")]
+
+    def updates() -> tuple[int, int]:
+        queue.conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.6)  # the flush happens when the backend next goes idle
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE schemaname = %s AND relname = 'jobs'",
+            [schema],
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    before = updates()
+    for _ in range(20):
+        assert len(queue.run(ops.extend_leases(held)).applied) == 200
+    after = updates()
+    updated, hot = after[0] - before[0], after[1] - before[1]
+    assert updated == 4000
+    assert hot >= 0.8 * updated, (updated, hot)
 
 
 def test_the_seeds_own_sql_runs_unchanged_against_the_table(schema: str, conn: Any) -> None:
