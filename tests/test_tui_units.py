@@ -152,7 +152,7 @@ def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
     assert str(fence_text(1).style) == ""
     assert str(fence_text(3).style) == "bold"
     fence_cells = [job_row(job, 0.0)[1][4] for job in JOBS]
-    fence_cells += [lease_row(lease, 0.0, 0.0)[1][5] for lease in LEASES]
+    fence_cells += [lease_row(lease, lease.seconds_left)[1][5] for lease in LEASES]
     fence_cells += [current_jobs(worker, 0.0) for worker in WORKERS]
     for event in DETAIL.history:
         line = event_line(event, DETAIL.history[0].at, first=False)
@@ -209,7 +209,7 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
         reports = next(s for s in STATS if s.queue == "reports")
         assert app.dashboard.query_one(JobsTable).row_count == reports.dead
         assert labels() == [
-            f"Leases {len(LEASES)} (1 expired)",
+            f"Leases {len(LEASES)} (2 expiring) (1 expired)",
             f"Jobs {reports.dead}",
             f"Workers {len(WORKERS)}",
         ]
@@ -246,14 +246,16 @@ async def test_a_cell_growing_in_place_widens_its_column() -> None:
         error = next(c for c in table.columns.values() if c.key.value == "error")
         before = error.content_width
         longer = "x" * (before + 20)
+        app.paused = True  # the tick re-shows the sample rows otherwise
         rows = [(key, [*cells[:-1], Text(longer)]) for key, cells in table._all_rows]
         table.sync(rows)
         await pilot.pause()
         assert error.content_width == len(longer)
 
 
-async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> None:
-    """From the Jobs view, 1 then Enter opens the highlighted lease (not the queue under it)."""
+async def test_view_keys_put_the_cursor_in_the_view_they_show() -> None:
+    """2 from the queues puts the cursor in the Jobs view (Enter opens a job at once); from
+    the Jobs view, 1 then Enter opens the highlighted lease (not the queue above it)."""
     from pgq_tui.screens.job_detail import JobDetailScreen
     from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
@@ -263,8 +265,11 @@ async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> No
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        assert isinstance(app.focused, QueuesTable)
         await pilot.press("2")
-        assert isinstance(app.focused, QueuesTable)  # from the queues, the cursor stays there
+        assert isinstance(app.focused, JobsTable)
+        await pilot.press("tab")
+        assert isinstance(app.focused, QueuesTable)
         await VIEWS["jobs"](pilot)
         assert isinstance(app.focused, JobsTable)
         await pilot.press("1")
