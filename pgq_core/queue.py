@@ -202,7 +202,7 @@ class Queue:
         return sum(self.prune_batches(older_than, batch))
 
     # reading
-    def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
+    def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return self.run(ops.stats(soon))
 
     def leases(self, limit: int = 100) -> list[Lease]:
@@ -354,7 +354,7 @@ class AsyncQueue:
             total += deleted
         return total
 
-    async def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
+    async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return await self.run(ops.stats(soon))
 
     async def leases(self, limit: int = 100) -> list[Lease]:
