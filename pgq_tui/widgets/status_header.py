@@ -18,32 +18,36 @@ __all__ = ["CONNECTED", "CONNECTING", "DISCONNECTED", "StatusHeader", "header_te
 
 
 def header_text(state: HeaderState, now: float, width: int) -> Text:
-    """Exactly one of: paused, live, a problem, connecting, disconnected; then stale and
-    read-only marks; the clock at the right edge whatever the width."""
+    """Exactly one of: paused, live, a problem, connecting, disconnected; then the stale and
+    read-only marks; then the database and schema, and the problem's text, cut first when room
+    is short; the clock at the right edge whatever the width."""
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(" pgq ", style="bold black on #5fafff")
-    text.append(f" {printable(state.database)}")
-    text.append("  ·  schema ", style="grey62")
-    text.append(f"{printable(state.schema)}  ")
+    text.append(" ")
+    problem = Text()
     if state.paused:
         text.append(" ⏸ paused ", style="bold black on yellow")
     elif state.connection == CONNECTED and state.problem:
         text.append(" ⚠ ", style="bold black on yellow")
-        text.append(f" {printable(state.problem)}", style="bold yellow")
+        problem.append(f" {printable(state.problem)}", style="bold yellow")
     elif state.connection == CONNECTED:
         text.append(" ● live ", style="bold black on green")
     elif state.connection == CONNECTING:
         text.append(" ◌ connecting ", style="bold black on yellow")
     else:
-        text.append(" ✕ disconnected — reconnecting ", style="bold white on red")
+        text.append(" ✕ disconnected ", style="bold white on red")
         if state.problem:
-            text.append(f" {printable(state.problem)}", style="red")
+            problem.append(f" {printable(state.problem)}", style="red")
     if state.stale_for is not None and not state.paused:
-        text.append("  ")
+        text.append(" ")
         text.append(f" stale {humanize.duration(state.stale_for)} ", style="bold white on red")
     if state.read_only:
-        text.append("  ")
+        text.append(" ")
         text.append(" read-only ", style="bold black on #af87ff")
+    text.append(f"  {printable(state.database)}")
+    text.append("  ·  schema ", style="grey62")
+    text.append(f"{printable(state.schema)}  ")
+    text.append_text(problem)
     clock = time.strftime("%H:%M:%S", time.gmtime(now)) + " UTC"
     room = width - len(clock) - 2
     if room <= 0:
