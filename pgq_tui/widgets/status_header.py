@@ -53,8 +53,7 @@ def header_text(state: HeaderState, now: float, width: int) -> Text:
     if room <= 0:
         return Text(clock[: max(0, width)], style="grey62")
     if text.cell_len > room:
-        text.truncate(room - 1)
-        text.append("…")
+        text.truncate(room, overflow="ellipsis")
     text.append(" " * (room - text.cell_len + 1))
     text.append(clock, style="grey62")
     return text
