@@ -315,7 +315,10 @@ class DashboardApp(App[None]):
     async def read_leases(self) -> None:
         try:
             leases = await asyncio.wait_for(self.source.leases(JOBS_LIMIT), self.poll_timeout)
-        except (Disconnected, PgqError, TimeoutError):
+        except Disconnected as exc:
+            self._lost_connection(exc)
+            return
+        except (PgqError, TimeoutError):
             return  # the next full poll says what is wrong
         finally:
             self._leases_reading = False
@@ -344,10 +347,20 @@ class DashboardApp(App[None]):
             jobs = await asyncio.wait_for(
                 self.source.jobs(queue, status, JOBS_LIMIT), self.poll_timeout
             )
-        except (Disconnected, PgqError, TimeoutError):
+        except Disconnected as exc:
+            self._lost_connection(exc)
+            return
+        except (PgqError, TimeoutError):
             self.request_refresh()  # the full poll says what is wrong
             return
         self.post_message(JobsPolled(jobs, jobs_query, self.clock()))
+
+    def _lost_connection(self, exc: Disconnected) -> None:
+        """A read between polls found the connection gone: said at once, as a poll would
+        say it; the next poll connects again."""
+        with contextlib.suppress(NoMatches):
+            self._set_connection(DISCONNECTED, str(exc))
+        self.request_refresh()
 
     def on_jobs_polled(self, message: JobsPolled) -> None:
         if self.paused:
