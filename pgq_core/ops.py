@@ -449,7 +449,8 @@ def prune(older_than: timedelta, limit: int = PRUNE_BATCH) -> Op[int]:
     return Op("prune", {"older_than": older_than, "limit": limit}, lambda rows: int(rows[0][0]))
 
 
-def stats(soon: timedelta = timedelta(seconds=10)) -> Op[list[QueueStats]]:
+def stats(soon: timedelta | None = None) -> Op[list[QueueStats]]:
+    """`expiring` counts leases with under a third of their length left, or under `soon`."""
     return Op("stats", {"soon": soon}, lambda rows: [QueueStats(*r) for r in rows])
 
 

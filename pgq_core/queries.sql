@@ -437,9 +437,10 @@ WITH victims AS (
 SELECT count(*) FROM gone;
 
 -- name: stats
--- Per queue: ready (due now), scheduled, running, expiring soon, dead, done, then its settings
+-- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
 -- (paused, limit, paused at, by, why); a paused or limited queue is listed even with no jobs.
 -- Reads the partial indexes, queue_counts and queue_settings only; never scans done rows.
+-- Expiring: under a third of its lease left (expired included), or under `soon` when given.
 WITH ready AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
@@ -449,7 +450,8 @@ WITH ready AS (
     FROM {schema}.jobs WHERE status = 'ready' GROUP BY queue
 ), running AS (
   SELECT queue, count(*) AS running,
-         count(*) FILTER (WHERE lease_until < now() + %(soon)s::interval) AS expiring
+         count(*) FILTER (WHERE lease_until < now() + coalesce(%(soon)s::interval, lease_length / 3))
+           AS expiring
     FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
 ), dead AS (
   SELECT queue, count(*) AS dead FROM {schema}.jobs WHERE status = 'dead' GROUP BY queue
@@ -485,14 +487,29 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
  LIMIT %(limit)s;
 
 -- name: jobs
--- Browse jobs by queue and status, newest first (dead: most recently dead first).
-SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-       last_error, queued_at, finished_at, priority, unique_key
-  FROM {schema}.jobs
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-   AND (%(status)s::text IS NULL OR status = %(status)s::text)
- ORDER BY id DESC
- LIMIT %(limit)s;
+-- Browse jobs by queue and status, newest first; dead jobs by time of death, the latest first.
+-- Two branches, one of which a one-time filter skips, so each keeps an order an index serves
+-- (id DESC) or a small sort does (the dead rows of a queue by finished_at).
+SELECT * FROM (
+  (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+          last_error, queued_at, finished_at, priority, unique_key
+     FROM {schema}.jobs
+    WHERE %(status)s::text = 'dead' AND status = 'dead'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at DESC NULLS LAST, id DESC
+    LIMIT %(limit)s)
+  UNION ALL
+  (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+          last_error, queued_at, finished_at, priority, unique_key
+     FROM {schema}.jobs
+    WHERE %(status)s::text IS DISTINCT FROM 'dead'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+    ORDER BY id DESC
+    LIMIT %(limit)s)
+) listed
+ ORDER BY CASE WHEN status = 'dead' AND %(status)s::text = 'dead' THEN finished_at END
+          DESC NULLS LAST, id DESC;
 
 -- name: job
 -- One job, every column.

@@ -382,7 +382,7 @@ class Queue:
         )
 
     # reading
-    def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
+    def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return self.run(ops.stats(soon))
 
     def leases(self, limit: int = 100) -> list[Lease]:
@@ -608,7 +608,7 @@ class AsyncQueue:
             await self.run(ops.health_lock_waits(self.schema)),
         )
 
-    async def stats(self, soon: timedelta = timedelta(seconds=10)) -> list[QueueStats]:
+    async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return await self.run(ops.stats(soon))
 
     async def leases(self, limit: int = 100) -> list[Lease]:

@@ -1,7 +1,10 @@
 """The pgq dashboard app: polling, LISTEN, connection state, actions and in-app workers.
 
 All database I/O runs in Textual workers that post messages back; the UI never waits on the
-network. Polls never overlap: a refresh asked for during a poll runs once it ends.
+network. Polls never overlap: a refresh asked for during a poll runs once it ends. A NOTIFY
+polls at once (at most one poll per NOTIFY_GAP; notifications meanwhile are coalesced).
+Leases are re-read every LEASE_REFRESH, since heartbeats move them without a NOTIFY.
+The in-app workers run on the pool's own thread and loop (see pool.py).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from textual import work
@@ -18,49 +20,62 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
 from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
-from pgq_core.text import printable
 
+from .host import Severity
+from .messages import (
+    DashboardReady,
+    JobsPolled,
+    JobsRequested,
+    LeasesPolled,
+    Notified,
+    OpenJob,
+    Polled,
+    PollFailed,
+    RefreshRequested,
+    WorkerFailed,
+    WorkerLogged,
+)
 from .pool import QUIT_GRACE, QUIT_HAND_BACK, Pool
 from .screens.confirm import ConfirmScreen
-from .screens.dashboard import JOBS_LIMIT, DashboardScreen, Snapshot
+from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
 from .source import Disconnected, Source
+from .state import (
+    CONNECTED,
+    CONNECTING,
+    DISCONNECTED,
+    JOBS_LIMIT,
+    HeaderState,
+    Snapshot,
+)
 from .throughput import Throughput
-from .widgets.status_header import CONNECTED, CONNECTING, DISCONNECTED, StatusHeader
+from .widgets.status_header import StatusHeader
+from .worker_log import WorkerLogHandler
 
-NOTIFY_DEBOUNCE = 0.3
+__all__ = ["DashboardApp", "Notified"]
+
+#: at most one NOTIFY-driven poll per this many seconds (a burst of notifications is one poll)
+NOTIFY_GAP = 0.05
+#: how often the leases alone are read again (heartbeats extend leases without a NOTIFY)
+LEASE_REFRESH = 0.5
 WRITE_ACTIONS = frozenset(
     {"requeue_job", "requeue_queue", "kill_job", "start_worker", "stop_workers", "pause_queue"}
 )
 #: recorded as the pause reason of a queue paused with `p`
 PAUSE_REASON = "paused from the dashboard"
-TICK = 0.5
+#: how often countdowns, ages and the clock move on between reads
+TICK = 0.25
+SEVERITY_STYLE = {"information": "bold", "warning": "bold yellow", "error": "bold red"}
 
 
 class _Selecting(Protocol):
     def selected_job(self) -> tuple[int, str, str] | None: ...
-
-
-@dataclass
-class Polled(Message):
-    snapshot: Snapshot
-
-
-@dataclass
-class PollFailed(Message):
-    error: str
-    disconnected: bool
-
-
-class Notified(Message):
-    """A NOTIFY arrived: jobs became ready somewhere."""
 
 
 class DashboardApp(App[None]):
@@ -69,7 +84,10 @@ class DashboardApp(App[None]):
     #: only for screens it pushes)
     CSS_PATH = ["app.tcss", "screens/dashboard.tcss"]
     ENABLE_COMMAND_PALETTE = True
+    #: `?` and `q` first: the footer shows keys in this order and cuts what does not fit
     BINDINGS = [
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
         Binding("r", "requeue_job", "Requeue"),
         Binding("R", "requeue_queue", "Requeue all"),
         Binding("k", "kill_job", "Kill"),
@@ -78,8 +96,6 @@ class DashboardApp(App[None]):
         Binding("W", "stop_workers", "Stop workers"),
         Binding("slash", "filter", "Filter"),
         Binding("space", "pause", "Pause"),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
     ]
 
     def __init__(
@@ -124,7 +140,10 @@ class DashboardApp(App[None]):
         self._polling = False
         self._poll_again = False
         self._debounce: Timer | None = None
+        self._poll_started = 0.0
+        self._leases_reading = False
         self._quitting = False
+        self._log_handler = WorkerLogHandler(lambda line: self.post_message(WorkerLogged(line)))
         self._dashboard: DashboardScreen | None = None
         self.start_workers = tuple(start_workers)
 
@@ -137,41 +156,79 @@ class DashboardApp(App[None]):
             self._dashboard = DashboardScreen()
         return self._dashboard
 
-    def dashboard_ready(self) -> None:
-        """Called once by the dashboard screen when its widgets exist: start the live loop."""
+    def on_dashboard_ready(self, _: DashboardReady) -> None:
+        """The dashboard screen's widgets exist: start the live loop."""
         if self.timed_polls:
             self.set_interval(self.refresh_seconds, self.request_refresh)
+            self.set_interval(LEASE_REFRESH, self.refresh_leases)
         self.set_interval(TICK, self.tick)
+        self._log_handler.attach()
         if self.listen:
             self.listen_loop()
         for queue in self.start_workers:
             self._start_worker(queue)
         self.request_refresh()
 
-    def alert(
-        self, message: str, *, title: str = "", severity: SeverityLevel = "information"
-    ) -> None:
-        """`notify`, for text that may quote the database: printable, never markup."""
-        self.notify(printable(message), title=printable(title), severity=severity, markup=False)
+    def on_unmount(self) -> None:
+        self._log_handler.detach()
+
+    def alert(self, message: str, *, title: str = "", severity: Severity = "information") -> None:
+        """Say something on the status line (never a toast over the tables): printable text,
+        never markup, since it may quote the database."""
+        text = f"{title}: {message}" if title else message
+        style = SEVERITY_STYLE[severity]
+        with contextlib.suppress(NoMatches):
+            self.dashboard.say(text, style)
+            screen = self.screen
+            if isinstance(screen, JobDetailScreen):
+                screen.say(text, style)
 
     def worker_failed(self, text: str) -> None:
         self.alert(text, title="worker stopped", severity="error")
-        self.dashboard.say(text, "bold red")
+
+    def on_worker_failed(self, message: WorkerFailed) -> None:
+        self.worker_failed(message.text)
+
+    def on_worker_logged(self, message: WorkerLogged) -> None:
+        with contextlib.suppress(NoMatches):
+            self.dashboard.add_log(message.line)
+
+    def on_open_job(self, message: OpenJob) -> None:
+        self.open_job(message.job_id)
+
+    def on_refresh_requested(self, _: RefreshRequested) -> None:
+        self.request_refresh()
+
+    def on_jobs_requested(self, _: JobsRequested) -> None:
+        self.refresh_jobs()
 
     # header ----------------------------------------------------------------------------
-    def sync_header(self, header: StatusHeader) -> None:
-        header.database = self.database
-        header.schema = self.schema
-        header.connection = self.connection
-        header.problem = self.problem
-        header.paused = self.paused
-        header.read_only = self.read_only
-        header.now = self.clock()
+    def header_state(self) -> HeaderState:
+        stale = self.dashboard.stale_for if self._dashboard is not None else None
+        return HeaderState(
+            self.database,
+            self.schema,
+            self.connection,
+            self.problem,
+            self.paused,
+            self.read_only,
+            stale,
+        )
+
+    def lease_left(self, job_id: int) -> tuple[float, float | None] | None:
+        data = self.dashboard.data
+        lease = data.lease_of(job_id) if data is not None else None
+        if data is None or lease is None:
+            return None
+        return data.seconds_left(lease, self.clock()), lease.lease_seconds
 
     def _sync_headers(self) -> None:
+        state = self.header_state()
+        now = self.clock()
         for screen in self.screen_stack:
             for header in screen.query(StatusHeader):
-                self.sync_header(header)
+                header.state = state
+                header.now = now
 
     def _set_connection(self, state: str, problem: str = "") -> None:
         self.problem = problem
@@ -193,6 +250,7 @@ class DashboardApp(App[None]):
             return
         self._polling = True
         self._poll_again = False
+        self._poll_started = time.monotonic()
         self.poll(jobs_query)
 
     @work(group="poll", exit_on_error=False)
@@ -209,7 +267,7 @@ class DashboardApp(App[None]):
 
     async def _await_fetch(
         self,
-        fetch: asyncio.Future[tuple[list[QueueStats], list[Lease], list[JobRow]]],
+        fetch: asyncio.Future[tuple[list[QueueStats], list[Lease], float, list[JobRow]]],
         jobs_query: tuple[str | None, str | None],
     ) -> Message:
         started = self.clock()
@@ -223,7 +281,7 @@ class DashboardApp(App[None]):
             await asyncio.wait({fetch}, timeout=5)
             return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
-            stats, leases, jobs = fetch.result()
+            stats, leases, leases_at, jobs = fetch.result()
         except Disconnected as exc:
             return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
@@ -231,16 +289,87 @@ class DashboardApp(App[None]):
         except Exception as exc:  # noqa: BLE001 - never a traceback: show it and carry on
             return PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False)
         now = self.clock()
-        return Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started))
+        return Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started, leases_at))
 
     async def _fetch(
         self, jobs_query: tuple[str | None, str | None]
-    ) -> tuple[list[QueueStats], list[Lease], list[JobRow]]:
+    ) -> tuple[list[QueueStats], list[Lease], float, list[JobRow]]:
         queue, status = jobs_query
         stats = await self.source.stats()
         leases = await self.source.leases(JOBS_LIMIT)
+        leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
         jobs = await self.source.jobs(queue, status, JOBS_LIMIT)
-        return stats, leases, jobs
+        return stats, leases, leases_at, jobs
+
+    def refresh_leases(self) -> None:
+        """Between polls, the leases alone (cheap: the running jobs' index, LIMIT rows)."""
+        if (
+            self.paused
+            or self._quitting
+            or self._polling
+            or self._leases_reading
+            or self.connection != CONNECTED
+        ):
+            return
+        self._leases_reading = True
+        self.read_leases()
+
+    @work(group="leases", exit_on_error=False)
+    async def read_leases(self) -> None:
+        try:
+            leases = await asyncio.wait_for(self.source.leases(JOBS_LIMIT), self.poll_timeout)
+        except Disconnected as exc:
+            self._lost_connection(exc)
+            return
+        except (PgqError, TimeoutError):
+            return  # the next full poll says what is wrong
+        finally:
+            self._leases_reading = False
+        self.post_message(LeasesPolled(leases, self.clock()))
+
+    def on_leases_polled(self, message: LeasesPolled) -> None:
+        if self.paused:
+            return
+        with contextlib.suppress(NoMatches):
+            self.dashboard.show_leases(message.leases, message.at)
+            screen = self.screen
+            if isinstance(screen, JobDetailScreen):
+                screen.tick(self.clock())
+
+    def refresh_jobs(self) -> None:
+        """The Jobs view's rows alone, now (a queue or status was just chosen)."""
+        if self.paused or self._quitting:
+            return
+        with contextlib.suppress(NoMatches):
+            self.read_jobs(self.dashboard.jobs_query())
+
+    @work(group="jobs", exclusive=True, exit_on_error=False)
+    async def read_jobs(self, jobs_query: tuple[str | None, str | None]) -> None:
+        queue, status = jobs_query
+        try:
+            jobs = await asyncio.wait_for(
+                self.source.jobs(queue, status, JOBS_LIMIT), self.poll_timeout
+            )
+        except Disconnected as exc:
+            self._lost_connection(exc)
+            return
+        except (PgqError, TimeoutError):
+            self.request_refresh()  # the full poll says what is wrong
+            return
+        self.post_message(JobsPolled(jobs, jobs_query, self.clock()))
+
+    def _lost_connection(self, exc: Disconnected) -> None:
+        """A read between polls found the connection gone: said at once, as a poll would
+        say it; the next poll connects again."""
+        with contextlib.suppress(NoMatches):
+            self._set_connection(DISCONNECTED, str(exc))
+        self.request_refresh()
+
+    def on_jobs_polled(self, message: JobsPolled) -> None:
+        if self.paused:
+            return
+        with contextlib.suppress(NoMatches):
+            self.dashboard.show_jobs(message.jobs, message.jobs_query)
 
     def _poll_done(self) -> None:
         self._polling = False
@@ -254,6 +383,7 @@ class DashboardApp(App[None]):
         for stats in snapshot.stats:
             self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
         with contextlib.suppress(NoMatches):  # a poll that lands while the app tears down
+            self.dashboard.set_stale(None)
             self._set_connection(CONNECTED)
             if not self.paused:
                 self.dashboard.show(snapshot)
@@ -271,17 +401,33 @@ class DashboardApp(App[None]):
             else:  # the server answered, with an error (e.g. the schema is not migrated)
                 self._set_connection(CONNECTED, message.error)
 
+    def stale_for(self, now: float) -> float | None:
+        """The age of the data on screen when it should have been refreshed by now (the server
+        is unreachable or a poll hangs); None while fresh, paused, or not polling by time."""
+        data = self._dashboard.data if self._dashboard is not None else None
+        if data is None or self.paused or not self.timed_polls:
+            return None
+        age = now - data.polled_at
+        if age <= self.refresh_seconds:
+            return None
+        if self.connection != CONNECTED or age > 2 * self.refresh_seconds + 1:
+            return age
+        return None
+
     def tick(self) -> None:
         """Paused, only the clock and the age of the (frozen) data move on."""
         now = self.clock()
         with contextlib.suppress(NoMatches):
-            for screen in self.screen_stack:
-                for header in screen.query(StatusHeader):
-                    header.now = now
+            dashboard = self.dashboard
+            dashboard.set_stale(self.stale_for(now))
+            self._sync_headers()
             if self.paused:
-                self.dashboard.render_status_line()
+                dashboard.render_status_line()
             else:
-                self.dashboard.tick(now)
+                dashboard.tick(now)
+                screen = self.screen
+                if isinstance(screen, JobDetailScreen):
+                    screen.tick(now)
 
     # LISTEN ----------------------------------------------------------------------------
     @work(group="listen", exit_on_error=False)
@@ -298,8 +444,15 @@ class DashboardApp(App[None]):
             backoff = min(backoff * 2, 5.0)
 
     def on_notified(self, _: Notified) -> None:
-        if self._debounce is None:
-            self._debounce = self.set_timer(NOTIFY_DEBOUNCE, self._debounced_refresh)
+        """At once, unless a poll started less than NOTIFY_GAP ago: then once the gap is over.
+        A poll in flight takes one more afterwards, however many notifications came."""
+        if self._debounce is not None:
+            return
+        wait = self._poll_started + NOTIFY_GAP - time.monotonic()
+        if wait <= 0:
+            self.request_refresh()
+        else:
+            self._debounce = self.set_timer(wait, self._debounced_refresh)
 
     def _debounced_refresh(self) -> None:
         self._debounce = None
@@ -328,6 +481,8 @@ class DashboardApp(App[None]):
         return None
 
     def open_job(self, job_id: int) -> None:
+        if isinstance(self.screen, JobDetailScreen):
+            return
         self.push_screen(JobDetailScreen(job_id))
 
     def action_requeue_job(self) -> None:
@@ -497,8 +652,10 @@ class DashboardApp(App[None]):
         )
 
     def action_filter(self) -> None:
-        if self.screen is self.dashboard:
-            self.dashboard.open_filter()
+        """`/`: the current view's rows, or on a job, its history."""
+        screen = self.screen
+        if screen is self.dashboard or isinstance(screen, JobDetailScreen):
+            screen.open_filter()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -536,6 +693,7 @@ class DashboardApp(App[None]):
                 if await self.pool.wait(QUIT_GRACE, cancel=False):
                     self.pool.stop_all(immediately=True)
                     await self.pool.wait(QUIT_HAND_BACK)
+            self.pool.close()
             with contextlib.suppress(Exception):  # leaving anyway
                 await asyncio.wait_for(self.source.close(), timeout=3)
         finally:

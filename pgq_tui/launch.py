@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from .app import DashboardApp
+from .messages import WorkerFailed
 from .pool import WorkerPool
 from .source import PgSource
 
@@ -43,8 +44,8 @@ def make_app(
         start_workers=start_workers,
     )
 
-    def report(text: str) -> None:
-        app.call_later(app.worker_failed, text)
+    def report(text: str) -> None:  # on the pool's thread: post_message is thread-safe
+        app.post_message(WorkerFailed(text))
 
     pool.on_error = report
     return app

@@ -139,7 +139,7 @@ JOBS = [
         900,
         95,
     ),
-    job_row(10471, "webhooks", "dead", 5, 6, W_OLD, "lease expired on attempt 5 of 5", 1300, 212),
+    job_row(10471, "webhooks", "dead", 5, 5, W_OLD, "lease expired on attempt 5 of 5", 1300, 212),
     job_row(
         10466, "webhooks", "dead", 1, 2, "operator:ops@demo-host", "killed by operator", 1500, 400
     ),
@@ -227,7 +227,7 @@ DETAIL = JobDetail(
     attempts=5,
     max_attempts=5,
     lease_until=None,
-    fence=6,
+    fence=5,
     last_error="lease expired on attempt 5 of 5",
     queued_at=ago(1300),
     worker=W_OLD,

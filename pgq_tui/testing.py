@@ -17,6 +17,9 @@ from .sample import WORKERS, SampleSource, clock, warm
 from .throughput import Throughput
 
 SIZE = (132, 38)
+#: the small and the large terminal every view is also checked at
+NARROW = (80, 24)
+WIDE = (160, 45)
 Steps = Callable[[Pilot[Any]], Awaitable[None]]
 
 
@@ -85,6 +88,10 @@ async def confirm_kill(pilot: Pilot[Any]) -> None:
     await _press(pilot, "1", "tab", "down", "k")
 
 
+async def log(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "4")
+
+
 async def help_screen(pilot: Pilot[Any]) -> None:
     await _press(pilot, "question_mark")
 
@@ -100,6 +107,7 @@ VIEWS: dict[str, Steps] = {
     "jobs": jobs,
     "job-detail": job_detail,
     "workers": workers,
+    "log": log,
     "confirm-requeue-all": confirm_requeue_all,
     "confirm-kill": confirm_kill,
     "help": help_screen,

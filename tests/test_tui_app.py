@@ -42,7 +42,7 @@ def cells(table: KeyedTable, key: str) -> dict[str, str]:
     if key not in table.rows:
         return {}
     row = table.get_row(key)
-    return {c[0]: plain(v) for c, v in zip(table.COLUMNS, row, strict=True)}
+    return {c: plain(v) for c, v in zip(table.shown_columns, row, strict=True)}
 
 
 def shown_counts(app: DashboardApp, queue: str) -> dict[str, int]:
@@ -256,7 +256,7 @@ async def test_job_detail_shows_payload_error_and_fence_history(
         for line, words in zip(history, expected, strict=True):
             assert all(w in line for w in words), (line, words)
         assert "ada@example.com" in rendered(detail, "#payload")
-        assert "SMTP 451 try later" in rendered(detail, "#error")
+        assert "SMTP 451 try later" in rendered(detail, "#job-error")
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is app.dashboard, "back to the dashboard")
 

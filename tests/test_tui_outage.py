@@ -148,3 +148,31 @@ async def test_a_hung_server_times_the_poll_out_and_recovers(
         proxy.restore()
         await wait_for(pilot, lambda: ready_shown(app, "after") == 1, "fresh data after")
         assert app.connection == "connected"
+
+
+async def test_during_an_outage_the_old_data_is_marked_stale_and_the_clock_stays(
+    proxied: tuple[Proxy, str], schema: str, queue: Queue
+) -> None:
+    from textual.widgets import Static
+
+    proxy, dsn = proxied
+    queue.enqueue("before", {})
+    app = make_app(dsn, schema, "proxied-db", refresh=0.3)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: ready_shown(app, "before") == 1, "data through the proxy")
+        header = app.dashboard.query_one(StatusHeader)
+        assert app.dashboard.stale_for is None
+        assert not app.dashboard.has_class("-stale")
+        proxy.cut()
+        await wait_for(pilot, lambda: app.dashboard.stale_for is not None, "stale")
+        await pilot.pause(0.3)
+        assert app.dashboard.has_class("-stale")  # the tables dim
+        line = app.dashboard.query_one("#status-line", Static).content
+        assert "STALE" in str(line)
+        text = header.render().plain
+        assert "stale" in text and "disconnected" in text
+        assert text.rstrip().endswith("UTC")  # the clock stays, even at 80 columns
+        proxy.restore()
+        await wait_for(pilot, lambda: app.dashboard.stale_for is None, "fresh again")
+        assert not app.dashboard.has_class("-stale")
+        assert "stale" not in header.render().plain

@@ -152,7 +152,7 @@ def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
     assert str(fence_text(1).style) == ""
     assert str(fence_text(3).style) == "bold"
     fence_cells = [job_row(job, 0.0)[1][4] for job in JOBS]
-    fence_cells += [lease_row(lease, 0.0, 0.0)[1][5] for lease in LEASES]
+    fence_cells += [lease_row(lease, lease.seconds_left)[1][5] for lease in LEASES]
     fence_cells += [current_jobs(worker, 0.0) for worker in WORKERS]
     for event in DETAIL.history:
         line = event_line(event, DETAIL.history[0].at, first=False)
@@ -209,7 +209,7 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
         reports = next(s for s in STATS if s.queue == "reports")
         assert app.dashboard.query_one(JobsTable).row_count == reports.dead
         assert labels() == [
-            f"Leases {len(LEASES)} (1 expired)",
+            f"Leases {len(LEASES)} (2 expiring) (1 expired)",
             f"Jobs {reports.dead}",
             f"Workers {len(WORKERS)}",
         ]
@@ -246,14 +246,16 @@ async def test_a_cell_growing_in_place_widens_its_column() -> None:
         error = next(c for c in table.columns.values() if c.key.value == "error")
         before = error.content_width
         longer = "x" * (before + 20)
+        app.paused = True  # the tick re-shows the sample rows otherwise
         rows = [(key, [*cells[:-1], Text(longer)]) for key, cells in table._all_rows]
         table.sync(rows)
         await pilot.pause()
         assert error.content_width == len(longer)
 
 
-async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> None:
-    """From the Jobs view, 1 then Enter opens the highlighted lease (not the queue under it)."""
+async def test_view_keys_put_the_cursor_in_the_view_they_show() -> None:
+    """2 from the queues puts the cursor in the Jobs view (Enter opens a job at once); from
+    the Jobs view, 1 then Enter opens the highlighted lease (not the queue above it)."""
     from pgq_tui.screens.job_detail import JobDetailScreen
     from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
@@ -263,8 +265,11 @@ async def test_switching_views_from_a_view_keeps_the_cursor_in_the_views() -> No
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        assert isinstance(app.focused, QueuesTable)
         await pilot.press("2")
-        assert isinstance(app.focused, QueuesTable)  # from the queues, the cursor stays there
+        assert isinstance(app.focused, JobsTable)
+        await pilot.press("tab")
+        assert isinstance(app.focused, QueuesTable)
         await VIEWS["jobs"](pilot)
         assert isinstance(app.focused, JobsTable)
         await pilot.press("1")
@@ -316,3 +321,140 @@ async def test_paused_the_status_line_still_tells_the_age_of_the_data() -> None:
         assert isinstance(line, Text)
         assert "refreshed 30s ago" in line.plain
         assert all("red" not in str(span.style) for span in line.spans)
+
+
+async def test_tab_never_lands_on_the_tab_bar() -> None:
+    from textual.widgets import Tabs
+
+    from pgq_tui.testing import SIZE, sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for key in ["tab"] * 6 + ["shift+tab"] * 6:
+            await pilot.press(key)
+            assert not isinstance(app.focused, Tabs), key
+
+
+async def test_slash_on_the_job_screen_filters_its_history() -> None:
+    from rich.console import Console
+    from textual.widgets import Static
+
+    from pgq_tui.sample import DETAIL
+    from pgq_tui.screens.job_detail import JobDetailScreen
+    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await VIEWS["job-detail"](pilot)
+        screen = app.screen
+        assert isinstance(screen, JobDetailScreen)
+        await pilot.press("slash", *"reaped")
+        await settle(pilot)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(screen.query_one("#history", Static).content)
+        history = console.export_text()
+        reaped = sum(1 for e in DETAIL.history if e.event == "reaped")
+        assert history.count("reaped") == reaped and "claimed" not in history
+        title = str(screen.query_one("#history-box").border_title)
+        assert f"{reaped} of {len(DETAIL.history)}" in title
+        await pilot.press("escape")  # clears the filter first
+        await settle(pilot)
+        assert app.screen is screen and screen.filter_text == ""
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is app.dashboard
+
+
+async def test_messages_go_to_the_status_line_never_a_toast_over_the_tables() -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.testing import SIZE, sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for key, says in (("w", "no handler"), ("r", "only dead jobs are requeued")):
+            await pilot.press(key)  # refused, with a message
+            await settle(pilot)
+            assert len(app._notifications) == 0
+            line = app.dashboard.query_one("#status-line", Static).content
+            assert says in str(line)
+
+
+def test_the_header_never_says_live_and_paused_at_once() -> None:
+    from pgq_tui.state import CONNECTED, DISCONNECTED, HeaderState
+    from pgq_tui.widgets.status_header import header_text
+
+    paused = header_text(HeaderState("db", "pgq", CONNECTED, paused=True), 0.0, 120).plain
+    assert "paused" in paused and "live" not in paused
+    live = header_text(HeaderState("db", "pgq", CONNECTED), 0.0, 120).plain
+    assert "live" in live and "paused" not in live
+    long_problem = HeaderState("db", "pgq", DISCONNECTED, "x" * 300, stale_for=12.0)
+    for width in (40, 80, 200):
+        text = header_text(long_problem, 0.0, width).plain
+        assert text.endswith("00:00:00 UTC") and len(text) <= width
+
+
+async def test_at_80x24_the_footer_shows_help_and_quit_and_help_fits() -> None:
+    from textual.widgets._footer import FooterKey
+
+    from pgq_tui.screens.help import HelpScreen
+    from pgq_tui.testing import sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        keys = {k.action: k.region for k in app.screen.query(FooterKey)}
+        for action in ("help", "quit"):
+            region = keys[action]
+            assert region.width and region.right <= 80, action
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one("#help").region
+        assert box.right <= 80 and box.bottom <= 24
+
+
+async def test_at_80_columns_low_priority_columns_hide_and_the_rest_fit() -> None:
+    from pgq_tui.testing import sample_app, settle
+    from pgq_tui.widgets.keyed_table import plain
+    from pgq_tui.widgets.queues_table import QueuesTable
+
+    app = sample_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        table = app.dashboard.query_one(QueuesTable)
+        assert {"queue", "ready", "dead", "oldest", "expiring"} <= set(table.shown_columns)
+        assert "spark" not in table.shown_columns
+        oldest = [plain(table.get_row(k)[table.shown_columns.index("oldest")]) for k in table.rows]
+        assert "6m52s" in [o.strip() for o in oldest]
+        await pilot.resize_terminal(200, 40)
+        await settle(pilot)
+        assert table.shown_columns == [c[0] for c in table.COLUMNS]
+
+
+def test_the_worker_log_handler_posts_lines_escaped_when_shown() -> None:
+    import logging
+
+    from pgq_tui.state import LogLine
+    from pgq_tui.widgets.log_panel import log_text
+    from pgq_tui.worker_log import WorkerLogHandler
+
+    got: list[LogLine] = []
+    handler = WorkerLogHandler(got.append)
+    logger = logging.getLogger("pgq.worker")
+    before = logger.level
+    handler.attach()
+    try:
+        logger.info("worker %s started", "w\x1b[31m[red]x[/red]")
+        logger.debug("not shown")
+    finally:
+        handler.detach()
+    logger.info("after detach")
+    assert logger.level == before
+    assert [x.level for x in got] == ["INFO"]
+    shown = log_text(got[0])
+    assert "\\x1b[31m[red]x[/red]" in shown.plain
+    assert "\x1b" not in shown.plain and not shown.spans[2:]

@@ -1,46 +1,44 @@
-"""The main screen: queues on top; leases, jobs and workers below; filter and status line."""
+"""The main screen: queues on top; leases, jobs, workers and the workers' log below; filter
+and status line.
+
+It never imports the app: it reads what it needs through `Host` and asks for data with
+messages (`RefreshRequested`, `JobsRequested`, `OpenJob`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
 
 from pgq_core import JobRow, Lease, QueueStats
 
 from .. import humanize
+from ..host import Host
+from ..messages import DashboardReady, JobsRequested, OpenJob
+from ..state import (
+    JOB_STATUSES,
+    JOBS_LIMIT,
+    MESSAGE_SECONDS,
+    LogBook,
+    LogLine,
+    Snapshot,
+    is_expiring,
+)
 from ..widgets.jobs_table import STATUS_STYLE, JobsTable
 from ..widgets.keyed_table import KeyedTable
-from ..widgets.leases_table import LeasesTable, seconds_left
+from ..widgets.leases_table import LeasesTable
+from ..widgets.log_panel import LogPanel
 from ..widgets.queues_table import QueuesTable
 from ..widgets.status_header import StatusHeader
 from ..widgets.workers_table import WorkersTable
 
-if TYPE_CHECKING:
-    from ..app import DashboardApp
+__all__ = ["JOBS_LIMIT", "JOB_STATUSES", "DashboardScreen", "Snapshot"]
 
-#: Jobs view status choices, in the order `s` cycles them; None is every status.
-MESSAGE_SECONDS = 15.0
-#: rows fetched per poll for the Leases and Jobs views
-JOBS_LIMIT = 200
-JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One poll's worth of data, and when (app clock) it was taken."""
-
-    stats: list[QueueStats]
-    leases: list[Lease]
-    jobs: list[JobRow]
-    jobs_query: tuple[str | None, str | None]
-    polled_at: float
-    took: float
+VIEWS = ("leases", "jobs", "workers", "log")
 
 
 class DashboardScreen(Screen[None]):
@@ -50,6 +48,7 @@ class DashboardScreen(Screen[None]):
         Binding("1", "show_tab('leases')", "Leases", show=False),
         Binding("2", "show_tab('jobs')", "Jobs", show=False),
         Binding("3", "show_tab('workers')", "Workers", show=False),
+        Binding("4", "show_tab('log')", "Log", show=False),
         Binding("s", "next_status", "Status", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -61,12 +60,14 @@ class DashboardScreen(Screen[None]):
         self.status_chosen = False
         self.filter_text = ""
         self.message = Text("")
-        self._tab_labels: dict[str, str] = {}
         self.message_until = 0.0
+        self.stale_for: float | None = None
+        self.log_book = LogBook()
+        self._tab_labels: dict[str, str] = {}
 
     @property
-    def dashboard(self) -> DashboardApp:
-        return cast("DashboardApp", self.app)
+    def host(self) -> Host:
+        return cast(Host, self.app)
 
     def compose(self) -> ComposeResult:
         yield StatusHeader()
@@ -80,18 +81,24 @@ class DashboardScreen(Screen[None]):
             with TabPane("Workers", id="workers"):
                 yield Static(id="workers-hint")
                 yield WorkersTable(id="workers-table")
+            with TabPane("Log", id="log"):
+                yield Static(id="log-hint")
+                yield LogPanel(id="log-table")
         yield Input(placeholder="filter rows (Enter keeps it, Esc clears)", id="filter")
         yield Static(id="status-line")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#queues").border_title = "queues"
-        self.query_one(Input).cursor_blink = self.dashboard.blink
-        self.dashboard.sync_header(self.query_one(StatusHeader))
+        self.query_one(Input).cursor_blink = self.host.blink
+        # Tab moves between the tables only; views change with 1 2 3 4 (or a click)
+        self.query_one(TabbedContent).query_one(Tabs).can_focus = False
+        self.query_one(StatusHeader).state = self.host.header_state()
         self._render_jobs_bar()
         self._render_workers_hint()
+        self._render_log_hint()
         self.query_one(QueuesTable).focus()
-        self.dashboard.dashboard_ready()
+        self.post_message(DashboardReady())
 
     # selection -------------------------------------------------------------------------
     def selected_queue(self) -> str | None:
@@ -127,74 +134,118 @@ class DashboardScreen(Screen[None]):
     # data ------------------------------------------------------------------------------
     def show(self, data: Snapshot) -> None:
         self.data = data
-        queues = self.query_one(QueuesTable)
-        queues.show(data.stats, self.dashboard.throughput, data.polled_at)
+        now = self.host.clock()
+        self.query_one(QueuesTable).show(data, self.host.throughput, now)
         self._auto_status()
-        self.query_one(LeasesTable).show(data.leases, data.polled_at, data.polled_at)
+        self.query_one(LeasesTable).show(data, now)
         if data.jobs_query == self.jobs_query():
-            self.query_one(JobsTable).show(data.jobs, data.polled_at)
+            self.query_one(JobsTable).show(data.jobs, now, data)
         else:
-            self.dashboard.request_refresh()
-        self.query_one(WorkersTable).show(self.dashboard.pool.snapshots(), self.dashboard.clock())
+            self.post_message(JobsRequested())
+        self.query_one(WorkersTable).show(self.host.pool.snapshots(), now)
         self._render_workers_hint()
         self._render_tab_labels()
         self._render_jobs_bar()
         self.render_status_line()
 
+    def show_leases(self, leases: list[Lease], at: float) -> None:
+        """Fresh leases alone (heartbeats move `lease_until` without a NOTIFY)."""
+        if self.data is None:
+            return
+        self.data = Snapshot(
+            self.data.stats, leases, self.data.jobs, self.data.jobs_query,
+            self.data.polled_at, self.data.took, at,
+        )
+        self.tick(self.host.clock())
+
+    def show_jobs(self, jobs: list[JobRow], jobs_query: tuple[str | None, str | None]) -> None:
+        """Fresh rows for the Jobs view alone (a queue or status was just chosen)."""
+        if self.data is None or jobs_query != self.jobs_query():
+            return
+        self.data = Snapshot(
+            self.data.stats, self.data.leases, jobs, jobs_query,
+            self.data.polled_at, self.data.took, self.data.leases_at,
+        )
+        self.query_one(JobsTable).show(jobs, self.host.clock(), self.data)
+        self._render_tab_labels()
+        self._render_jobs_bar()
+
     def tick(self, now: float) -> None:
         """Between polls: countdowns, worker activity and the status line move on."""
         if self.data is not None:
-            self.query_one(LeasesTable).show(self.data.leases, self.data.polled_at, now)
-            self.query_one(QueuesTable).show(self.data.stats, self.dashboard.throughput, now)
-        self.query_one(WorkersTable).show(self.dashboard.pool.snapshots(), now)
+            self.query_one(LeasesTable).show(self.data, now)
+            self.query_one(QueuesTable).show(self.data, self.host.throughput, now)
+            if self.active_view() == "jobs":
+                self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+        self.query_one(WorkersTable).show(self.host.pool.snapshots(), now)
         self._render_workers_hint()
         self._render_tab_labels()
         self.render_status_line()
+
+    def set_stale(self, stale_for: float | None) -> None:
+        """Data older than a refresh during an outage: the tables dim and the age shows."""
+        self.stale_for = stale_for
+        self.set_class(stale_for is not None, "-stale")
+        title = "queues" if stale_for is None else f"queues · stale {humanize.duration(stale_for)}"
+        self.query_one("#queues").border_title = title
 
     def say(self, message: str, style: str = "") -> None:
         """Show `message` (printable: it may quote a queue name) on the status line for
         MESSAGE_SECONDS."""
         self.message = humanize.db_text(message, style=style)
-        self.message_until = self.dashboard.clock() + MESSAGE_SECONDS
+        self.message_until = self.host.clock() + MESSAGE_SECONDS
         self.render_status_line()
 
+    def add_log(self, line: LogLine) -> None:
+        seen = self.active_view() == "log"
+        self.log_book.add(line, seen)
+        self.query_one(LogPanel).add(line)
+        self._render_log_hint()
+        self._render_tab_labels()
+
     def render_status_line(self) -> None:
-        app = self.dashboard
+        host = self.host
         line = Text(no_wrap=True, overflow="ellipsis")
         if self.data is not None:
-            age = max(0.0, app.clock() - self.data.polled_at)
-            line.append(" refreshed ", style="grey62")
-            stale = age > 3 * app.refresh_seconds + 1 and not app.paused
-            line.append(
-                "just now" if age < 1 else f"{humanize.duration(age)} ago",
-                style="bold red" if stale else "",
-            )
-            line.append(f" in {self.data.took * 1000:.0f}ms", style="grey62")
+            age = max(0.0, host.clock() - self.data.polled_at)
+            if self.stale_for is not None and not host.paused:
+                line.append(f" STALE: data from {humanize.duration(age)} ago ", "bold white on red")
+            else:
+                line.append(" refreshed ", style="grey62")
+                line.append("just now" if age < 1 else f"{humanize.duration(age)} ago")
+                line.append(f" in {self.data.took * 1000:.0f}ms", style="grey62")
         else:
             line.append(" waiting for the first refresh…", style="grey62")
-        line.append(f" · every {app.refresh_seconds:g}s + on NOTIFY", style="grey62")
         if self.filter_text:
             line.append(" · filter ", style="grey62")
             line.append(f"/{self.filter_text}", style="bold yellow")
-        if self.message.plain and app.clock() < self.message_until:
+        if self.message.plain and host.clock() < self.message_until:
             line.append(" · ", style="grey62")
             line.append_text(self.message)
+        line.append(f" · every {host.refresh_seconds:g}s + on NOTIFY", style="grey62")
         self.query_one("#status-line", Static).update(line)
 
     def _render_tab_labels(self) -> None:
         """Each label counts the rows its table holds ("shown of all" while a filter hides some)."""
-        expired = 0
+        expired = expiring = 0
         if self.data is not None:
-            now = self.dashboard.clock()
-            expired = sum(
-                1 for x in self.data.leases if seconds_left(x, self.data.polled_at, now) < 0
-            )
+            now = self.host.clock()
+            for x in self.data.leases:
+                left = self.data.seconds_left(x, now)
+                expired += left < 0
+                expiring += left >= 0 and is_expiring(left, x.lease_seconds)
         leases = self._count_label("Leases", self.query_one(LeasesTable))
+        if expiring:
+            leases.append(f" ({expiring} expiring)", style="bold yellow")
         if expired:
             leases.append(f" ({expired} expired)", style="bold red")
         self._set_tab_label("leases", leases)
         self._set_tab_label("jobs", self._count_label("Jobs", self.query_one(JobsTable)))
         self._set_tab_label("workers", self._count_label("Workers", self.query_one(WorkersTable)))
+        log = Text(f"Log {len(self.log_book.lines)}")
+        if self.log_book.unseen_warnings:
+            log.append(f" ({self.log_book.unseen_warnings} new ⚠)", style="bold yellow")
+        self._set_tab_label("log", log)
 
     @staticmethod
     def _count_label(name: str, table: KeyedTable) -> Text:
@@ -232,20 +283,21 @@ class DashboardScreen(Screen[None]):
                 bar.append(label, style="grey50")
         shown = len(self.data.jobs) if self.data is not None else 0
         if shown >= JOBS_LIMIT:
-            bar.append(f"   newest {JOBS_LIMIT} shown", style="yellow")
+            order = "latest dead" if status == "dead" else "newest"
+            bar.append(f"   {order} {JOBS_LIMIT} shown", style="yellow")
         bar.append("   s status · / filter · Enter open · r requeue · k kill", style="grey50")
         self.query_one("#jobs-bar", Static).update(bar)
 
     def _render_workers_hint(self) -> None:
-        app = self.dashboard
+        host = self.host
         hint = self.query_one("#workers-hint", Static)
-        if app.pool.snapshots():
+        if host.pool.snapshots():
             hint.display = False
             return
         hint.display = True
-        if app.read_only:
+        if host.read_only:
             hint.update(Text(" read-only: no workers can be started", style="grey50"))
-        elif app.pool.can_start:
+        elif host.pool.can_start:
             hint.update(
                 Text(" no workers in this app yet: press w to start one on the selected queue")
             )
@@ -257,6 +309,13 @@ class DashboardScreen(Screen[None]):
                     style="grey50",
                 )
             )
+
+    def _render_log_hint(self) -> None:
+        hint = self.query_one("#log-hint", Static)
+        hint.display = not self.log_book.lines
+        hint.update(
+            Text(" the log of this app's workers (pgq.worker): nothing logged yet", style="grey50")
+        )
 
     def _auto_status(self) -> None:
         """Until the operator picks a status, a queue with dead jobs shows them first."""
@@ -273,30 +332,33 @@ class DashboardScreen(Screen[None]):
             self._auto_status()
             self._render_jobs_bar()
             if self.data.jobs_query != self.jobs_query() or before != self.job_status:
-                self.dashboard.request_refresh()
+                self.post_message(JobsRequested())
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "queues":
             self.status_chosen = False
             self._auto_status()
             self.action_show_tab("jobs")
-            self.query_one(JobsTable).focus()
-            self.dashboard.request_refresh()
+            self.post_message(JobsRequested())
         elif event.data_table.id in ("jobs-table", "leases-table"):
             key = event.row_key.value
             if key is not None:
-                self.dashboard.open_job(int(key))
+                self.post_message(OpenJob(int(key)))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._apply_filter()
+        if self.active_view() == "log" and self.log_book.unseen_warnings:
+            self.log_book.unseen_warnings = 0
+            self._render_tab_labels()
 
     def action_show_tab(self, tab: str) -> None:
-        """The cursor follows into the shown view unless it is on the queues table."""
-        in_views = self.focused is not self.query_one(QueuesTable)
+        """The view is shown and the cursor goes into it."""
         self.query_one(TabbedContent).active = tab
         self._apply_filter()
-        if in_views:
-            self._active_table().focus()
+        self._active_view_widget().focus()
+        if tab == "log" and self.log_book.unseen_warnings:
+            self.log_book.unseen_warnings = 0
+            self._render_tab_labels()
 
     def action_next_status(self) -> None:
         index = JOB_STATUSES.index(self.job_status)
@@ -304,7 +366,7 @@ class DashboardScreen(Screen[None]):
         self.status_chosen = True
         self.action_show_tab("jobs")
         self._render_jobs_bar()
-        self.dashboard.request_refresh()
+        self.post_message(JobsRequested())
 
     # filter ----------------------------------------------------------------------------
     def open_filter(self) -> None:
@@ -320,7 +382,7 @@ class DashboardScreen(Screen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.remove_class("open")
-        self._active_table().focus()
+        self._active_view_widget().focus()
 
     def action_clear_filter(self) -> None:
         field = self.query_one(Input)
@@ -329,18 +391,26 @@ class DashboardScreen(Screen[None]):
         field.remove_class("open")
         self._apply_filter()
         self.render_status_line()
-        self._active_table().focus()
+        self._active_view_widget().focus()
 
-    def _active_table(self) -> KeyedTable:
+    def _active_view_widget(self) -> KeyedTable | LogPanel:
+        if self.active_view() == "log":
+            return self.query_one(LogPanel)
+        return self._active_table() or self.query_one(LeasesTable)
+
+    def _active_table(self) -> KeyedTable | None:
         view = self.active_view()
+        if view == "log":
+            return None
         table: KeyedTable = self.query_one(f"#{view}-table", KeyedTable)
         return table
 
     def _apply_filter(self) -> None:
+        active = self._active_table()
         for table in self.query(KeyedTable):
             if table.id == "queues":
                 continue
-            table.set_filter(self.filter_text if table is self._active_table() else "")
+            table.set_filter(self.filter_text if table is active else "")
         self._render_tab_labels()
 
     def data_refreshed(self) -> None:

@@ -1,4 +1,5 @@
-"""One job: payload as highlighted JSON, where it stands, last error, and its fence history.
+"""One job: where it stands, its last error, payload as highlighted JSON, and its fence
+history (`/` filters the history).
 
 Every piece of database text is shown through `humanize.db_text` (never markup, never a
 control character); a payload longer than PAYLOAD_CHARS shows its first part only."""
@@ -6,35 +7,36 @@ control character); a payload longer than PAYLOAD_CHARS shows its first part onl
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
-from pgq_core import JobDetail, JobNotFound, PgqError
+from pgq_core import JobDetail, JobEvent, JobNotFound, PgqError
 
 from .. import humanize
+from ..host import Host
 from ..source import Disconnected
+from ..state import MESSAGE_SECONDS, urgency
 from ..widgets.fence import fence_style, fence_text
 from ..widgets.jobs_table import STATUS_STYLE
+from ..widgets.leases_table import lease_left_text
 from ..widgets.status_header import StatusHeader
-from ..widgets.timeline import timeline
-
-if TYPE_CHECKING:
-    from ..app import DashboardApp
+from ..widgets.timeline import EVENTS, timeline
 
 #: characters of a payload's JSON text shown
 PAYLOAD_CHARS = 64 * 1024
 
 
-def facts(job: JobDetail, now: float) -> Table:
+def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None = None) -> Table:
+    """`lease`: (seconds left now, length) from the leases read every second, when known."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="grey62", justify="right")
     table.add_column()
@@ -56,12 +58,18 @@ def facts(job: JobDetail, now: float) -> Table:
         due = job.run_at.timestamp() - now
         table.add_row("due", f"in {humanize.duration(due)}" if due > 0 else humanize.ago(-due))
     if job.status == "running" and job.lease_until is not None:
-        left = job.lease_until.timestamp() - now
-        lease = f" of {humanize.duration(job.lease_seconds)}" if job.lease_seconds else ""
+        left, length = lease if lease is not None else (
+            job.lease_until.timestamp() - now, job.lease_seconds
+        )
+        of = f" of {humanize.duration(length)}" if length else ""
+        level = urgency(left, length)
         table.add_row(
             "lease",
-            Text(f"{humanize.duration(left)} left{lease}")
-            if left >= 0
+            Text(
+                f"{lease_left_text(left)} left{of}",
+                style="bold yellow" if level == "low" else "",
+            )
+            if level != "expired"
             else Text(" expired, awaiting the reaper ", style="bold white on red"),
         )
     if job.claimed_at is not None:
@@ -91,12 +99,21 @@ def payload(job: JobDetail) -> Text:
     return text
 
 
+def matches(event: JobEvent, needle: str) -> bool:
+    """Case-insensitive: the event, its label, fence, worker or detail contains `needle`."""
+    label = EVENTS.get(event.event, ("", event.event, ""))[1]
+    hay = " ".join(
+        (event.event, label, f"fence {event.fence}", event.worker or "", event.detail or "")
+    )
+    return needle.lower() in hay.lower()
+
+
 class JobDetailScreen(Screen[None]):
     """Reloads the job on every dashboard refresh, so it stays live while open."""
 
     CSS_PATH = "job_detail.tcss"
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
         Binding("backspace", "app.pop_screen", "Back", show=False),
     ]
 
@@ -104,29 +121,35 @@ class JobDetailScreen(Screen[None]):
         super().__init__()
         self.job_id = job_id
         self.job: JobDetail | None = None
+        self.filter_text = ""
+        self.message = Text("")
+        self.message_until = 0.0
 
     @property
-    def dashboard(self) -> DashboardApp:
-        return cast("DashboardApp", self.app)
+    def host(self) -> Host:
+        return cast(Host, self.app)
 
     def compose(self) -> ComposeResult:
         yield StatusHeader()
         yield Static(f"job {self.job_id}", id="job-title")
+        yield Static(id="job-error")
         with Horizontal(id="job-body"):
-            with VerticalScroll(id="payload-box"):
-                yield Static(Text("loading…", style="grey50"), id="payload")
             with VerticalScroll(id="facts-box"):
                 yield Static(id="facts")
-                yield Static(id="error")
+            with VerticalScroll(id="payload-box"):
+                yield Static(Text("loading…", style="grey50"), id="payload")
         with VerticalScroll(id="history-box"):
             yield Static(id="history")
+        yield Input(placeholder="filter the history (Enter keeps it, Esc clears)", id="filter")
+        yield Static(id="status-line")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#payload-box").border_title = "payload"
-        self.query_one("#facts-box").border_title = "state · last error"
+        self.query_one("#facts-box").border_title = "state"
         self.query_one("#history-box").border_title = "fence history"
-        self.dashboard.sync_header(self.query_one(StatusHeader))
+        self.query_one(Input).cursor_blink = self.host.blink
+        self.query_one(StatusHeader).state = self.host.header_state()
         self.reload()
 
     def selected_job(self) -> tuple[int, str, str] | None:
@@ -137,23 +160,31 @@ class JobDetailScreen(Screen[None]):
     def data_refreshed(self) -> None:
         self.reload()
 
+    def tick(self, now: float) -> None:
+        """The lease countdown and ages move on between reloads."""
+        if self.job is not None:
+            self.query_one("#facts", Static).update(
+                facts(self.job, now, self.host.lease_left(self.job.id))
+            )
+        self.render_status_line()
+
     @work(group="job-detail", exclusive=True, exit_on_error=False)
     async def reload(self) -> None:
         try:
-            job = await self.dashboard.source.job(self.job_id)
+            job = await self.host.source.job(self.job_id)
         except JobNotFound:
             self.query_one("#payload", Static).update(
                 Text(f"job {self.job_id} no longer exists (pruned)", style="yellow")
             )
             return
         except (Disconnected, PgqError) as exc:
-            self.dashboard.alert(str(exc), title="could not load the job", severity="error")
+            self.host.alert(str(exc), title="could not load the job", severity="error")
             return
         self.show(job)
 
     def show(self, job: JobDetail) -> None:
         self.job = job
-        now = self.dashboard.clock()
+        now = self.host.clock()
         title = Text.assemble(
             (f" job {job.id} ", "bold black on #5fafff"),
             ("  queue ", "grey62"),
@@ -165,8 +196,71 @@ class JobDetailScreen(Screen[None]):
         )
         self.query_one("#job-title", Static).update(title)
         self.query_one("#payload", Static).update(payload(job))
-        self.query_one("#facts", Static).update(facts(job, now))
-        self.query_one("#error", Static).update(
-            Text.assemble(("\nlast error\n", "grey62"), last_error(job))
+        self.query_one("#facts", Static).update(facts(job, now, self.host.lease_left(job.id)))
+        self.query_one("#job-error", Static).update(
+            Text.assemble(("last error ", "grey62"), last_error(job))
         )
-        self.query_one("#history", Static).update(timeline(job.history))
+        self._render_history()
+
+    def _render_history(self) -> None:
+        if self.job is None:
+            return
+        history = self.job.history
+        needle = self.filter_text
+        shown = [e for e in history if matches(e, needle)] if needle else history
+        box = self.query_one("#history-box")
+        box.border_title = (
+            f"fence history · {len(shown)} of {len(history)} events match /{self.filter_text}"
+            if self.filter_text
+            else "fence history"
+        )
+        width = self.size.width or 80
+        start = history[0].at if history else None
+        self.query_one("#history", Static).update(timeline(shown, width - 4, start))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._render_history()
+
+    # status line and filter -------------------------------------------------------------
+    def say(self, message: str, style: str = "") -> None:
+        self.message = humanize.db_text(message, style=style)
+        self.message_until = self.host.clock() + MESSAGE_SECONDS
+        self.render_status_line()
+
+    def render_status_line(self) -> None:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if self.filter_text:
+            line.append(" filter ", style="grey62")
+            line.append(f"/{self.filter_text}", style="bold yellow")
+        if self.message.plain and self.host.clock() < self.message_until:
+            line.append(" · " if line.plain else " ", style="grey62")
+            line.append_text(self.message)
+        self.query_one("#status-line", Static).update(line)
+
+    def open_filter(self) -> None:
+        field = self.query_one(Input)
+        field.value = self.filter_text
+        field.add_class("open")
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._render_history()
+        self.render_status_line()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.remove_class("open")
+        self.query_one("#history-box").focus()
+
+    def action_back(self) -> None:
+        """Esc: clears the history filter first, then goes back."""
+        field = self.query_one(Input)
+        if self.filter_text or field.has_class("open"):
+            field.value = ""
+            self.filter_text = ""
+            field.remove_class("open")
+            self._render_history()
+            self.render_status_line()
+            self.query_one("#history-box").focus()
+            return
+        self.app.pop_screen()

@@ -9,8 +9,9 @@ from rich.text import Text
 from pgq_core import JobRow
 
 from .. import humanize
+from ..state import Snapshot, urgency
 from .fence import fence_text
-from .keyed_table import KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row
 
 STATUS_STYLE = {
     "ready": "bold",
@@ -27,19 +28,28 @@ def display_status(job: JobRow, now: float) -> str:
     return job.status
 
 
-def when(job: JobRow, now: float) -> str:
+def when(job: JobRow, now: float, lease: tuple[float, float | None] | None = None) -> Text:
+    """Due, lease left or finished, relative to `now`. For a running job, `lease` is (seconds
+    left, lease length) from the leases (re-read every second), when the job is among them."""
     if job.status == "ready":
         due = job.run_at.timestamp() - now
-        return f"due in {humanize.duration(due)}" if due > 0 else f"due {humanize.ago(-due)}"
+        return Text(
+            f"due in {humanize.duration(due)}" if due > 0 else f"due {humanize.ago(-due)}"
+        )
     if job.status == "running" and job.lease_until is not None:
-        left = job.lease_until.timestamp() - now
-        return f"lease {humanize.duration(left)} left" if left >= 0 else "lease expired"
+        left, length = lease if lease is not None else (job.lease_until.timestamp() - now, None)
+        level = urgency(left, length)
+        if level == "expired":
+            return Text("lease expired", style="bold red")
+        return Text(
+            f"lease {humanize.duration(left)} left", style="bold yellow" if level == "low" else ""
+        )
     if job.finished_at is not None:
-        return f"{job.status} {humanize.ago(now - job.finished_at.timestamp())}"
-    return f"queued {humanize.ago(now - job.queued_at.timestamp())}"
+        return Text(f"{job.status} {humanize.ago(now - job.finished_at.timestamp())}")
+    return Text(f"queued {humanize.ago(now - job.queued_at.timestamp())}")
 
 
-def job_row(job: JobRow, now: float) -> Row:
+def job_row(job: JobRow, now: float, lease: tuple[float, float | None] | None = None) -> Row:
     status = display_status(job, now)
     error = (job.last_error or "").splitlines()[0] if job.last_error else ""
     return (
@@ -54,24 +64,34 @@ def job_row(job: JobRow, now: float) -> Row:
             ),
             fence_text(job.fence),
             Text(humanize.short_worker(job.worker, 26), style="grey62"),
-            Text(when(job, now)),
+            when(job, now, lease),
             humanize.db_text(error, style="red"),
         ],
     )
 
 
 class JobsTable(KeyedTable):
-    COLUMNS = (
-        ("id", "job", 8),
-        ("queue", "queue", 12),
-        ("status", "status", 9),
-        ("attempts", "attempt", 7),
-        ("fence", "fence", 5),
-        ("worker", "worker", 26),
-        ("when", "when", 18),
-        ("error", "last error", None),
+    COLUMNS: tuple[Column, ...] = (
+        ("id", "job", 8, 0),
+        ("queue", "queue", 12, 2),
+        ("status", "status", 9, 0),
+        ("attempts", "attempt", 7, 4),
+        ("fence", "fence", 5, 3),
+        ("worker", "worker", 26, 5),
+        ("when", "when", 18, 1),
+        ("error", "last error", None, 0),
     )
     RIGHT = frozenset({"id", "attempts", "fence"})
 
-    def show(self, jobs: Sequence[JobRow], now: float) -> None:
-        self.sync([job_row(job, now) for job in jobs])
+    def show(self, jobs: Sequence[JobRow], now: float, data: Snapshot | None = None) -> None:
+        """`data`: the leases to count a running job's lease down from (else its own row)."""
+        rows = []
+        for job in jobs:
+            lease = data.lease_of(job.id) if data is not None else None
+            left = (
+                (data.seconds_left(lease, now), lease.lease_seconds)
+                if data is not None and lease is not None
+                else None
+            )
+            rows.append(job_row(job, now, left))
+        self.sync(rows)

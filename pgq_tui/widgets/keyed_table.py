@@ -1,4 +1,5 @@
-"""A DataTable kept in step with a keyed list of rows by editing cells, never rebuilding."""
+"""A DataTable kept in step with a keyed list of rows by editing cells, never rebuilding;
+columns by priority: the least needed hide first when the table is narrow."""
 
 from __future__ import annotations
 
@@ -6,15 +7,38 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
+#: (key, label, width or None to fit the widest cell, priority: 0 always shown, higher hides
+#: sooner)
+Column = tuple[str, str, int | None, int]
+#: the width an auto-width column counts for when deciding what fits
+AUTO_MIN = 16
 
 
 def plain(cell: object) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def fitting(columns: Sequence[Column], width: int, padding: int = 1) -> list[Column]:
+    """The columns that fit in `width` cells: the highest priority numbers drop first (the
+    rightmost first among equals); priority 0 never drops."""
+    shown = list(columns)
+
+    def needed() -> int:
+        return sum((w if w is not None else AUTO_MIN) + 2 * padding for _, _, w, _ in shown)
+
+    while needed() > width:
+        droppable = [c for c in shown if c[3] > 0]
+        if not droppable:
+            break
+        worst = max(droppable, key=lambda c: (c[3], shown.index(c)))
+        shown.remove(worst)
+    return shown
 
 
 class KeyedTable(DataTable[Cell]):
@@ -24,9 +48,10 @@ class KeyedTable(DataTable[Cell]):
     went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
     numbers can change under an operator's cursor without the table jumping.
     A column without a width fits its widest cell, also when a cell grows in place.
+    Rows are given with a cell for every column of COLUMNS; hidden columns are skipped.
     """
 
-    COLUMNS: tuple[tuple[str, str, int | None], ...] = ()  # (key, label, width)
+    COLUMNS: tuple[Column, ...] = ()
     RIGHT: frozenset[str] = frozenset()
 
     def __init__(self, **kwargs: Any) -> None:
@@ -34,11 +59,33 @@ class KeyedTable(DataTable[Cell]):
         self._filter = ""
         self._all_rows: list[Row] = []
         self._keys: list[str] = []
+        self._shown: list[Column] = list(self.COLUMNS)
 
     def on_mount(self) -> None:
-        for key, label, width in self.COLUMNS:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for key, label, width, _ in self._shown:
             header = Text(label, justify="right" if key in self.RIGHT else "left")
             self.add_column(header, key=key, width=width)
+
+    @property
+    def shown_columns(self) -> list[str]:
+        """Keys of the columns shown now, in order."""
+        return [c[0] for c in self._shown]
+
+    def on_resize(self, event: events.Resize) -> None:
+        shown = fitting(self.COLUMNS, event.size.width - 1, self.cell_padding)
+        if shown == self._shown:
+            return
+        selected = self.selected_key
+        self._shown = shown
+        self.clear(columns=True)
+        self._keys = []
+        self._add_columns()
+        self.sync(self._all_rows)
+        if selected is not None and selected in self.rows:
+            self.move_cursor(row=self.get_row_index(selected), animate=False, scroll=False)
 
     def set_filter(self, text: str) -> None:
         self._filter = text.lower()
@@ -71,11 +118,13 @@ class KeyedTable(DataTable[Cell]):
         wanted = {key: cells for key, cells in rows}
         for key in [k for k in self._keys if k not in wanted]:
             self.remove_row(key)
-        column_keys = [c[0] for c in self.COLUMNS]
-        auto_width = {key for key, _, width in self.COLUMNS if width is None}
+        every = [c[0] for c in self.COLUMNS]
+        shown = [every.index(c[0]) for c in self._shown]
+        column_keys = [every[i] for i in shown]
+        auto_width = {c[0] for c in self._shown if c[2] is None}
         existing = set(self._keys)
-        for key, cells in rows:
-            cells = [self._align(column_keys[i], c) for i, c in enumerate(cells)]
+        for key, all_cells in rows:
+            cells = [self._align(every[i], all_cells[i]) for i in shown]
             if key in existing:
                 current = self.get_row(key)
                 for column, old, new in zip(column_keys, current, cells, strict=True):

@@ -1,4 +1,4 @@
-"""Leases: running jobs by time left, with a live countdown between polls."""
+"""Leases: running jobs by time left, with a live countdown between reads."""
 
 from __future__ import annotations
 
@@ -9,44 +9,42 @@ from rich.text import Text
 from pgq_core import Lease
 
 from .. import humanize
+from ..state import Snapshot, urgency
 from .fence import fence_text
-from .keyed_table import KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row
+
+__all__ = ["LeasesTable", "countdown", "lease_left_text", "lease_row", "urgency"]
 
 BAR_WIDTH = 10
+LOW_STYLE = "bold yellow"
+EXPIRED_STYLE = "bold white on red"
 
 
-def seconds_left(lease: Lease, polled_at: float, now: float) -> float:
-    """Time left now, from the server's own figure at poll time (no client/server clock skew)."""
-    return lease.seconds_left - (now - polled_at)
-
-
-def urgency(left: float, length: float | None) -> str:
-    """expired (awaiting the reaper) > low (under a third of its length) > ok."""
-    if left < 0:
-        return "expired"
-    if length and left < length / 3:
-        return "low"
-    return "ok"
+def lease_left_text(left: float) -> str:
+    """Time left to a tenth of a second under a minute (the countdown is read every second
+    and must stay within a second of the truth), else as any duration."""
+    if abs(left) < 60:
+        return f"{abs(left):.1f}s"
+    return humanize.duration(left)
 
 
 def countdown(left: float, length: float | None) -> Text:
     level = urgency(left, length)
     if level == "expired":
-        return Text(f" expired {humanize.duration(-left)} ago ", style="bold white on red")
-    style = "bold yellow" if level == "low" else "green"
+        return Text(f" expired {lease_left_text(-left)} ago ", style=EXPIRED_STYLE)
+    style = LOW_STYLE if level == "low" else "green"
     filled = round(BAR_WIDTH * left / length) if length else BAR_WIDTH
     filled = max(0, min(BAR_WIDTH, filled))
     text = Text()
     text.append("█" * filled, style=style)
     text.append("░" * (BAR_WIDTH - filled), style="grey30")
-    text.append(f" {humanize.duration(left):>6}", style=style)
+    text.append(f" {lease_left_text(left):>6}", style=style)
     return text
 
 
-def lease_row(lease: Lease, polled_at: float, now: float) -> Row:
-    left = seconds_left(lease, polled_at, now)
+def lease_row(lease: Lease, left: float) -> Row:
     level = urgency(left, lease.lease_seconds)
-    id_style = {"expired": "bold red", "low": "bold yellow"}.get(level, "")
+    id_style = {"expired": "bold red", "low": LOW_STYLE}.get(level, "")
     return (
         str(lease.id),
         [
@@ -65,17 +63,20 @@ def lease_row(lease: Lease, polled_at: float, now: float) -> Row:
 
 
 class LeasesTable(KeyedTable):
-    COLUMNS = (
-        ("id", "job", 8),
-        ("queue", "queue", 14),
-        ("left", "time left", 26),
-        ("length", "lease", 6),
-        ("worker", "worker", 34),
-        ("fence", "fence", 6),
-        ("attempts", "attempt", 7),
+    COLUMNS: tuple[Column, ...] = (
+        ("id", "job", 8, 0),
+        ("queue", "queue", 14, 1),
+        ("left", "time left", 19, 0),
+        ("length", "lease", 6, 4),
+        ("worker", "worker", 34, 3),
+        ("fence", "fence", 6, 2),
+        ("attempts", "attempt", 7, 5),
     )
     RIGHT = frozenset({"id", "length", "fence", "attempts"})
 
-    def show(self, leases: Sequence[Lease], polled_at: float, now: float) -> None:
+    def show(self, data: Snapshot, now: float) -> None:
         """Ordered by time left; since the countdown is uniform, the order is the server's."""
-        self.sync([lease_row(lease, polled_at, now) for lease in leases])
+        self.sync([lease_row(x, data.seconds_left(x, now)) for x in data.leases])
+
+    def show_leases(self, leases: Sequence[Lease], lefts: Sequence[float]) -> None:
+        self.sync([lease_row(x, left) for x, left in zip(leases, lefts, strict=True)])

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from rich.text import Text
 
 from pgq_core import QueueStats
 
 from .. import humanize
+from ..state import Snapshot
 from ..throughput import Throughput
-from .keyed_table import KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row
 
 DIM = "grey50"
 
@@ -34,7 +33,8 @@ def queue_cell(stats: QueueStats) -> Text:
     return cell
 
 
-def queue_row(stats: QueueStats, throughput: Throughput, now: float) -> Row:
+def queue_row(stats: QueueStats, expiring: int, throughput: Throughput, now: float) -> Row:
+    """`expiring`: running jobs with under a third of their lease left (or expired)."""
     series = throughput.series(stats.queue, now)
     rate = throughput.rate(stats.queue, now)
     return (
@@ -44,7 +44,7 @@ def queue_row(stats: QueueStats, throughput: Throughput, now: float) -> Row:
             number(stats.ready, "bold"),
             number(stats.scheduled, "blue"),
             number(stats.running, "cyan"),
-            number(stats.expiring, "bold yellow"),
+            number(expiring, "bold yellow"),
             number(stats.dead, "bold red"),
             number(stats.done, "green"),
             oldest_due(stats.oldest_due_seconds),
@@ -57,21 +57,21 @@ def queue_row(stats: QueueStats, throughput: Throughput, now: float) -> Row:
 class QueuesTable(KeyedTable):
     """The selected row is the queue every queue action (w, R) and the Jobs view apply to."""
 
-    COLUMNS = (
-        ("queue", "queue", None),
-        ("ready", "ready", 8),
-        ("scheduled", "scheduled", 9),
-        ("running", "running", 8),
-        ("expiring", "expiring", 8),
-        ("dead", "dead", 7),
-        ("done", "done", 10),
-        ("oldest", "oldest due", 10),
-        ("rate", "done/s", 7),
-        ("spark", "throughput (2 min)", 24),
+    COLUMNS: tuple[Column, ...] = (
+        ("queue", "queue", None, 0),
+        ("ready", "ready", 8, 0),
+        ("scheduled", "scheduled", 9, 3),
+        ("running", "running", 8, 1),
+        ("expiring", "expiring", 8, 2),
+        ("dead", "dead", 7, 0),
+        ("done", "done", 10, 4),
+        ("oldest", "oldest due", 10, 1),
+        ("rate", "done/s", 7, 5),
+        ("spark", "throughput (2 min)", 24, 6),
     )
     RIGHT = frozenset(
         {"ready", "scheduled", "running", "expiring", "dead", "done", "oldest", "rate"}
     )
 
-    def show(self, stats: Sequence[QueueStats], throughput: Throughput, now: float) -> None:
-        self.sync([queue_row(s, throughput, now) for s in stats])
+    def show(self, data: Snapshot, throughput: Throughput, now: float) -> None:
+        self.sync([queue_row(s, data.expiring(s.queue, now), throughput, now) for s in data.stats])

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -37,7 +38,12 @@ def short_detail(detail: str) -> str:
     return _RETRY_AT.sub(r"(retry at \1)", detail)
 
 
-def event_line(event: JobEvent, start: datetime, first: bool) -> Text:
+#: below this many cells a detail goes on its own line under its event (beside it, it would
+#: be squeezed to a character per line)
+WIDE = 120
+
+
+def event_line(event: JobEvent, start: datetime, first: bool, worker_width: int = 30) -> Text:
     """An event without its detail: UTC time, offset from the first event, event, fence,
     worker."""
     marker, label, style = EVENTS.get(event.event, ("·", printable(event.event), ""))
@@ -49,22 +55,35 @@ def event_line(event: JobEvent, start: datetime, first: bool) -> Text:
     text.append(f"{label:<21}", style=style)
     text.append(" fence ", style="grey50")
     text.append(f"{event.fence:<3}")
-    text.append(f" {humanize.short_worker(event.worker, 30)}", style="grey70")
+    text.append(f" {humanize.short_worker(event.worker, worker_width)}", style="grey70")
     return text
 
 
-def timeline(history: Sequence[JobEvent]) -> Table | Text:
-    """One row per event, oldest first; a long detail wraps within its own column.
-    Claims bump the fence; a stale write carries the old fence it tried."""
+def timeline(
+    history: Sequence[JobEvent], width: int = WIDE, start: datetime | None = None
+) -> Table | Text:
+    """One row per event, oldest first. At `width` WIDE and more a long detail wraps within
+    its own column beside its event; narrower, it wraps on its own lines under its event.
+    Claims bump the fence; a stale write carries the old fence it tried. `start`: the time
+    offsets count from (the first event's by default)."""
     if not history:
         return Text("no history recorded", style="grey50")
+    start = history[0].at if start is None else start
     table = Table.grid(padding=(0, 2))
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")
-    start = history[0].at
+    if width >= WIDE:
+        table.add_column(no_wrap=True)
+        table.add_column(overflow="fold")
+    else:
+        table.add_column(overflow="fold")
     for i, event in enumerate(history):
         detail = humanize.db_text(
             short_detail(event.detail or ""), multiline=True, style="italic grey62"
         )
-        table.add_row(event_line(event, start, first=not i), detail)
+        first = i == 0 and event.at == start
+        if width >= WIDE:
+            table.add_row(event_line(event, start, first=first), detail)
+        else:
+            table.add_row(event_line(event, start, first=first, worker_width=16))
+            if detail.plain:
+                table.add_row(Padding(detail, (0, 0, 0, 4)))
     return table

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from rich.text import Text
 
 from .. import humanize
+from ..state import WorkerView
 from .fence import fence_style
-from .keyed_table import KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row
 
 STATE_STYLE = {
     "starting": "blue",
@@ -18,42 +18,6 @@ STATE_STYLE = {
     "draining": "yellow",
     "stopped": "grey50",
 }
-
-
-class RunningJobView(Protocol):
-    """What the table reads of a pgq_core.worker.RunningJob."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def fence(self) -> int: ...
-    @property
-    def attempts(self) -> int: ...
-    @property
-    def started_at(self) -> float: ...
-
-
-class WorkerView(Protocol):
-    """What the table reads of a pgq_core.worker.WorkerSnapshot."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def queues(self) -> tuple[str, ...]: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def done(self) -> int: ...
-    @property
-    def failed(self) -> int: ...
-    @property
-    def lost(self) -> int: ...
-    @property
-    def running(self) -> Sequence[RunningJobView]: ...
 
 
 def current_jobs(worker: WorkerView, now: float, limit: int = 4) -> Text:
@@ -93,15 +57,15 @@ def worker_row(worker: WorkerView, now: float) -> Row:
 
 
 class WorkersTable(KeyedTable):
-    COLUMNS = (
-        ("id", "worker", 22),
-        ("queues", "queues", 12),
-        ("state", "state", 9),
-        ("busy", "busy", 5),
-        ("done", "done", 7),
-        ("failed", "failed", 6),
-        ("lost", "lost", 4),
-        ("jobs", "current jobs (job, fence, running for)", None),
+    COLUMNS: tuple[Column, ...] = (
+        ("id", "worker", 22, 0),
+        ("queues", "queues", 12, 3),
+        ("state", "state", 9, 0),
+        ("busy", "busy", 5, 1),
+        ("done", "done", 7, 2),
+        ("failed", "failed", 6, 2),
+        ("lost", "lost", 4, 4),
+        ("jobs", "current jobs (job, fence, running for)", None, 0),
     )
     RIGHT = frozenset({"busy", "done", "failed", "lost"})
 

@@ -1,0 +1,156 @@
+"""The dashboard's state as plain data: what a poll brought, how leases count down, what
+"expiring" means, and what the header says. Imports no Textual, so every layer may use it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pgq_core import JobRow, Lease, QueueStats
+
+CONNECTED = "connected"
+CONNECTING = "connecting"
+DISCONNECTED = "disconnected"
+
+#: rows fetched per poll for the Leases and Jobs views
+JOBS_LIMIT = 200
+#: Jobs view status choices, in the order `s` cycles them; None is every status.
+JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
+#: how long a message stays on the status line
+MESSAGE_SECONDS = 15.0
+
+#: The one definition of "expiring", in every view, in help and in the `stats` statement:
+#: a lease with under this fraction of its length left (expired leases included).
+EXPIRING_FRACTION = 1 / 3
+
+
+def urgency(left: float, length: float | None) -> str:
+    """expired (awaiting the reaper) > low (expiring: under a third of its length) > ok."""
+    if left < 0:
+        return "expired"
+    if length and left < length * EXPIRING_FRACTION:
+        return "low"
+    return "ok"
+
+
+def is_expiring(left: float, length: float | None) -> bool:
+    return urgency(left, length) != "ok"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One poll's worth of data, and when (app clock) it was taken.
+
+    `leases_at` is when the leases were read (they are re-read more often than the rest): a
+    lease's `seconds_left` is the server's figure at that moment."""
+
+    stats: list[QueueStats]
+    leases: list[Lease]
+    jobs: list[JobRow]
+    jobs_query: tuple[str | None, str | None]
+    polled_at: float
+    took: float
+    leases_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.leases_at:
+            object.__setattr__(self, "leases_at", self.polled_at)
+
+    def seconds_left(self, lease: Lease, now: float) -> float:
+        """Time left now, from the server's own figure when read (no client/server skew)."""
+        return lease.seconds_left - (now - self.leases_at)
+
+    def lease_of(self, job_id: int) -> Lease | None:
+        return next((x for x in self.leases if x.id == job_id), None)
+
+    def leases_complete(self) -> bool:
+        """True when every running job is in `leases` (the list was not cut at JOBS_LIMIT)."""
+        return len(self.leases) < JOBS_LIMIT
+
+    def expiring(self, queue: str, now: float) -> int:
+        """A queue's expiring count now: from the (fresher) leases when they are all here,
+        else the server's count from the last poll. Both use EXPIRING_FRACTION."""
+        if not self.leases_complete():
+            stats = next((s for s in self.stats if s.queue == queue), None)
+            return stats.expiring if stats else 0
+        return sum(
+            1
+            for x in self.leases
+            if x.queue == queue and is_expiring(self.seconds_left(x, now), x.lease_seconds)
+        )
+
+
+@dataclass(frozen=True)
+class HeaderState:
+    """What the top line says; set by the app, read by the header widget."""
+
+    database: str = ""
+    schema: str = ""
+    connection: str = CONNECTING
+    problem: str = ""
+    paused: bool = False
+    read_only: bool = False
+    #: seconds since the data on screen was read, when that is older than a refresh
+    stale_for: float | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One record of the app's own workers, as logged (escaped only when shown)."""
+
+    at: float
+    level: str
+    text: str
+
+
+@dataclass
+class LogBook:
+    """The last `size` log lines of the app's workers; `unseen_warnings` counts warnings and
+    errors that arrived while the Log view was not shown."""
+
+    size: int = 500
+    lines: list[LogLine] = field(default_factory=list)
+    unseen_warnings: int = 0
+
+    def add(self, line: LogLine, seen: bool) -> None:
+        self.lines.append(line)
+        del self.lines[: -self.size]
+        if not seen and line.level in ("WARNING", "ERROR", "CRITICAL"):
+            self.unseen_warnings += 1
+
+
+class RunningJobView(Protocol):
+    """What the Workers view reads of a pgq_core.worker.RunningJob."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def started_at(self) -> float: ...
+
+
+class WorkerView(Protocol):
+    """What the Workers view reads of a pgq_core.worker.WorkerSnapshot."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def queues(self) -> tuple[str, ...]: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def lost(self) -> int: ...
+    @property
+    def running(self) -> Sequence[RunningJobView]: ...

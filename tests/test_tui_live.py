@@ -1,0 +1,223 @@
+"""The dashboard's truth on a real PostgreSQL: NOTIFY to screen, the lease countdown after a
+heartbeat, one "expiring", dead jobs by time of death, the workers' log, and a screen that
+answers while a handler blocks its worker's event loop.
+
+Time bounds here are loose (slack for a shared machine); the figures themselves come from
+benchmarks/dashboard_latency.py."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgq_core import JobSpec, Queue
+from pgq_tui.app import DashboardApp
+from pgq_tui.launch import make_app
+from pgq_tui.pool import THREAD_NAME, WorkerPool
+from pgq_tui.testing import wait_for
+from pgq_tui.widgets.jobs_table import JobsTable
+from pgq_tui.widgets.keyed_table import KeyedTable, plain
+from pgq_tui.widgets.leases_table import LeasesTable
+from pgq_tui.widgets.queues_table import QueuesTable
+
+SIZE = (140, 40)
+
+
+def cell(table: KeyedTable, key: str, column: str) -> str:
+    if key not in table.rows:
+        return ""
+    row = dict(zip(table.shown_columns, table.get_row(key), strict=True))
+    return plain(row[column])
+
+
+def shown_int(app: DashboardApp, queue: str, column: str) -> int | None:
+    text = cell(app.dashboard.query_one(QueuesTable), queue, column)
+    return int(text.replace(",", "")) if text else None
+
+
+def shown_left(app: DashboardApp, job_id: int) -> float | None:
+    """The countdown as the Leases view shows it, in seconds."""
+    text = cell(app.dashboard.query_one(LeasesTable), str(job_id), "left")
+    match = re.search(r"(\d+(?:\.\d+)?)s\s*$", text)
+    return float(match.group(1)) if match else None
+
+
+def true_left(conn: psycopg.Connection[Any], schema: str, job_id: int) -> float:
+    row = conn.execute(
+        sql.SQL("SELECT extract(epoch FROM lease_until - now())::float8 FROM {}.jobs WHERE id = %s")
+        .format(sql.Identifier(schema)),
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def set_lease_left(conn: psycopg.Connection[Any], schema: str, job_id: int, left: float) -> None:
+    conn.execute(
+        sql.SQL("UPDATE {}.jobs SET lease_until = now() + %s * interval '1 second' WHERE id = %s")
+        .format(sql.Identifier(schema)),
+        (left, job_id),
+    )
+
+
+def dashboard(dsn: str, schema: str, **kwargs: Any) -> DashboardApp:
+    kwargs.setdefault("refresh", 2.0)
+    return make_app(dsn, schema, "test-db", **kwargs)
+
+
+async def test_a_notify_reaches_the_screen_without_waiting_for_a_poll(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue("n", {})
+    app = dashboard(dsn, schema, refresh=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_int(app, "n", "ready") == 1, "first poll")
+        await pilot.pause(0.5)  # the LISTEN connection comes up
+        took = []
+        for expected in range(2, 7):
+            started = time.monotonic()
+            queue.enqueue("n", {})
+            await wait_for(
+                pilot, lambda e=expected: shown_int(app, "n", "ready") == e, f"{expected} ready"
+            )
+            took.append(time.monotonic() - started)
+            await pilot.pause(0.1)
+        # a bound with slack: the old 0.3 s debounce alone made every one of these >= 0.3 s
+        assert sorted(took)[len(took) // 2] < 0.3, took
+
+
+async def test_the_countdown_follows_a_heartbeat_within_a_second(
+    dsn: str, schema: str, queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    """Heartbeats send no NOTIFY: the leases are read again every half second."""
+    queue.enqueue("hb", {})
+    [job] = queue.claim("hb", 1, timedelta(seconds=30), "beating-worker")
+    set_lease_left(conn, schema, job.id, 12.0)  # as if the last heartbeat was 18 s ago
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: (shown_left(app, job.id) or 99) < 13, "about 12 s left")
+        queue.heartbeat(job.id, job.fence)  # lease_until = now() + 30 s
+        await wait_for(pilot, lambda: (shown_left(app, job.id) or 0) > 25, "the heartbeat")
+        errors = []
+        for _ in range(20):
+            shown = shown_left(app, job.id)
+            assert shown is not None
+            errors.append(abs(shown - true_left(conn, schema, job.id)))
+            await pilot.pause(0.1)
+        assert max(errors) < 1.0, errors
+
+
+async def test_expiring_means_a_third_of_the_lease_in_every_view_and_in_stats(
+    dsn: str, schema: str, queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    queue.enqueue_many([JobSpec("x", {}) for _ in range(4)])
+    jobs = queue.claim("x", 4, timedelta(seconds=30), "w")
+    lefts = {jobs[0].id: 25.0, jobs[1].id: 5.0, jobs[2].id: -2.0}  # ok, expiring, expired
+    for job_id, left in lefts.items():
+        set_lease_left(conn, schema, job_id, left)
+    short = queue.enqueue("x", {})
+    [short_job] = queue.claim("x", 1, timedelta(seconds=9), "w")  # 9 s lease, 9 s left: ok
+    assert short_job.id == short
+    # the fourth job keeps its full 30 s lease
+    [stats] = queue.stats()
+    assert stats.expiring == 2  # under a third of the lease left, expired included
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: leases.row_count == 5, "five leases")
+        await wait_for(pilot, lambda: shown_int(app, "x", "expiring") == 2, "2 expiring")
+        marked = [
+            key
+            for key in (str(j) for j in [*lefts, short, jobs[3].id])
+            if "bold" in str(leases.get_row(key)[0].style)
+        ]
+        assert sorted(marked) == sorted(str(j) for j in (jobs[1].id, jobs[2].id))
+        label = str(app.dashboard.query_one("#views").get_tab("leases").label)  # type: ignore[attr-defined]
+        assert "1 expiring" in label and "1 expired" in label
+
+
+async def test_dead_jobs_are_listed_by_time_of_death(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    first, second, third = queue.enqueue_many([JobSpec("d", {"i": i}) for i in range(3)])
+    for job_id in (second, third, first):  # die in this order, unlike their ids
+        queue.kill([job_id])
+        time.sleep(0.01)
+    assert [j.id for j in queue.jobs("d", "dead")] == [first, third, second]
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: shown_int(app, "d", "dead") == 3, "3 dead")
+        await pilot.press("enter")  # browse the queue: dead first
+        table = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: table.row_count == 3, "3 dead listed")
+        assert [r.key.value for r in table.ordered_rows] == [str(first), str(third), str(second)]
+        assert app.focused is table
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not app.dashboard, "the first Enter opens")
+
+
+async def test_the_log_view_shows_what_the_apps_workers_log(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    release = asyncio.Event()
+
+    async def until_released(ctx: Any) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    job_id = queue.enqueue("logged", {})
+    app = dashboard(dsn, schema, handler=until_released, start_workers=["logged"])
+    async with app.run_test(size=SIZE) as pilot:
+        book = app.dashboard.log_book
+        await wait_for(
+            pilot, lambda: any("started" in x.text for x in book.lines), "the started line"
+        )
+        await wait_for(pilot, lambda: queue.job(job_id).status == "running", "running")
+        queue.kill([job_id])
+        release.set()  # the handler returns; its completion matches no row: lease lost
+        await wait_for(pilot, lambda: book.unseen_warnings >= 1, "a warning")
+        tab = app.dashboard.query_one("#views").get_tab("log")  # type: ignore[attr-defined]
+        assert "⚠" in str(tab.label)
+        assert any(x.level == "WARNING" and "lease lost" in x.text for x in book.lines)
+        await pilot.press("4")
+        assert book.unseen_warnings == 0
+        assert "⚠" not in str(tab.label)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+
+
+async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """`time.sleep` inside an async handler blocks the workers' event loop: that loop runs on
+    the pool's own thread, so the app still answers a key at once."""
+    started = threading.Event()
+
+    async def blocking(ctx: Any) -> None:
+        started.set()
+        time.sleep(4)  # blocks this worker's event loop: the point of the test
+
+    queue.enqueue("block", {})
+    app = dashboard(dsn, schema, handler=blocking, start_workers=["block"], grace=6.0)
+    app.animation_level = "none"  # Pilot.press waits for the tab underline's animation
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, started.is_set, "the handler to block")
+        assert isinstance(app.pool, WorkerPool) and app.pool.thread is not None
+        assert app.pool.thread.name == THREAD_NAME
+        assert app.pool.thread is not threading.current_thread()
+        for view, key in (("workers", "3"), ("jobs", "2"), ("leases", "1")):
+            t0 = time.monotonic()
+            await pilot.press(key)
+            await wait_for(pilot, lambda v=view: app.dashboard.active_view() == v, view)
+            assert time.monotonic() - t0 < 0.5, view
+        assert started.is_set() and app.pool.active() == 1  # the handler is still sleeping
+        await wait_for(pilot, lambda: queue.stats()[0].done == 1, "the job to finish")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
