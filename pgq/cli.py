@@ -90,6 +90,16 @@ class LazyGroup(PgqGroup):
             "bench_command",
             "Benchmark pgq against the seed's plain SQL on a throwaway server.",
         ),
+        "metrics": (
+            "pgq.prod_cli",
+            "metrics_command",
+            "Serve Prometheus metrics of the queue, read from the database on every scrape.",
+        ),
+        "config": (
+            "pgq.prod_cli",
+            "config_group",
+            "Show the schema's settings, or change one (`pgq config notify edge`).",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
