@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import ops
-from .config import first_line, scrub
+from .config import first_line, pooled, scrub
 from .queue import Queue
 from .text import printable
 
@@ -72,6 +72,9 @@ class QueueCollector(Collector):
         if self._queue is None or self._queue.conn.closed:
             conn = self._connect()
             queue = Queue(conn, self.schema, owns=True)
+            if pooled():  # session settings would leak to the pooler's other clients
+                self._queue = queue
+                return queue
             try:
                 queue.run(ops.session_limits(self.timeout, LOCK_TIMEOUT, force=True))
             except BaseException:

@@ -440,3 +440,15 @@ def settings() -> Op[dict[str, str]]:
 
 def set_notify(mode: str) -> Op[str]:
     return Op("set_notify", {"mode": check_notify_mode(mode)}, lambda rows: str(rows[0][0]))
+
+
+def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[None]:
+    """Timeouts of the current transaction alone (see `local_limits` in queries.sql)."""
+    return Op(
+        "local_limits",
+        {
+            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
+            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+        },
+        lambda rows: None,
+    )

@@ -503,3 +503,10 @@ SELECT name, value FROM {schema}.settings ORDER BY name;
 INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
     ON CONFLICT (name) DO UPDATE SET value = excluded.value
 RETURNING value;
+
+-- name: local_limits
+-- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
+-- as the worker's session settings do on a direct connection (a session setting would stay on
+-- a server session the pooler hands to other clients). Timeouts in milliseconds.
+SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('lock_timeout', %(lock_timeout)s, true);
