@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .context import settings
+from .context import duration, settings
 
 
 def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -136,6 +136,37 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     show_default=True,
     help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
 )
+@click.option(
+    "--producers",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Instead: N producer threads (own connections) enqueueing one job per transaction, "
+    "the seed's INSERT against Queue.enqueue under each notify mode (--jobs per side, "
+    "default 8,000; --rounds).",
+)
+@click.option(
+    "--soak",
+    default=None,
+    callback=duration,
+    help="Instead: a soak this long (e.g. 60m, 2m): a producer at --rate, 4 worker processes, "
+    "prune every minute, a JSON line of sizes and latencies every minute (--json-lines).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0.1, 100_000),
+    default=200.0,
+    show_default=True,
+    help="--soak: jobs per second the producer enqueues.",
+)
+@click.option(
+    "--json-lines",
+    "json_lines",
+    type=click.Path(dir_okay=False, writable=True),
+    default="soak.jsonl",
+    show_default=True,
+    help="--soak: the results file (one JSON line per sample, then the summary).",
+)
+@click.option("--soak-sample", callback=duration, default="60s", hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
 @click.pass_context
 def bench_command(ctx: click.Context, /, **options: Any) -> None:

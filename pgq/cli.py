@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from rich.text import Text
 
 from pgq_core import JobDetail, JobNotFound, JobSpec, Queue, ops
 from pgq_core import migrate as run_migrate
+from pgq_core.config import check_dsn
 from pgq_core.models import STATUSES
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH, PayloadPreview
 from pgq_core.text import printable
@@ -95,6 +97,16 @@ class LazyGroup(PgqGroup):
             "schedule_group",
             "Periodic jobs: add, list, remove or run a cron schedule.",
         ),
+        "metrics": (
+            "pgq.prod_cli",
+            "metrics_command",
+            "Serve Prometheus metrics of the queue, read from the database on every scrape.",
+        ),
+        "config": (
+            "pgq.prod_cli",
+            "config_group",
+            "Show the schema's settings, or change one (`pgq config notify edge`).",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -145,12 +157,36 @@ class LazyGroup(PgqGroup):
     help="Longest any one statement may run, e.g. 30s; 0 for none (or PGQ_STATEMENT_TIMEOUT). "
     "Default: the role's own, else 30s.",
 )
+@click.option(
+    "--pooled",
+    is_flag=True,
+    envvar="PGQ_POOLED",
+    help="The DSN goes through a pooler in transaction mode (PgBouncer), or PGQ_POOLED=1: no "
+    "prepared statements, no session settings, LISTEN only on --listen-dsn.",
+)
+@click.option(
+    "--listen-dsn",
+    envvar="PGQ_LISTEN_DSN",
+    help="A direct connection (not pooled) for LISTEN, or PGQ_LISTEN_DSN. Pooled without one, "
+    "workers and the dashboard poll alone.",
+)
 @click.version_option(package_name="pgq")
 @click.pass_context
 def main(
-    ctx: click.Context, dsn: str | None, schema: str | None, statement_timeout: timedelta | None
+    ctx: click.Context,
+    dsn: str | None,
+    schema: str | None,
+    statement_timeout: timedelta | None,
+    pooled: bool,
+    listen_dsn: str | None,
 ) -> None:
     """A job queue in one PostgreSQL table, with leases, fencing tokens and a dashboard."""
+    # pgq_core reads both from the environment, and the processes pgq starts inherit them
+    if pooled:
+        os.environ["PGQ_POOLED"] = "1"
+    if listen_dsn:
+        check_dsn(listen_dsn)
+        os.environ["PGQ_LISTEN_DSN"] = listen_dsn
     ctx.obj = Settings(dsn, schema, statement_timeout)
 
 

@@ -27,6 +27,7 @@ from pgq_core.config import (
     connect_options,
     connect_timeout,
     first_line,
+    pooled,
     scrub,
 )
 from pgq_core.text import printable
@@ -61,6 +62,8 @@ class Settings:
         """An autocommit connection whose connect, statements and lock waits are bounded."""
         target = self.target()
         conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
+        if pooled():  # a session setting would stay on a server session others get
+            return conn
         try:
             Queue(conn, target.schema).run(
                 ops.session_limits(

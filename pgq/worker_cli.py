@@ -85,6 +85,18 @@ class PrintableFormatter(logging.Formatter):
     help="Longest a worker statement may wait for a lock.",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve this worker's Prometheus metrics on this port (0: any free port, logged).",
+)
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port binds (0.0.0.0 for a Prometheus on another host).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -104,6 +116,8 @@ def worker_command(
     timeout: timedelta | None,
     statement_timeout: timedelta,
     lock_timeout: timedelta,
+    metrics_port: int | None,
+    metrics_addr: str,
     log_level: str,
 ) -> None:
     """Run a handler on the jobs of QUEUES until stopped.
@@ -137,6 +151,11 @@ def worker_command(
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))
     logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
+    metrics = None
+    if metrics_port is not None:
+        from pgq_core.worker.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
     worker = Worker(
         target.dsn,
         queues,
@@ -150,11 +169,20 @@ def worker_command(
         timeout=timeout.total_seconds() if timeout is not None else None,
         statement_timeout=statement_timeout.total_seconds(),
         lock_timeout=lock_timeout.total_seconds(),
+        metrics=metrics,
     )
     # Handlers run in threads beside the event loop: hand the GIL over within 0.5 ms (Python's
     # default is 5 ms), so a finished handler's result reaches the loop without a convoy.
     sys.setswitchinterval(SWITCH_INTERVAL)
     log = logging.getLogger("pgq.worker")
+    if metrics is not None and metrics_port is not None:
+        try:
+            bound = metrics.serve(metrics_port, metrics_addr)
+        except OSError as exc:
+            raise click.UsageError(
+                f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror}"
+            ) from None
+        log.info("worker %s: metrics on http://%s:%d/metrics", worker.id, metrics_addr, bound)
 
     def on_signal(name: str, count: int) -> None:
         if count > 1:

@@ -5,6 +5,8 @@ package only when it runs, so no other `pgq` command loads the bench."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,12 +16,15 @@ from pgq_core.config import check_schema
 
 from .common import server
 from .drain import Options, print_tables, run_bench
+from .producers import ProducersOptions, print_producers, run_producers
 from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
 from .scale import ScaleOptions, print_scale, run_stats_scale
+from .soak import SoakOptions, print_soak, run_soak
 
 #: --jobs when not given: per side in the default run, per run with --same-resources.
 DEFAULT_JOBS = 20_000
 DEFAULT_SAME_RESOURCES_JOBS = 10_000
+DEFAULT_PRODUCERS_JOBS = 8_000
 #: --handler both: the pgq side runs once with each.
 HANDLER_KINDS = {"sync": ("sync",), "async": ("async",), "both": ("sync", "async")}
 
@@ -44,13 +49,23 @@ def run_command(
     same_resources: bool,
     concurrency_levels: tuple[int, ...],
     handler_kind: str,
-    as_json: bool,
+    producers: int | None = None,
+    soak: timedelta | None = None,
+    rate: float = 200.0,
+    json_lines: str = "soak.jsonl",
+    soak_sample: timedelta | None = None,
+    as_json: bool = False,
 ) -> None:
     """`pgq bench` with its parsed options: the default run, --stats-scale or --same-resources.
 
     `schema` is only checked: every run uses throwaway schemas of its own."""
-    if stats_scale and same_resources:
-        raise click.UsageError("--stats-scale and --same-resources are separate runs: pick one")
+    modes = [stats_scale, same_resources, producers is not None, soak is not None]
+    if sum(modes) > 1:
+        raise click.UsageError(
+            "--stats-scale, --same-resources, --producers and --soak are separate runs: pick one"
+        )
+    if soak is not None and soak.total_seconds() <= 0:
+        raise click.UsageError("--soak must be longer than 0s")
     if schema:
         check_schema(schema)
     console = Console(stderr=as_json)
@@ -60,7 +75,15 @@ def run_command(
 
     result: dict[str, Any]
     with server(dsn) as (target, embedded):
-        if stats_scale:
+        if soak is not None:
+            sample = (soak_sample or timedelta(minutes=1)).total_seconds()
+            soak_opts = SoakOptions(soak.total_seconds(), rate, max(sample, 1.0), Path(json_lines))
+            result = run_soak(target, embedded, soak_opts, say)
+        elif producers is not None:
+            total = jobs or DEFAULT_PRODUCERS_JOBS
+            popts = ProducersOptions(producers, total, payload_bytes, rounds)
+            result = run_producers(target, embedded, popts, say)
+        elif stats_scale:
             scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
             result = run_stats_scale(target, embedded, scale, say)
         elif same_resources:
@@ -89,6 +112,10 @@ def run_command(
             )
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))
+    elif soak is not None:
+        print_soak(result, say)
+    elif producers is not None:
+        print_producers(result, console)
     elif stats_scale:
         print_scale(result, console)
     elif same_resources:

@@ -264,4 +264,25 @@ def connect_options(dsn: str) -> dict[str, Any]:
         given = None
     if not given and not os.environ.get("PGCONNECT_TIMEOUT"):
         options["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    if pooled():
+        options["prepare_threshold"] = None  # a pooler's server sessions are shared
     return options
+
+
+def pooled() -> bool:
+    """True when PGQ_POOLED (1/true/yes/on) says connections go through a pooler in transaction
+    mode (PgBouncer): then no server-side prepared statements (statement names of different
+    clients would collide on shared server sessions), no session settings (they would stay on
+    a server session other clients get) and no LISTEN on the pooled DSN (see `listen_dsn`)."""
+    return os.environ.get("PGQ_POOLED", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def listen_dsn(dsn: str) -> str | None:
+    """Where to LISTEN for new jobs: PGQ_LISTEN_DSN (a direct connection) when set, else `dsn`
+    unless pooled: LISTEN needs a session of its own, which transaction pooling does not give.
+    None: poll alone."""
+    direct = os.environ.get("PGQ_LISTEN_DSN")
+    if direct:
+        check_dsn(direct)
+        return direct
+    return None if pooled() else dsn

@@ -706,3 +706,111 @@ def health_lock_waits(schema: str) -> Op[list[LockWait]]:
         return [LockWait(r[0], r[1], r[2], r[3], list(r[4] or []), r[5]) for r in rows]
 
     return Op("health_lock_waits", {"schema": schema}, read)
+
+
+@dataclass(frozen=True)
+class QueueLeases:
+    """Per queue with running jobs: distinct workers holding them, leases already expired."""
+
+    queue: str
+    workers: int
+    expired: int
+
+
+def metrics_leases() -> Op[list[QueueLeases]]:
+    return Op(
+        "metrics_leases",
+        {},
+        lambda rows: [QueueLeases(str(r[0]), int(r[1]), int(r[2])) for r in rows],
+    )
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Worker processes connected to the database, and the xmin horizon others hold back."""
+
+    workers_connected: int
+    xmin_horizon_seconds: float
+    xmin_horizon_xids: int
+
+
+def metrics_activity() -> Op[Activity]:
+    def read(rows: Rows) -> Activity:
+        connected, seconds, xids = rows[0]
+        return Activity(int(connected), float(seconds), int(xids))
+
+    return Op("metrics_activity", {}, read)
+
+
+@dataclass(frozen=True)
+class TableSize:
+    """One of the queue's tables: heap (with TOAST) and index bytes, live and dead tuples."""
+
+    table: str
+    table_bytes: int
+    index_bytes: int
+    live_tuples: int
+    dead_tuples: int
+
+
+def table_sizes(schema: str) -> Op[list[TableSize]]:
+    return Op(
+        "table_sizes",
+        {"schema": schema},
+        lambda rows: [TableSize(str(r[0]), *(int(v) for v in r[1:])) for r in rows],
+    )
+
+
+@dataclass(frozen=True)
+class ClaimLatency:
+    """Jobs claimed since a time: count, enqueue->claim and enqueue->done seconds (p50, p99;
+    None without jobs), and the server time to pass as the next `since`."""
+
+    claimed: int
+    claim_p50: float | None
+    claim_p99: float | None
+    done_p50: float | None
+    done_p99: float | None
+    until: datetime
+
+
+def claim_latency(since: datetime) -> Op[ClaimLatency]:
+    def read(rows: Rows) -> ClaimLatency:
+        count, c50, c99, d50, d99, until = rows[0]
+
+        def f(value: Any) -> float | None:
+            return None if value is None else float(value)
+
+        return ClaimLatency(int(count), f(c50), f(c99), f(d50), f(d99), until)
+
+    return Op("claim_latency", {"since": since}, read)
+
+
+#: Values of the `notify` setting (see `set_notify` in queries.sql).
+NOTIFY_MODES = ("always", "edge", "off")
+
+
+def check_notify_mode(mode: str) -> str:
+    if mode not in NOTIFY_MODES:
+        raise ValueError(f"notify must be one of {', '.join(NOTIFY_MODES)}, got {mode!r}")
+    return mode
+
+
+def settings() -> Op[dict[str, str]]:
+    return Op("settings", {}, lambda rows: {str(r[0]): str(r[1]) for r in rows})
+
+
+def set_notify(mode: str) -> Op[str]:
+    return Op("set_notify", {"mode": check_notify_mode(mode)}, lambda rows: str(rows[0][0]))
+
+
+def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[None]:
+    """Timeouts of the current transaction alone (see `local_limits` in queries.sql)."""
+    return Op(
+        "local_limits",
+        {
+            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
+            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+        },
+        lambda rows: None,
+    )

@@ -799,3 +799,69 @@ SELECT pid, locktype, mode, extract(epoch FROM now() - since)::float8,
        pg_blocking_pids(pid), left(query, 80)
   FROM waiting
  ORDER BY since;
+
+-- name: metrics_leases
+-- For the exporter, per queue with running jobs: the distinct workers holding them and the
+-- leases already expired (awaiting the reaper). Reads the running rows only (jobs_running_idx).
+SELECT queue, count(DISTINCT worker), count(*) FILTER (WHERE lease_until < now())
+  FROM {schema}.jobs
+ WHERE status = 'running'
+ GROUP BY queue
+ ORDER BY queue;
+
+-- name: metrics_activity
+-- For the exporter, the server around the queue: worker processes connected to this database
+-- (their statement connection shows as `pgq main <worker id>`), and the xmin horizon other
+-- sessions hold back: seconds since the oldest transaction holding a snapshot began, and that
+-- snapshot's age in transaction ids (this session excluded). While it is old, vacuum cannot
+-- remove the dead rows every claim and completion leaves behind.
+SELECT (SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database()
+           AND starts_with(application_name, 'pgq main ')),
+       coalesce((SELECT extract(epoch FROM clock_timestamp() - min(xact_start))::float8
+                   FROM pg_stat_activity
+                  WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0),
+       coalesce((SELECT max(age(backend_xmin)) FROM pg_stat_activity
+                  WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0)::bigint;
+
+-- name: table_sizes
+-- Heap (with TOAST) and index bytes, live and dead tuples of the queue's two tables, from
+-- pg_stat_user_tables (dead tuples are the statistics collector's estimate).
+SELECT relname::text, pg_table_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup
+  FROM pg_stat_user_tables
+ WHERE schemaname = %(schema)s AND relname IN ('jobs', 'job_events')
+ ORDER BY relname;
+
+-- name: claim_latency
+-- Jobs claimed since `since`: how many, and seconds from enqueue to claim (p50, p99) and, of
+-- those already done, from enqueue to done (p50, p99); with the time to pass as the next
+-- `since`. Scans jobs: for benchmarks and soaks, whose table prune keeps small.
+SELECT count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at))
+         FILTER (WHERE status = 'done'),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at))
+         FILTER (WHERE status = 'done'),
+       clock_timestamp()
+  FROM {schema}.jobs
+ WHERE claimed_at >= %(since)s;
+
+-- name: settings
+-- The schema's settings (migration 5): name and value, e.g. ('notify', 'always').
+SELECT name, value FROM {schema}.settings ORDER BY name;
+
+-- name: set_notify
+-- When the jobs trigger sends NOTIFY: 'always' (once per queue per statement that makes jobs
+-- ready now), 'edge' (only if the queue had no other due ready job before the statement) or
+-- 'off' (workers poll). Read by the trigger on every statement, so it applies at once.
+INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
+    ON CONFLICT (name) DO UPDATE SET value = excluded.value
+RETURNING value;
+
+-- name: local_limits
+-- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
+-- as the worker's session settings do on a direct connection (a session setting would stay on
+-- a server session the pooler hands to other clients). Timeouts in milliseconds.
+SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('lock_timeout', %(lock_timeout)s, true);

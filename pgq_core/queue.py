@@ -403,6 +403,32 @@ class Queue:
         detail.history.extend(self.history(job_id))
         return detail
 
+    # production: settings, and what the exporter and the soak read
+    def settings(self) -> dict[str, str]:
+        """The schema's settings by name (migration 5), e.g. {'notify': 'always'}."""
+        return self.run(ops.settings())
+
+    def set_notify(self, mode: str) -> str:
+        """When the jobs trigger sends NOTIFY: 'always' | 'edge' | 'off' (ValueError else);
+        applies to every statement from the next one on."""
+        return self.run(ops.set_notify(mode))
+
+    def lease_summary(self) -> list[ops.QueueLeases]:
+        """Per queue with running jobs: distinct workers holding them, expired leases."""
+        return self.run(ops.metrics_leases())
+
+    def activity(self) -> ops.Activity:
+        """Worker processes connected to the database; the xmin horizon others hold back."""
+        return self.run(ops.metrics_activity())
+
+    def table_sizes(self) -> list[ops.TableSize]:
+        """Bytes, live and dead tuples of `jobs` and `job_events`."""
+        return self.run(ops.table_sizes(self.schema))
+
+    def claim_latency(self, since: datetime) -> ops.ClaimLatency:
+        """Enqueue-to-claim (and -done) percentiles of jobs claimed since `since`."""
+        return self.run(ops.claim_latency(since))
+
 
 class AsyncQueue:
     """The same API as `Queue`, for asyncio, over one autocommit async connection."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 import psycopg
 
 from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
-from pgq_core.config import connect_options, scrub
+from pgq_core.config import connect_options, listen_dsn, scrub
 
 APPLICATION_NAME = "pgq-dashboard"
 
@@ -70,12 +71,13 @@ class PgSource:
         self._queue: AsyncQueue | None = None
         self._lock = asyncio.Lock()
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        options = connect_options(self.dsn)
+    async def _connect(self, dsn: str | None = None) -> psycopg.AsyncConnection[Any]:
+        dsn = dsn or self.dsn
+        options = connect_options(dsn)
         if self.connect_timeout is not None:
             options["connect_timeout"] = self.connect_timeout
         return await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=True, application_name=self.application_name, **options
+            dsn, autocommit=True, application_name=self.application_name, **options
         )
 
     async def _get(self) -> AsyncQueue:
@@ -89,7 +91,8 @@ class PgSource:
             return self._queue
 
     def _disconnected(self, exc: BaseException) -> Disconnected:
-        return Disconnected(scrub(reason(exc), self.dsn))
+        text = scrub(reason(exc), self.dsn)
+        return Disconnected(scrub(text, os.environ.get("PGQ_LISTEN_DSN")))
 
     async def _forget(self, queue: AsyncQueue) -> None:
         """Close `queue`'s connection; if it is the current one, the next call reconnects."""
@@ -142,8 +145,14 @@ class PgSource:
         await self._call("resume", queue)
 
     async def notifications(self) -> AsyncIterator[str]:
+        """Queue names as notifications arrive. Through a pooler in transaction mode LISTEN
+        runs on PGQ_LISTEN_DSN; without one this never yields (the poll timer refreshes)."""
+        target = listen_dsn(self.dsn)
+        if target is None:
+            await asyncio.Event().wait()
+            return
         try:
-            conn = await self._connect()
+            conn = await self._connect(target)
         except psycopg.Error as exc:
             raise self._disconnected(exc) from None
         try:

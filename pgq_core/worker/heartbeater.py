@@ -27,8 +27,7 @@ import psycopg
 
 from .. import ops
 from ..config import first_line, scrub
-from ..queries import statement
-from .link import Timeouts, application_name, open_sync_connection
+from .link import Timeouts, application_name, open_sync_connection, run_sync
 from .runner import call_async
 
 log = logging.getLogger("pgq.worker")
@@ -139,9 +138,7 @@ class Heartbeater:
                 self._conn = open_sync_connection(
                     self._dsn, self._timeouts, application_name("heartbeat", self._worker_id)
                 )
-            with self._conn.cursor() as cur:
-                cur.execute(statement(op.name, self._schema), op.params)
-                settled = op.read(cur.fetchall())
+            settled = run_sync(self._conn, self._schema, self._timeouts, op)
         except psycopg.Error as exc:
             log.info(
                 "worker %s: heartbeat failed, retrying within %gs: %s",

@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
-from ..config import connect_options, first_line, scrub
+from .. import ops
+from ..config import connect_options, first_line, pooled, scrub
 from ..errors import SchemaMissing
 from ..ops import Op
 from ..queries import statement
@@ -75,6 +77,13 @@ class Timeouts:
             sql.Literal(f"{int(self.lock * 1000)}ms"),
         )
 
+    def local_limits(self) -> Op[None]:
+        """The same bounds for one transaction alone: what a pooled connection runs first in
+        each transaction instead of the session settings (`config.pooled`)."""
+        return ops.local_limits(
+            timedelta(seconds=self.statement), timedelta(seconds=self.lock)
+        )
+
     def connect_kwargs(self, dsn: str) -> dict[str, Any]:
         options = connect_options(dsn)
         if self.connect is not None:
@@ -90,10 +99,13 @@ def application_name(role: str, worker_id: str) -> str:
 async def open_connection(
     dsn: str, timeouts: Timeouts, app: str = "pgq"
 ) -> psycopg.AsyncConnection[Any]:
-    """An autocommit connection with the worker's session bounds."""
+    """An autocommit connection with the worker's session bounds (pooled: none; each
+    transaction sets its own, see `Link` and `run_sync`)."""
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
+    if pooled():
+        return conn
     try:
         await conn.execute(timeouts.session_statement())
     except BaseException:
@@ -107,12 +119,32 @@ def open_sync_connection(dsn: str, timeouts: Timeouts, app: str = "pgq") -> psyc
     conn = psycopg.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
+    if pooled():
+        return conn
     try:
         conn.execute(timeouts.session_statement())
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+T = TypeVar("T")
+
+
+def run_sync(conn: psycopg.Connection[Any], schema: str, timeouts: Timeouts, op: Op[T]) -> T:
+    """Run `op` on a connection of `open_sync_connection`; pooled, inside a transaction that
+    first sets its own timeouts (in one round trip, pipelined)."""
+    if not pooled():
+        with conn.cursor() as cur:
+            cur.execute(statement(op.name, schema), op.params)
+            return op.read(cur.fetchall() if cur.rownumber is not None else [])
+    limits = timeouts.local_limits()
+    with conn.pipeline(), conn.transaction():
+        conn.execute(statement(limits.name, schema), limits.params)
+        cur = conn.cursor()
+        cur.execute(statement(op.name, schema), op.params)
+    return op.read(cur.fetchall() if cur.rownumber is not None else [])
 
 
 class Link:
@@ -167,11 +199,20 @@ class Link:
                 raise DataFault(reason, exc.sqlstate) from None
 
     async def _run(self, conn: psycopg.AsyncConnection[Any], step: Sequence[Op[Any]]) -> list[Any]:
+        if pooled():  # the session has no bounds: this transaction sets its own
+            limits = self._timeouts.local_limits()
+            return (await self._run_pipelined(conn, [limits, *step]))[1:]
         if len(step) == 1:
             (op,) = step
             async with conn.cursor() as cur:
                 await cur.execute(statement(op.name, self._schema), op.params)
                 return [op.read(await cur.fetchall() if cur.rownumber is not None else [])]
+        return await self._run_pipelined(conn, step)
+
+    async def _run_pipelined(
+        self, conn: psycopg.AsyncConnection[Any], step: Sequence[Op[Any]]
+    ) -> list[Any]:
+        """Several ops in one transaction, pipelined in one round trip."""
         cursors = []
         async with conn.pipeline(), conn.transaction():
             for op in step:

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterable
 
 import psycopg
 
+from ..config import listen_dsn
 from ..queue import listen_statement
 from .link import Timeouts, open_connection
 from .policy import Backoff
+
+log = logging.getLogger("pgq.worker")
 
 
 async def listen(
@@ -25,7 +29,19 @@ async def listen(
 ) -> None:
     """Call `on_hint` whenever one of `queues` may have jobs: on each notification naming it
     and each time LISTEN is (re-)established (notifications may have been missed). Runs until
-    cancelled; reconnects with bounded backoff."""
+    cancelled; reconnects with bounded backoff.
+
+    Through a pooler in transaction mode (`config.pooled`) it LISTENs on PGQ_LISTEN_DSN, a
+    direct connection; without one it says once that the worker polls alone, and returns."""
+    target = listen_dsn(dsn)
+    if target is None:
+        log.info(
+            "%s: connections go through a pooler (PGQ_POOLED) and PGQ_LISTEN_DSN is not set: "
+            "no LISTEN, polling alone",
+            app,
+        )
+        return
+    dsn = target
     wanted = set(queues)
     backoff = Backoff(first=0.25, cap=5.0)
     while True:

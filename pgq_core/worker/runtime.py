@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -50,6 +50,9 @@ from .policy import Backoff, ClaimRound, FlushPolicy
 from .reaper import reap_forever
 from .runner import Handler, Outcome, Runner
 from .scheduler import schedule_forever
+
+if TYPE_CHECKING:
+    from .metrics import WorkerMetrics
 
 log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
@@ -130,6 +133,7 @@ class Worker:
         timeout: float | None = None,
         statement_timeout: float = 30.0,
         lock_timeout: float = 5.0,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         if not queues or not all(queues):
             raise PgqError("a worker needs at least one non-empty queue name")
@@ -186,6 +190,9 @@ class Worker:
         self._runner: Runner | None = None
         self._heart: Heartbeater | None = None
         self._chores: set[asyncio.Task[None]] = set()
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.attach(self.snapshot, self.id)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -509,6 +516,7 @@ class Worker:
             self._pending.remove(h)
         free = self._capacity + len(batch)
         queue = self._claims.next_queue() if claim and free > 0 else None
+        started = time.monotonic()
         try:
             result = await self._settle_and_claim(batch, queue, free)
         except (Disconnected, Transient) as exc:
@@ -522,6 +530,11 @@ class Worker:
                 self._start(job)
             self._claims.claimed(queue, claimed, time.monotonic())
         self._apply(result)
+        if self.metrics is not None:
+            dead = sum(h.job.attempts >= h.job.max_attempts for h in result.failed)
+            settled = len(result.done) + len(result.failed)
+            took = time.monotonic() - started
+            self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
         return claimed
 
     async def _settle_and_claim(

@@ -1,0 +1,126 @@
+"""`pgq metrics` (the Prometheus exporter) and `pgq config` (schema settings): loaded only when
+run, so prometheus_client is never imported by `pgq --help` or any other command."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from datetime import timedelta
+from typing import Any
+
+import click
+import psycopg
+from rich.console import Console
+from rich.text import Text
+
+from pgq_core.config import connect_options, describe
+from pgq_core.ops import NOTIFY_MODES
+from pgq_core.text import printable
+
+from .context import at_most, echo_json, settings
+
+
+def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all addresses); port 0 picks a free one."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise click.BadParameter(f"not HOST:PORT: {value!r}", ctx, param)
+    host = host.removeprefix("[").removesuffix("]") or "0.0.0.0"
+    return host, int(port_text)
+
+
+@click.command("metrics")
+@click.option(
+    "--listen",
+    default="127.0.0.1:9187",
+    show_default=True,
+    callback=_listen_address,
+    help="HOST:PORT to serve /metrics on (:PORT for every address; port 0: any free port).",
+)
+@click.option(
+    "--scrape-timeout",
+    default="5s",
+    show_default=True,
+    callback=at_most(timedelta(minutes=5)),
+    help="Statement timeout of each scrape's reads.",
+)
+@click.pass_context
+def metrics_command(
+    ctx: click.Context, listen: tuple[str, int], scrape_timeout: timedelta
+) -> None:
+    """Serve Prometheus metrics of the queue, read from the database on every scrape.
+
+    \b
+    pgq_jobs{queue,status}            ready, scheduled, running, expiring, dead, done
+    pgq_oldest_due_age_seconds{queue} age of the oldest due ready job
+    pgq_jobs_completed_total{queue}   completions ever (rate() gives throughput)
+    pgq_expired_leases{queue}         running jobs past their lease, awaiting the reaper
+    pgq_workers_holding_jobs{queue}   distinct workers holding running jobs
+    pgq_workers_connected             pgq worker processes connected to the database
+    pgq_xmin_horizon_age_seconds      oldest snapshot held open (vacuum cannot clean behind it)
+    pgq_table_bytes, pgq_index_bytes, pgq_dead_tuples {table}
+    pgq_up                            1 if the scrape read the database
+    """
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from pgq_core.exporter import QueueCollector
+
+    target = settings(ctx).target()
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
+
+    collector = QueueCollector(connect, target.schema, timeout=scrape_timeout, dsn=target.dsn)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    host, port = listen
+    try:
+        server, _thread = start_http_server(port, host, registry=registry)
+    except OSError as exc:
+        raise click.UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound = int(server.server_port)
+    click.echo(
+        f"pgq metrics: schema {target.schema} of {printable(describe(target.dsn))} "
+        f"on http://{host}:{bound}/metrics",
+        err=True,
+    )
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        done.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
+    sys.exit(0)
+
+
+@click.group("config", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
+@click.pass_context
+def config_group(ctx: click.Context, as_json: bool) -> None:
+    """Show the schema's settings, or change one (`pgq config notify edge`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with settings(ctx).queue() as q:
+        values = q.settings()
+    if as_json:
+        echo_json(values)
+        return
+    console = Console(soft_wrap=False)
+    for name, value in values.items():
+        console.print(Text(f"{printable(name)} = {printable(value)}"))
+
+
+@config_group.command("notify")
+@click.argument("mode", type=click.Choice(NOTIFY_MODES), required=False)
+@click.pass_context
+def notify_command(ctx: click.Context, mode: str | None) -> None:
+    """When the jobs trigger sends NOTIFY: always (every statement that makes jobs ready now),
+    edge (only when a queue goes from nothing due to something due) or off (workers poll).
+    Without MODE, print the current one."""
+    with settings(ctx).queue() as q:
+        value = q.set_notify(mode) if mode else q.settings().get("notify", "always")
+    click.echo(f"notify = {printable(value)}")

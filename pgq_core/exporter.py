@@ -1,0 +1,185 @@
+"""The standalone Prometheus exporter (`pgq metrics`): a custom collector that reads the queue
+through `Queue` on every scrape.
+
+Invariants:
+- Every figure is read at scrape time (nothing cached between scrapes) through the named
+  statements of queries.sql, on one connection whose statements are bounded by a statement
+  timeout; scrapes are serialized (one at a time on that connection).
+- A failed scrape never raises into the HTTP server: it reports `pgq_up 0` (and only that,
+  besides the scrape duration), drops the connection and reconnects on the next scrape.
+- Not imported by `pgq_core` itself, so only the commands that export load prometheus_client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import ops
+from .config import first_line, pooled, scrub
+from .queue import Queue
+from .text import printable
+
+log = logging.getLogger("pgq.metrics")
+log.addHandler(logging.NullHandler())
+
+#: The per-queue status gauges, in the order `pgq stats` shows them.
+STATUSES = ("ready", "scheduled", "running", "expiring", "dead", "done")
+DEFAULT_SCRAPE_TIMEOUT = timedelta(seconds=5)
+LOCK_TIMEOUT = timedelta(seconds=1)
+
+
+class QueueCollector(Collector):
+    """Reads `schema` on each `collect()`; `connect` opens an autocommit connection."""
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        schema: str,
+        *,
+        timeout: timedelta = DEFAULT_SCRAPE_TIMEOUT,
+        expiring_within: timedelta = timedelta(seconds=10),
+        dsn: str | None = None,
+    ) -> None:
+        self._connect = connect
+        self.schema = schema
+        self.timeout = timeout
+        self.expiring_within = expiring_within
+        self._dsn = dsn
+        self._queue: Queue | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._queue is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._queue.conn.close()
+            self._queue = None
+
+    def _open(self) -> Queue:
+        if self._queue is None or self._queue.conn.closed:
+            conn = self._connect()
+            queue = Queue(conn, self.schema, owns=True)
+            if pooled():  # session settings would leak to the pooler's other clients
+                self._queue = queue
+                return queue
+            try:
+                queue.run(ops.session_limits(self.timeout, LOCK_TIMEOUT, force=True))
+            except BaseException:
+                conn.close()
+                raise
+            self._queue = queue
+        return self._queue
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.monotonic()
+        with self._lock:
+            try:
+                metrics = list(self._read(self._open()))
+                up = 1.0
+            except psycopg.Error as exc:
+                log.warning(
+                    "scrape failed: %s", printable(scrub(first_line(str(exc)), self._dsn))
+                )
+                self._drop()
+                metrics, up = [], 0.0
+        yield from metrics
+        yield _gauge("pgq_up", "1 if the last scrape read the database, else 0", up)
+        yield _gauge(
+            "pgq_scrape_duration_seconds",
+            "Time this scrape spent reading the database",
+            time.monotonic() - started,
+        )
+
+    def _read(self, q: Queue) -> Iterator[Metric]:
+        stats = q.stats(self.expiring_within)
+        jobs = GaugeMetricFamily(
+            "pgq_jobs",
+            "Jobs per queue and status (ready: due now; scheduled: ready, due later; "
+            "expiring: running with under the expiring window left, a subset of running)",
+            labels=["queue", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "pgq_oldest_due_age_seconds",
+            "Age of the oldest due ready job per queue (0 when none is due)",
+            labels=["queue"],
+        )
+        completed = CounterMetricFamily(
+            "pgq_jobs_completed",
+            "Jobs ever completed per queue (never lowered by prune)",
+            labels=["queue"],
+        )
+        for s in stats:
+            values = (s.ready, s.scheduled, s.running, s.expiring, s.dead, s.done)
+            for status, value in zip(STATUSES, values, strict=True):
+                jobs.add_metric([s.queue, status], value)
+            oldest.add_metric([s.queue], s.oldest_due_seconds or 0.0)
+            completed.add_metric([s.queue], s.completed)
+        yield from (jobs, oldest, completed)
+
+        holding = GaugeMetricFamily(
+            "pgq_workers_holding_jobs",
+            "Distinct workers holding running jobs, per queue",
+            labels=["queue"],
+        )
+        expired = GaugeMetricFamily(
+            "pgq_expired_leases",
+            "Running jobs whose lease has expired (the reaper has not returned them yet)",
+            labels=["queue"],
+        )
+        for lease in q.lease_summary():
+            holding.add_metric([lease.queue], lease.workers)
+            expired.add_metric([lease.queue], lease.expired)
+        yield from (holding, expired)
+
+        activity = q.activity()
+        yield _gauge(
+            "pgq_workers_connected",
+            "pgq worker processes connected to this database (pg_stat_activity "
+            "application_name 'pgq main <id>'), whatever their schema",
+            activity.workers_connected,
+        )
+        yield _gauge(
+            "pgq_xmin_horizon_age_seconds",
+            "Seconds since the oldest transaction still holding back the xmin horizon began "
+            "(pg_stat_activity.backend_xmin; 0 when none)",
+            activity.xmin_horizon_seconds,
+        )
+        yield _gauge(
+            "pgq_xmin_horizon_age_xids",
+            "Age in transaction ids of the oldest backend_xmin in pg_stat_activity",
+            activity.xmin_horizon_xids,
+        )
+
+        table = GaugeMetricFamily(
+            "pgq_table_bytes", "Heap and TOAST bytes of the queue's tables", labels=["table"]
+        )
+        index = GaugeMetricFamily(
+            "pgq_index_bytes", "Index bytes of the queue's tables", labels=["table"]
+        )
+        dead = GaugeMetricFamily(
+            "pgq_dead_tuples",
+            "Dead tuples of the queue's tables (statistics estimate)",
+            labels=["table"],
+        )
+        for size in q.table_sizes():
+            table.add_metric([size.table], size.table_bytes)
+            index.add_metric([size.table], size.index_bytes)
+            dead.add_metric([size.table], size.dead_tuples)
+        yield from (table, index, dead)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)

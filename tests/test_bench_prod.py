@@ -1,0 +1,117 @@
+"""`pgq bench --producers` and `pgq bench --soak` on the test server (tiny sizes), and the soak's
+pass criteria and plot script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from pgq.cli import main
+from pgq_bench.soak import verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench_schemas(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\\_%' "
+            "OR nspname LIKE 'soak\\_%'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.slow
+def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
+    before = _bench_schemas(dsn)
+    args = ["--dsn", dsn, "bench", "--producers", "4", "--jobs", "200", "--rounds", "1", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    sides = data["sides"]
+    assert set(sides) == {"seed", "pgq_always", "pgq_edge", "pgq_off"}
+    for side in sides.values():
+        assert side["rate"] > 0 and side["p99_ms"] >= side["p50_ms"] > 0
+    assert sides["seed"]["ratio_to_seed"] == 1
+    assert sides["pgq_always"]["notifications"] == 200, "one per transaction"
+    assert 1 <= sides["pgq_edge"]["notifications"] < 200
+    assert sides["pgq_off"]["notifications"] == 0
+    assert 0 <= sides["pgq_always"]["max_queue_usage"] < 1
+    assert _bench_schemas(dsn) == before, "throwaway schemas are dropped"
+
+
+@pytest.mark.slow
+def test_soak_short_run_writes_samples_and_a_summary(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "soak.jsonl"
+    args = [
+        "--dsn", dsn, "bench", "--soak", "16s", "--soak-sample", "4s", "--rate", "40",
+        "--json-lines", str(out),
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    header, samples, summary = lines[0]["soak"], lines[1:-1], lines[-1]["summary"]
+    assert header["rate"] == 40 and header["workers"] == 4
+    assert len(samples) == 4 == summary["samples"]
+    for s in samples:
+        assert {"jobs", "job_events"} <= set(s["tables"])
+        assert s["tables"]["jobs"]["table_bytes"] > 0
+        assert "dead_tuples" in s["tables"]["jobs"]
+    assert sum(s["claimed"] for s in samples) > 0.8 * summary["enqueued"]
+    assert samples[-1]["claim_p99_ms"] is not None
+    assert sum(s["pruned"] for s in samples) > 0, "prune runs every sample"
+    assert summary["worker_exit_codes"] == [0, 0, 0, 0]
+    assert set(summary["checks"]) >= {"jobs.table_bytes", "claim_p99_ms"}
+    assert "soak" in result.output and "samples" in result.output
+
+
+def _sample(size: int, p99: float) -> dict[str, Any]:
+    tables = {t: {"table_bytes": size, "index_bytes": size // 2} for t in ("jobs", "job_events")}
+    return {"tables": tables, "claim_p50_ms": p99 / 4, "claim_p99_ms": p99}
+
+
+def test_verdict_flat_passes_and_growth_fails() -> None:
+    flat = [_sample(1000 if i < 3 else 5000, 10) for i in range(9)]
+    assert verdict(flat)["passed"] is True, "warm-up (first third) is not judged"
+    growing = [_sample(1000 * (i + 1), 10) for i in range(9)]
+    result = verdict(growing)
+    assert result["passed"] is False and not result["checks"]["jobs.table_bytes"]["passed"]
+    slower = [_sample(5000, 10 if i < 6 else 100) for i in range(9)]
+    assert verdict(slower)["checks"]["claim_p99_ms"]["passed"] is False
+    assert verdict(flat[:2])["passed"] is None
+
+
+def test_soak_rejects_mixed_modes() -> None:
+    result = CliRunner().invoke(main, ["bench", "--soak", "1m", "--producers", "4"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+
+
+def test_plot_script_makes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    lines = [{"soak": {"rate": 10}}]
+    lines += [
+        {**_sample(1000 + i, 5), "elapsed_s": 60.0 * i, "claim_p50_ms": 1.0,
+         "done_p50_ms": 2.0, "done_p99_ms": 9.0,
+         "tables": {t: {"table_bytes": 1000 + i, "index_bytes": 500, "dead_tuples": i}
+                    for t in ("jobs", "job_events")}}
+        for i in range(5)
+    ]  # fmt: skip
+    lines.append({"summary": {"passed": True}})
+    src = tmp_path / "s.jsonl"
+    src.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    png = tmp_path / "s.png"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "plot_soak.py"), str(src), str(png)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

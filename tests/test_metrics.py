@@ -1,0 +1,317 @@
+"""Prometheus metrics: the exporter (`pgq metrics`) and the worker's own (`--metrics-port`),
+scraped over real HTTP and checked against SQL counts on the real database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
+
+from pgq_core import JobSpec, Queue
+from pgq_core.exporter import QueueCollector
+from pgq_core.worker import Worker
+from pgq_core.worker.metrics import WorkerMetrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of http://127.0.0.1:port/metrics by (name, sorted labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def sql_counts(queue: Queue) -> dict[tuple[str, str], int]:
+    """(queue, status) -> count, by plain SQL over every row (what the gauges must say)."""
+    q = sql.SQL(
+        "SELECT queue, CASE WHEN status = 'ready' AND run_at > now() THEN 'scheduled' "
+        "ELSE status END, count(*) FROM {}.jobs GROUP BY 1, 2"
+    ).format(sql.Identifier(queue.schema))
+    return {(r[0], r[1]): int(r[2]) for r in queue.conn.execute(q).fetchall()}
+
+
+@pytest.fixture
+def exporter(dsn: str, schema: str) -> Iterator[int]:
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, autocommit=True)
+
+    collector = QueueCollector(connect, schema, timeout=timedelta(seconds=5))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+    try:
+        yield int(server.server_port)
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
+
+
+def make_mix(queue: Queue) -> None:
+    """q1: 3 ready, 2 scheduled, 2 running (one lease expired), 1 done, 1 dead; q2: 1 ready."""
+    queue.enqueue_many(JobSpec("q1", {"n": i}) for i in range(7))
+    queue.enqueue_many(JobSpec("q1", {}, delay=timedelta(hours=1)) for _ in range(2))
+    queue.enqueue("q2", {})
+    [expired] = queue.claim("q1", 1, timedelta(milliseconds=1), "worker-a")
+    [running] = queue.claim("q1", 1, timedelta(minutes=5), "worker-b")
+    [done] = queue.claim("q1", 1, timedelta(minutes=5), "worker-b")
+    queue.complete(done.id, done.fence)
+    dead_id = queue.enqueue("q1", {}, max_attempts=1)
+    queue.conn.execute(
+        sql.SQL("UPDATE {}.jobs SET run_at = now() - interval '1 day' WHERE id = %s").format(
+            sql.Identifier(queue.schema)
+        ),
+        [dead_id],
+    )
+    [dead] = queue.claim("q1", 1, timedelta(minutes=5), "worker-c")
+    assert dead.id == dead_id
+    queue.fail(dead.id, dead.fence, "boom")
+    time.sleep(0.05)
+    assert {expired.id, running.id} <= {lease.id for lease in queue.leases()}
+
+
+def test_exporter_gauges_match_sql_counts(queue: Queue, exporter: int) -> None:
+    make_mix(queue)
+    got = scrape(exporter)
+    counts = sql_counts(queue)
+    for name in ("q1", "q2"):
+        for status in ("ready", "scheduled", "running", "dead", "done"):
+            key = ("pgq_jobs", (("queue", name), ("status", status)))
+            assert got[key] == counts.get((name, status), 0), (name, status)
+    assert got[("pgq_jobs", (("queue", "q1"), ("status", "expiring")))] == 1
+    assert got[("pgq_expired_leases", (("queue", "q1"),))] == 1
+    assert got[("pgq_workers_holding_jobs", (("queue", "q1"),))] == 2
+    assert got[("pgq_jobs_completed_total", (("queue", "q1"),))] == 1
+    oldest = queue.conn.execute(
+        sql.SQL(
+            "SELECT extract(epoch FROM now() - min(run_at)) FROM {}.jobs "
+            "WHERE queue = 'q1' AND status = 'ready' AND run_at <= now()"
+        ).format(sql.Identifier(queue.schema))
+    ).fetchone()
+    assert oldest is not None
+    assert got[("pgq_oldest_due_age_seconds", (("queue", "q1"),))] == pytest.approx(
+        float(oldest[0]), abs=2.0
+    )
+    assert got[("pgq_up", ())] == 1
+    assert got[("pgq_workers_connected", ())] >= 0
+    assert got[("pgq_xmin_horizon_age_seconds", ())] >= 0
+    assert got[("pgq_table_bytes", (("table", "jobs"),))] > 0
+    assert ("pgq_dead_tuples", (("table", "job_events"),)) in got
+
+
+def test_exporter_sees_an_open_transaction_in_the_xmin_horizon(
+    queue: Queue, exporter: int, dsn: str
+) -> None:
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1").fetchone()
+        time.sleep(1.2)
+        got = scrape(exporter)
+        assert got[("pgq_xmin_horizon_age_seconds", ())] >= 1.0
+        assert got[("pgq_xmin_horizon_age_xids", ())] >= 0
+        holder.rollback()
+
+
+def test_exporter_reports_down_and_recovers(queue: Queue, dsn: str, schema: str) -> None:
+    state = {"fail": True}
+
+    def connect() -> psycopg.Connection[Any]:
+        if state["fail"]:
+            return psycopg.connect("host=127.0.0.1 port=1 connect_timeout=1")
+        return psycopg.connect(dsn, autocommit=True)
+
+    collector = QueueCollector(connect, schema)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+    try:
+        port = int(server.server_port)
+        got = scrape(port)
+        assert got[("pgq_up", ())] == 0
+        assert not [k for k in got if k[0] == "pgq_jobs"]
+        state["fail"] = False
+        queue.enqueue("q", {})
+        got = scrape(port)
+        assert got[("pgq_up", ())] == 1
+        assert got[("pgq_jobs", (("queue", "q"), ("status", "ready")))] == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
+
+
+def _stderr_port(proc: subprocess.Popen[bytes], log: Path, pattern: str) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log.read_text())
+        if match:
+            return int(match.group(1))
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"no port in: {log.read_text()}")
+
+
+def _env(dsn: str, schema: str) -> dict[str, str]:
+    env = dict(os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=schema)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_pgq_metrics_command_serves_the_figures(
+    queue: Queue, dsn: str, schema: str, tmp_path: Path
+) -> None:
+    queue.enqueue_many(JobSpec("cli", {}) for _ in range(4))
+    log = tmp_path / "metrics.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgq", "metrics", "--listen", "127.0.0.1:0"],
+            env=_env(dsn, schema),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        port = _stderr_port(proc, log, r"http://127\.0\.0\.1:(\d+)/metrics")
+        got = scrape(port)
+        assert got[("pgq_jobs", (("queue", "cli"), ("status", "ready")))] == 4
+        assert "password" not in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def test_pgq_metrics_rejects_a_bad_listen_address(dsn: str, schema: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pgq", "metrics", "--listen", "nowhere"],
+        env=_env(dsn, schema),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("pgq: error:") and len(done.stderr.splitlines()) == 1
+
+
+async def test_worker_metrics_match_sql(queue: Queue, dsn: str, schema: str) -> None:
+    queue.enqueue_many(JobSpec("wm", {"n": i}) for i in range(30))
+    queue.enqueue_many(JobSpec("wm", {"fail": True}, max_attempts=1) for _ in range(5))
+
+    def handler(ctx: Any) -> None:
+        if ctx.payload.get("fail"):
+            raise RuntimeError("no")
+
+    metrics = WorkerMetrics()
+    worker = Worker(dsn, ["wm"], handler, schema=schema, concurrency=5, metrics=metrics)
+    port = metrics.serve(0)
+    task = asyncio.create_task(worker.run())
+    try:
+        deadline = time.monotonic() + 30
+        while worker.snapshot().done + worker.snapshot().failed < 35:
+            assert time.monotonic() < deadline, worker.snapshot()
+            await asyncio.sleep(0.05)
+        got = await asyncio.to_thread(scrape, port)
+    finally:
+        worker.stop()
+        await task
+        metrics.close()
+    counts = sql_counts(queue)
+    wid = (("worker", worker.id),)
+    assert got[("pgq_worker_jobs_total", (("outcome", "done"), *wid))] == counts[("wm", "done")]
+    assert got[("pgq_worker_jobs_total", (("outcome", "failed"), *wid))] == counts[("wm", "dead")]
+    assert got[("pgq_worker_dead_jobs_total", wid)] == counts[("wm", "dead")] == 5
+    assert got[("pgq_worker_jobs_total", (("outcome", "lost"), *wid))] == 0
+    assert got[("pgq_worker_claimed_jobs_total", wid)] == 35
+    assert got[("pgq_worker_state", (("state", "running"), *wid))] == 1
+    assert got[("pgq_worker_concurrency", wid)] == 5
+    steps = sum(
+        v for (name, _labels), v in got.items() if name == "pgq_worker_step_seconds_count"
+    )
+    assert steps >= 35 / 5
+    assert got[("pgq_worker_held_jobs", wid)] == 0
+
+
+def test_worker_cli_metrics_port(queue: Queue, dsn: str, schema: str, tmp_path: Path) -> None:
+    queue.enqueue_many(JobSpec("wc", {}) for _ in range(10))
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "pgq", "worker", "wc",
+                "--handler", "handlers_for_tests:noop", "--metrics-port", "0",
+            ],
+            env=_env(dsn, schema),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=TESTS,
+        )
+    try:
+        port = _stderr_port(proc, log, r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+        deadline = time.monotonic() + 30
+        while True:
+            got = scrape(port)
+            done = [v for (n, lab), v in got.items()
+                    if n == "pgq_worker_jobs_total" and ("outcome", "done") in lab]
+            if done and done[0] == 10:
+                break
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+        assert sql_counts(queue)[("wc", "done")] == 10
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+
+
+def test_alert_rules_are_valid_yaml_with_the_promised_alerts() -> None:
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "pgq-alerts.yml").read_text())
+    rules = [rule for group in doc["groups"] for rule in group["rules"]]
+    names = {rule["alert"] for rule in rules}
+    assert {"PgqBacklogAge", "PgqDeadJobsRising", "PgqNoWorkerAlive", "PgqXminHorizonOld"} <= names
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}
+        assert rule["expr"].strip() and rule["labels"]["severity"]
+        assert re.findall(r"pgq_\w+", rule["expr"]), rule["alert"]
+    exported = (ROOT / "pgq_core" / "exporter.py").read_text() + (
+        ROOT / "pgq_core" / "worker" / "metrics.py"
+    ).read_text()
+    for rule in rules:
+        for metric in re.findall(r"pgq_\w+", rule["expr"]):
+            base = metric.removesuffix("_total")
+            assert f'"{base}"' in exported, f"{rule['alert']} uses unknown metric {metric}"
+
+
+def test_help_and_worker_import_do_not_load_prometheus_client() -> None:
+    code = (
+        "import sys\n"
+        "import pgq_core.worker\n"
+        "from pgq.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'prometheus_client']\n"
+        "print(bad, file=sys.stderr); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "metrics" in done.stdout and "config" in done.stdout
