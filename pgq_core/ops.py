@@ -342,9 +342,10 @@ def settle_fail(
     return Op("settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"))
 
 
-def extend_leases(held: Sequence[tuple[int, int]]) -> Op[Settled]:
-    """The worker's heartbeat, never waiting on a row lock."""
-    return Op("extend_leases", _pairs(held), _outcomes(held, "extended"))
+def extend_leases(held: Sequence[tuple[int, int]], channel: str | None = None) -> Op[Settled]:
+    """The worker's heartbeat, never waiting on a row lock; notifies `channel` (payload '')
+    when a lease moved."""
+    return Op("extend_leases", {**_pairs(held), "channel": channel}, _outcomes(held, "extended"))
 
 
 def hand_back(held: Sequence[tuple[int, int]], worker: str, reason: str) -> Op[Settled]:

@@ -187,7 +187,9 @@ SELECT 'busy', t.id, t.fence
 
 -- name: extend_leases
 -- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock.
--- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost.
+-- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When any lease
+-- moved, `channel` (if given) gets a notification with an empty payload, delivered at commit,
+-- so a dashboard shows the new lease at once (no queue is named '', so workers ignore it).
 WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
 ), mine AS (
@@ -205,7 +207,11 @@ SELECT 'extended', id, fence FROM beat
 UNION ALL
 SELECT 'busy', t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
-  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+UNION ALL
+SELECT 'noted', 0, count(pg_notify(%(channel)s::text, ''))
+  FROM (SELECT 1 FROM beat LIMIT 1) moved
+ WHERE %(channel)s::text IS NOT NULL;
 
 -- name: hand_back
 -- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never

@@ -84,3 +84,22 @@ def test_plain_sql_insert_by_an_operator_also_wakes_workers(
             )
         )
         assert drain(ears) == [(channel(queue.schema), "manual")]
+
+
+def test_a_heartbeat_that_moves_a_lease_sends_one_empty_notification(
+    queue: Queue, dsn: str
+) -> None:
+    """The dashboard shows a new lease at once; workers ignore the empty payload (no queue is
+    named ''). A heartbeat that moved no lease sends nothing."""
+    from pgq_core import ops
+
+    queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    held = [(j.id, j.fence) for j in queue.claim("q", 3, timedelta(seconds=30), "w")]
+    with listener(dsn, queue.schema) as ears:
+        drain(ears, 0.2)
+        assert queue.run(ops.extend_leases(held, channel(queue.schema))).applied == [
+            i for i, _ in held
+        ]
+        assert drain(ears) == [(channel(queue.schema), "")]
+        assert queue.run(ops.extend_leases([(10**12, 1)], channel(queue.schema))).lost
+        assert drain(ears) == []

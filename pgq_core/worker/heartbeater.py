@@ -27,6 +27,7 @@ import psycopg
 
 from .. import ops
 from ..config import first_line, scrub
+from ..queue import channel
 from .link import Timeouts, application_name, open_sync_connection, run_sync
 from .runner import call_async
 
@@ -132,7 +133,7 @@ class Heartbeater:
             held = sorted(self._held.items())
         if not held:
             return True
-        op = ops.extend_leases(held)
+        op = ops.extend_leases(held, channel(self._schema))
         try:
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = open_sync_connection(
