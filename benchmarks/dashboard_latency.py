@@ -7,7 +7,8 @@ server unless --dsn or PGQ_DSN), and prints:
 - NOTIFY to screen: an enqueue (its NOTIFY sent at commit) until the queues table shows the
   new ready count; `--notifies` samples, spaced randomly 50-400 ms apart; p50, p95, max.
 - countdown error: an in-app worker holds a job with a 30 s lease (heartbeats every 10 s, each
-  sending an empty-payload NOTIFY since the heartbeat statement does); every 50 ms for `--countdown` seconds, |shown time left - (lease_until - now())|
+  sending an empty-payload NOTIFY); every 50 ms for `--countdown` seconds,
+  |shown time left - (lease_until - now())|
   read from the server; p50, p95, max; and after each heartbeat (the server's time left
   jumping up), how long until the screen is within 1 s again.
 It reads the screen only through the tables, so it runs against older checkouts as well
