@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from pgq_core import JobRow, Lease
-from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health
 
 from .state import JobsQuery, LogLine, Snapshot
@@ -102,10 +101,3 @@ class SlowViewShown(Message):
 
     view: str
 
-
-@dataclass
-class BulkRequested(Message):
-    """`R` or `k` over every job `where` matches (the Errors view's group): count, ask, act."""
-
-    action: str
-    where: JobFilter
