@@ -265,3 +265,104 @@ def _span(value: timedelta) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+#: The one-line filter form the dashboard's `/` takes: `key:value` terms, ANDed. Each key is
+#: the CLI option of the same name (`older` and `newer` are short for --older-than and
+#: --newer-than); a value with spaces is quoted ("..." or '...').
+FILTER_KEYS = ("queue", "status", "error", "payload", "older", "newer", "error-group")
+FILTER_SYNTAX = (
+    "queue:Q status:dead,failed error:TEXT payload:PATH=VALUE older:1h newer:1d "
+    "error-group:GROUP"
+)
+_ALIASES = {"older-than": "older", "newer-than": "newer", "group": "error-group"}
+
+
+def _terms(text: str) -> list[str]:
+    """Split on spaces outside quotes; quotes are removed (`error:"a b"` is one term)."""
+    terms: list[str] = []
+    current: list[str] = []
+    quote = ""
+    started = False
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current.append(ch)
+        elif ch in "\"'":
+            quote, started = ch, True
+        elif ch.isspace():
+            if started:
+                terms.append("".join(current))
+            current, started = [], False
+        else:
+            current.append(ch)
+            started = True
+    if quote:
+        raise FilterError(f"unclosed quote {quote} in the filter")
+    if started:
+        terms.append("".join(current))
+    return terms
+
+
+def parse_filter(text: str) -> JobFilter:
+    """`status:dead error:timeout payload:customer.id=42 older:1h` as a JobFilter (an empty
+    text: every job). FilterError with one line on bad input. `status` takes commas and may
+    be repeated; `payload` may be repeated; other keys once."""
+    _check_text(text, "the filter")
+    seen: dict[str, str] = {}
+    statuses: list[str] = []
+    payload: list[PayloadMatch] = []
+    for term in _terms(text):
+        key, sep, value = term.partition(":")
+        key = _ALIASES.get(key.lower(), key.lower())
+        if not sep or key not in FILTER_KEYS:
+            raise FilterError(
+                f"{term[:40]!r} is not KEY:VALUE with KEY one of {', '.join(FILTER_KEYS)}"
+            )
+        if not value:
+            raise FilterError(f"{key}: needs a value")
+        if key == "status":
+            statuses += [s.strip().lower() for s in value.split(",") if s.strip()]
+        elif key == "payload":
+            payload.append(parse_payload_match(value))
+        elif key in seen:
+            raise FilterError(f"{key}: given twice")
+        else:
+            seen[key] = value
+    return JobFilter(
+        queue=seen.get("queue"),
+        statuses=tuple(dict.fromkeys(statuses)),
+        error=seen.get("error"),
+        payload=tuple(payload),
+        older_than=parse_age(seen["older"], "older") if "older" in seen else None,
+        newer_than=parse_age(seen["newer"], "newer") if "newer" in seen else None,
+        error_group=parse_error_group(seen["error-group"]) if "error-group" in seen else None,
+    )
+
+
+def _quoted(value: str) -> str:
+    if value and not any(ch.isspace() or ch in "\"'" for ch in value):
+        return value
+    return f"'{value}'" if '"' in value else f'"{value}"'
+
+
+def format_filter(where: JobFilter) -> str:
+    """`where` in the form `parse_filter` reads (parse_filter(format_filter(f)) == f for
+    filters whose texts do not hold both kinds of quote)."""
+    parts: list[str] = []
+    if where.queue is not None:
+        parts.append(f"queue:{_quoted(where.queue)}")
+    if where.statuses:
+        parts.append(f"status:{','.join(where.statuses)}")
+    if where.error is not None:
+        parts.append(f"error:{_quoted(where.error)}")
+    if where.error_group is not None:
+        parts.append(f"error-group:{where.error_group}")
+    parts += [f"payload:{_quoted('.'.join(p.path) + '=' + p.text)}" for p in where.payload]
+    if where.older_than is not None:
+        parts.append(f"older:{_span(where.older_than)}")
+    if where.newer_than is not None:
+        parts.append(f"newer:{_span(where.newer_than)}")
+    return " ".join(parts)

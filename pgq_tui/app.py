@@ -25,10 +25,13 @@ from textual.timer import Timer
 
 from pgq_core import JobRow, Lease, PgqError, QueueStats
 from pgq_core.config import first_line
+from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 
 from .host import Severity
 from .messages import (
     DashboardReady,
+    ErrorsPolled,
+    HealthPolled,
     JobsPolled,
     JobsRequested,
     LeasesPolled,
@@ -37,11 +40,12 @@ from .messages import (
     Polled,
     PollFailed,
     RefreshRequested,
+    SlowViewShown,
     WorkerFailed,
     WorkerLogged,
 )
 from .pool import QUIT_GRACE, QUIT_HAND_BACK, Pool
-from .screens.confirm import ConfirmScreen
+from .screens.confirm import BulkConfirmScreen, ConfirmScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
@@ -50,8 +54,11 @@ from .state import (
     CONNECTED,
     CONNECTING,
     DISCONNECTED,
+    ERRORS_LIMIT,
     JOBS_LIMIT,
+    SLOW_REFRESH,
     HeaderState,
+    JobsQuery,
     Snapshot,
 )
 from .throughput import Throughput
@@ -145,6 +152,9 @@ class DashboardApp(App[None]):
         self._quitting = False
         self._log_handler = WorkerLogHandler(lambda line: self.post_message(WorkerLogged(line)))
         self._dashboard: DashboardScreen | None = None
+        #: when (monotonic) the Errors and Health views were last read, and which are in flight
+        self._slow_read: dict[str, float] = {}
+        self._slow_reading: set[str] = set()
         self.start_workers = tuple(start_workers)
 
     def get_default_screen(self) -> Screen[Any]:
@@ -254,7 +264,7 @@ class DashboardApp(App[None]):
         self.poll(jobs_query)
 
     @work(group="poll", exit_on_error=False)
-    async def poll(self, jobs_query: tuple[str | None, str | None]) -> None:
+    async def poll(self, jobs_query: JobsQuery) -> None:
         """Posts exactly one Polled or PollFailed, whatever happens, so polling never stalls."""
         outcome: Message = PollFailed("poll interrupted", disconnected=False)
         fetch = asyncio.ensure_future(self._fetch(jobs_query))
@@ -268,7 +278,7 @@ class DashboardApp(App[None]):
     async def _await_fetch(
         self,
         fetch: asyncio.Future[tuple[list[QueueStats], list[Lease], float, list[JobRow]]],
-        jobs_query: tuple[str | None, str | None],
+        jobs_query: JobsQuery,
     ) -> Message:
         started = self.clock()
         done, _ = await asyncio.wait({fetch}, timeout=self.poll_timeout)
@@ -292,14 +302,20 @@ class DashboardApp(App[None]):
         return Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started, leases_at))
 
     async def _fetch(
-        self, jobs_query: tuple[str | None, str | None]
+        self, jobs_query: JobsQuery
     ) -> tuple[list[QueueStats], list[Lease], float, list[JobRow]]:
-        queue, status = jobs_query
         stats = await self.source.stats()
         leases = await self.source.leases(JOBS_LIMIT)
         leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
-        jobs = await self.source.jobs(queue, status, JOBS_LIMIT)
+        jobs = await self._jobs(jobs_query)
         return stats, leases, leases_at, jobs
+
+    async def _jobs(self, jobs_query: JobsQuery) -> list[JobRow]:
+        """The Jobs view's rows: a queue by status, or the jobs a filter matches."""
+        queue, status, where = jobs_query
+        if where is not None:
+            return await self.source.jobs_matching(where, JOBS_LIMIT)
+        return await self.source.jobs(queue, status, JOBS_LIMIT)
 
     def refresh_leases(self) -> None:
         """Between polls, the leases alone (cheap: the running jobs' index, LIMIT rows)."""
@@ -344,12 +360,9 @@ class DashboardApp(App[None]):
             self.read_jobs(self.dashboard.jobs_query())
 
     @work(group="jobs", exclusive=True, exit_on_error=False)
-    async def read_jobs(self, jobs_query: tuple[str | None, str | None]) -> None:
-        queue, status = jobs_query
+    async def read_jobs(self, jobs_query: JobsQuery) -> None:
         try:
-            jobs = await asyncio.wait_for(
-                self.source.jobs(queue, status, JOBS_LIMIT), self.poll_timeout
-            )
+            jobs = await asyncio.wait_for(self._jobs(jobs_query), self.poll_timeout)
         except Disconnected as exc:
             self._lost_connection(exc)
             return
@@ -371,6 +384,54 @@ class DashboardApp(App[None]):
         with contextlib.suppress(NoMatches):
             self.dashboard.show_jobs(message.jobs, message.jobs_query)
 
+    # the Errors and Health views: read on their own, only while shown, at most every
+    # SLOW_REFRESH seconds (at once when shown)
+    def on_slow_view_shown(self, message: SlowViewShown) -> None:
+        self.refresh_slow(force=True)
+
+    def refresh_slow(self, force: bool = False) -> None:
+        if self.paused or self._quitting or self._dashboard is None:
+            return
+        with contextlib.suppress(NoMatches):
+            view = self.dashboard.active_view()
+            if view not in ("errors", "health") or view in self._slow_reading:
+                return
+            last = self._slow_read.get(view)
+            if not force and last is not None and time.monotonic() - last < SLOW_REFRESH:
+                return
+            self._slow_reading.add(view)
+            self._slow_read[view] = time.monotonic()
+            self.read_slow(view)
+
+    @work(group="slow", exit_on_error=False)
+    async def read_slow(self, view: str) -> None:
+        try:
+            if view == "errors":
+                groups = await asyncio.wait_for(
+                    self.source.errors(ERRORS_LIMIT), self.poll_timeout
+                )
+                self.post_message(ErrorsPolled(groups, self.clock()))
+            else:
+                health = await asyncio.wait_for(self.source.health(), self.poll_timeout)
+                self.post_message(HealthPolled(health, self.clock()))
+        except Disconnected as exc:
+            self._lost_connection(exc)
+        except (PgqError, TimeoutError) as exc:
+            text = first_line(str(exc)) or "timed out"
+            self.alert(text, title=f"{view} not read", severity="error")
+        finally:
+            self._slow_reading.discard(view)
+
+    def on_errors_polled(self, message: ErrorsPolled) -> None:
+        if not self.paused:
+            with contextlib.suppress(NoMatches):
+                self.dashboard.show_errors(message.groups, message.at)
+
+    def on_health_polled(self, message: HealthPolled) -> None:
+        if not self.paused:
+            with contextlib.suppress(NoMatches):
+                self.dashboard.show_health(message.health, message.at)
+
     def _poll_done(self) -> None:
         self._polling = False
         if self._poll_again:
@@ -387,6 +448,7 @@ class DashboardApp(App[None]):
             self._set_connection(CONNECTED)
             if not self.paused:
                 self.dashboard.show(snapshot)
+                self.refresh_slow()
                 if self.screen is not self.dashboard:
                     refresh = getattr(self.screen, "data_refreshed", None)
                     if refresh is not None:
@@ -506,6 +568,11 @@ class DashboardApp(App[None]):
     def action_requeue_queue(self) -> None:
         if self._refuse_read_only():
             return
+        if self.screen is self.dashboard:
+            target = self.dashboard.bulk_target()
+            if target is not None:
+                self._bulk("requeue", *target)
+                return
         stats = self.dashboard.selected_stats()
         if stats is None:
             self.alert("select a queue first", severity="warning")
@@ -537,6 +604,13 @@ class DashboardApp(App[None]):
     def action_kill_job(self) -> None:
         if self._refuse_read_only():
             return
+        if self.screen is self.dashboard:
+            target = self.dashboard.bulk_target()
+            if target is not None:
+                job = self._selected_job()
+                single = job if job is not None and job[1] in ("ready", "running") else None
+                self._bulk("kill", *target, single=single)
+                return
         job = self._selected_job()
         if job is None:
             self.alert("select a job first (Leases 1 or Jobs 2)", severity="warning")
@@ -567,6 +641,74 @@ class DashboardApp(App[None]):
                 "loses its lease at its next write.",
             ),
             answered,
+        )
+
+    def _bulk(
+        self,
+        action: str,
+        where: JobFilter,
+        what: str,
+        single: tuple[int, str, str] | None = None,
+    ) -> None:
+        """R or k over every job `where` matches: count them exactly, ask (with the count),
+        then act through the core's bulk action (bounded batches, fence-checked, the
+        history names the operator and the filter)."""
+        try:
+            where.for_action(action)
+        except FilterError as exc:
+            self.alert(str(exc), severity="warning")
+            return
+        self._count_and_ask(action, where, what, single)
+
+    @work(group="actions", exit_on_error=False)
+    async def _count_and_ask(
+        self, action: str, where: JobFilter, what: str, single: tuple[int, str, str] | None
+    ) -> None:
+        try:
+            count = await asyncio.wait_for(
+                self.source.count_matching(where, action), self.poll_timeout
+            )
+        except (Disconnected, PgqError, TimeoutError) as exc:
+            self.alert(str(exc) or "timed out", title="count failed", severity="error")
+            return
+        statuses = " and ".join(ACTION_STATUSES[action])
+        jobs = f"{count:,} job{'' if count == 1 else 's'}"
+        if not count and single is None:
+            self.alert(f"no {statuses} jobs {what}: nothing to {action}")
+            return
+        verb = "Requeue" if action == "requeue" else "Kill"
+        if action == "requeue":
+            effect = "go back to ready with a fresh set of attempts"
+        else:
+            effect = "become dead, fence + 1 (a worker still running one loses its lease)"
+        detail = (
+            f"{jobs} ({statuses} only) {what} {effect}, in batches; the history names you "
+            "and the filter."
+        )
+        label = f"job {single[0]}" if single is not None else None
+
+        def answered(answer: str | None) -> None:
+            if answer == "all":
+                self._act(
+                    self.source.bulk(action, where),
+                    lambda ids: (
+                        f"{'requeued' if action == 'requeue' else 'killed'} {len(ids):,} "
+                        f"job{'' if len(ids) == 1 else 's'} {what}"
+                    ),
+                )
+            elif answer == "one" and single is not None:
+                job_id = single[0]
+                self._act(
+                    self.source.kill([job_id]),
+                    lambda ids: (
+                        f"killed job {job_id}" if ids else f"job {job_id} had already settled"
+                    ),
+                )
+            else:
+                self.dashboard.say(f"{action} cancelled", "grey62")
+
+        self.push_screen(
+            BulkConfirmScreen(f"{verb} all {jobs} {what}?", detail, label), answered
         )
 
     def action_pause_queue(self) -> None:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from pgq_core import JobRow, Lease
+from pgq_core.models import ErrorGroup, Health
 
-from .state import LogLine, Snapshot
+from .state import JobsQuery, LogLine, Snapshot
 
 
 @dataclass
@@ -39,7 +40,7 @@ class JobsPolled(Message):
     """Only the Jobs view's rows were read again (a new queue or status was chosen)."""
 
     jobs: list[JobRow]
-    jobs_query: tuple[str | None, str | None]
+    jobs_query: JobsQuery
     at: float
 
 
@@ -76,3 +77,27 @@ class JobsRequested(Message):
 @dataclass
 class OpenJob(Message):
     job_id: int
+
+
+@dataclass
+class ErrorsPolled(Message):
+    """The Errors view's groups were read."""
+
+    groups: list[ErrorGroup]
+    at: float
+
+
+@dataclass
+class HealthPolled(Message):
+    """The Health view's readings were taken."""
+
+    health: Health
+    at: float
+
+
+@dataclass
+class SlowViewShown(Message):
+    """The Errors or Health view was just shown: read it now (it is not read while hidden)."""
+
+    view: str
+

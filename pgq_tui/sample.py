@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 from pgq_core import JobDetail, JobEvent, JobNotFound, JobRow, Lease, QueueStats
+from pgq_core.filters import ACTION_STATUSES, JobFilter
+from pgq_core.models import ErrorGroup, Health, LockWait, TableHealth, XminHolder
 from pgq_core.worker import RunningJob, WorkerSnapshot
 
 from .throughput import Throughput
@@ -293,6 +295,97 @@ WORKERS = [
 ]
 
 
+ERRORS = [
+    ErrorGroup(
+        "3f9a1c2b7d4e",
+        "HTTP N from URL",
+        14,
+        0,
+        ago(2100),
+        ago(41),
+        ["webhooks"],
+        10490,
+        "HTTP 503 from https://hooks.example.com/orders",
+    ),
+    ErrorGroup(
+        "a81be0c3d2f5",
+        "TimeoutError: report query ran past Ns",
+        4,
+        0,
+        ago(5400),
+        ago(1100),
+        ["reports"],
+        10437,
+        "TimeoutError: report query ran past 120s\n  in build_report(customer_id=42)",
+    ),
+    ErrorGroup(
+        "e2d47b1a9c03",
+        "lease expired on attempt N of N",
+        1,
+        0,
+        ago(1300),
+        ago(212),
+        ["webhooks"],
+        10471,
+        "lease expired on attempt 5 of 5",
+    ),
+    ErrorGroup(
+        "7b6c5d4e3f21",
+        "HTTP N Too Many Requests",
+        0,
+        1,
+        ago(300),
+        ago(300),
+        ["webhooks"],
+        10452,
+        "HTTP 429 Too Many Requests",
+    ),
+]
+
+MB = 2**20
+HEALTH = Health(
+    tables=[
+        TableHealth("jobs", 59310, 18422, ago(3600), ago(640), ago(3600), ago(630),
+                    41 * MB, 23 * MB, 64 * MB),
+        TableHealth("job_events", 412870, 1203, None, ago(1800), None, ago(1790),
+                    88 * MB, 31 * MB, 119 * MB),
+        TableHealth("queues", 4, 2, None, ago(86400), None, ago(86400), 8192, 16384, 24576),
+        TableHealth("schedules", 3, 0, None, None, None, None, 8192, 16384, 24576),
+    ],
+    xmin=XminHolder(
+        31337, 1843.2, "idle in transaction", "shop", "reporting", "psql",
+        "SELECT * FROM orders WHERE created_at > now() - interval '1 day'", 48211,
+    ),
+    notify_usage=0.0004,
+    lock_waits=[
+        LockWait(31502, "transactionid", "ShareLock", 3.4, [31337],
+                 "UPDATE pgq.jobs SET status = 'dead' WHERE id = 10466"),
+    ],
+    warnings=[
+        "jobs: 18,422 dead tuples (31% of live): vacuum is behind",
+        "pid 31337 (psql, idle in transaction) has held back vacuum for 30m43s",
+    ],
+)
+
+
+def matches(job: JobRow, where: JobFilter) -> bool:
+    """The sample's reading of a filter: queue, statuses, error text, error group (by its
+    example's first line): enough for snapshots."""
+    statuses = set(where.statuses)
+    if "failed" in statuses:
+        statuses.add("ready")
+    group = next((g for g in ERRORS if g.group == where.error_group), None)
+    return (
+        (where.queue is None or job.queue == where.queue)
+        and (not statuses or job.status in statuses)
+        and (where.error is None or where.error.lower() in (job.last_error or "").lower())
+        and (
+            where.error_group is None
+            or (group is not None and job.last_error == group.example_error.splitlines()[0])
+        )
+    )
+
+
 class SampleSource:
     """Serves the constants above; actions change nothing and report nothing done."""
 
@@ -328,6 +421,23 @@ class SampleSource:
 
     async def resume_queue(self, queue: str) -> None:
         return None
+
+    async def jobs_matching(self, where: JobFilter, limit: int) -> list[JobRow]:
+        return [j for j in EVERY_JOB if matches(j, where)][:limit]
+
+    async def count_matching(self, where: JobFilter, action: str) -> int:
+        narrowed = where.for_action(action)
+        return sum(1 for j in EVERY_JOB if matches(j, narrowed))
+
+    async def bulk(self, action: str, where: JobFilter) -> list[int]:
+        assert action in ACTION_STATUSES
+        return []
+
+    async def errors(self, limit: int) -> list[ErrorGroup]:
+        return ERRORS[:limit]
+
+    async def health(self) -> Health:
+        return HEALTH
 
     async def notifications(self) -> AsyncIterator[str]:
         await asyncio.Event().wait()

@@ -18,6 +18,8 @@ import psycopg
 
 from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
 from pgq_core.config import connect_options, listen_dsn, scrub
+from pgq_core.filters import JobFilter
+from pgq_core.models import ErrorGroup, Health
 
 APPLICATION_NAME = "pgq-dashboard"
 
@@ -50,6 +52,18 @@ class Source(Protocol):
     async def kill(self, ids: Sequence[int]) -> list[int]: ...
     async def pause_queue(self, queue: str, reason: str | None) -> None: ...
     async def resume_queue(self, queue: str) -> None: ...
+    async def jobs_matching(self, where: JobFilter, limit: int) -> list[JobRow]: ...
+    async def count_matching(self, where: JobFilter, action: str) -> int:
+        """How many jobs `where` matches that `action` (requeue, kill) may change."""
+        ...
+
+    async def bulk(self, action: str, where: JobFilter) -> list[int]:
+        """`action` over every job `where` matches, in bounded batches, fence-checked; the
+        history rows name the operator and the filter."""
+        ...
+
+    async def errors(self, limit: int) -> list[ErrorGroup]: ...
+    async def health(self) -> Health: ...
     def notifications(self) -> AsyncIterator[str]:
         """Queue names as jobs become ready; ends (or raises Disconnected) when the link drops."""
         ...
@@ -143,6 +157,26 @@ class PgSource:
     async def resume_queue(self, queue: str) -> None:
         """Resuming also wakes the queue's workers (its notification)."""
         await self._call("resume", queue)
+
+    async def jobs_matching(self, where: JobFilter, limit: int) -> list[JobRow]:
+        result: list[JobRow] = await self._call("jobs_matching", where, limit)
+        return result
+
+    async def count_matching(self, where: JobFilter, action: str) -> int:
+        result: int = await self._call("count_matching", where, action)
+        return result
+
+    async def bulk(self, action: str, where: JobFilter) -> list[int]:
+        result: list[int] = await self._call("bulk", action, where)
+        return result
+
+    async def errors(self, limit: int) -> list[ErrorGroup]:
+        result: list[ErrorGroup] = await self._call("errors", None, None, limit)
+        return result
+
+    async def health(self) -> Health:
+        result: Health = await self._call("health")
+        return result
 
     async def notifications(self) -> AsyncIterator[str]:
         """Queue names as notifications arrive. Through a pooler in transaction mode LISTEN

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pgq_core import JobRow, Lease, QueueStats
+from pgq_core.filters import JobFilter
 
 CONNECTED = "connected"
 CONNECTING = "connecting"
@@ -17,6 +18,13 @@ DISCONNECTED = "disconnected"
 JOBS_LIMIT = 200
 #: Jobs view status choices, in the order `s` cycles them; None is every status.
 JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
+#: What the Jobs view lists: (queue, status, None) while browsing a queue by status, or
+#: (None, None, filter) for a server-side filter typed at `/`.
+JobsQuery = tuple[str | None, str | None, JobFilter | None]
+#: the Errors and Health views are read at most this often (and only while shown)
+SLOW_REFRESH = 5.0
+#: error groups read for the Errors view
+ERRORS_LIMIT = 100
 #: how long a message stays on the status line
 MESSAGE_SECONDS = 15.0
 
@@ -48,7 +56,7 @@ class Snapshot:
     stats: list[QueueStats]
     leases: list[Lease]
     jobs: list[JobRow]
-    jobs_query: tuple[str | None, str | None]
+    jobs_query: JobsQuery
     polled_at: float
     took: float
     leases_at: float = 0.0

@@ -97,8 +97,17 @@ async def help_screen(pilot: Pilot[Any]) -> None:
 
 
 async def filtered(pilot: Pilot[Any]) -> None:
+    """The Jobs view's server-side filter being typed (prefilled with the queue and status)."""
     await jobs(pilot)
-    await _press(pilot, "s", "s", "s", "s", "slash", *"503")
+    await _press(pilot, "slash", *" error:503")
+
+
+async def errors(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "5")
+
+
+async def health(pilot: Pilot[Any]) -> None:
+    await _press(pilot, "6")
 
 
 VIEWS: dict[str, Steps] = {
@@ -112,6 +121,8 @@ VIEWS: dict[str, Steps] = {
     "confirm-kill": confirm_kill,
     "help": help_screen,
     "filter": filtered,
+    "errors": errors,
+    "health": health,
 }
 
 

@@ -194,7 +194,7 @@ async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> N
 async def test_each_tab_counts_the_rows_of_its_table() -> None:
     from textual.widgets import TabbedContent
 
-    from pgq_tui.sample import LEASES, STATS, WORKERS
+    from pgq_tui.sample import EVERY_JOB, LEASES, STATS, WORKERS
     from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
 
@@ -213,11 +213,15 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
             f"Jobs {reports.dead}",
             f"Workers {len(WORKERS)}",
         ]
-        first = app.dashboard.query_one(JobsTable).selected_key
-        assert first is not None
-        await pilot.press("2", "slash", *first)
+        await pilot.press("3", "slash", *"a1b2c3")  # a row filter: shown of all
         await settle(pilot)
-        assert labels()[1] == f"Jobs 1 of {reports.dead}"
+        assert labels()[2] == f"Workers 1 of {len(WORKERS)}"
+        await pilot.press("escape", "2", "slash", "ctrl+u", *"queue:webhooks error:503", "enter")
+        await settle(pilot)  # the Jobs view's filter is the server's: every row it sent
+        webhooks_503 = [
+            j for j in EVERY_JOB if j.queue == "webhooks" and "503" in (j.last_error or "")
+        ]
+        assert labels()[1] == f"Jobs {len(webhooks_503)}"
 
 
 async def test_the_header_keeps_database_and_schema_apart() -> None:

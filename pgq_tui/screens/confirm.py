@@ -35,3 +35,37 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
+
+
+class BulkConfirmScreen(ModalScreen[str]):
+    """R or k over a filter: `a` acts on all the matching jobs (their exact count is in the
+    question); with `single`, `y` acts on the selected job alone. Dismissed with "all",
+    "one" or "" (cancelled)."""
+
+    CSS_PATH = "confirm.tcss"
+    BINDINGS = [
+        Binding("a", "answer('all')", "All matching"),
+        Binding("y", "answer('one')", "This job", show=False),
+        Binding("n", "answer('')", "No"),
+        Binding("escape", "answer('')", "Cancel", show=False),
+    ]
+
+    def __init__(self, title: str, detail: str, single: str | None = None) -> None:
+        super().__init__()
+        self.title_text = title
+        self.detail = detail
+        self.single = single
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(db_text(self.title_text), id="question")
+            yield Static(db_text(self.detail, multiline=True), id="detail")
+            keys = "[b]a[/b] all matching    [b]n[/b] / [b]Esc[/b] cancel"
+            if self.single is not None:
+                keys = f"[b]y[/b] {self.single} only    " + keys
+            yield Static(keys, id="keys")
+
+    def action_answer(self, answer: str) -> None:
+        if answer == "one" and self.single is None:
+            return
+        self.dismiss(answer)

@@ -1,11 +1,15 @@
-"""The main screen: queues on top; leases, jobs, workers and the workers' log below; filter
-and status line.
+"""The main screen: queues on top; leases, jobs, workers, the workers' log, error groups and
+database health below; filter and status line.
+
+`/` in the Jobs view is a server-side filter in the grammar of `pgq_core.filters.parse_filter`
+(the CLI's options as `key:value`); in the other views it filters the rows shown.
 
 It never imports the app: it reads what it needs through `Host` and asks for data with
 messages (`RefreshRequested`, `JobsRequested`, `OpenJob`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 from rich.text import Text
@@ -15,19 +19,24 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
 
 from pgq_core import JobRow, Lease, QueueStats
+from pgq_core.filters import FILTER_SYNTAX, FilterError, JobFilter, format_filter, parse_filter
+from pgq_core.models import ErrorGroup, Health
 
 from .. import humanize
 from ..host import Host
-from ..messages import DashboardReady, JobsRequested, OpenJob
+from ..messages import DashboardReady, JobsRequested, OpenJob, SlowViewShown
 from ..state import (
     JOB_STATUSES,
     JOBS_LIMIT,
     MESSAGE_SECONDS,
+    JobsQuery,
     LogBook,
     LogLine,
     Snapshot,
     is_expiring,
 )
+from ..widgets.errors_table import ErrorsTable, example_text
+from ..widgets.health_panel import HealthPanel
 from ..widgets.jobs_table import STATUS_STYLE, JobsTable
 from ..widgets.keyed_table import KeyedTable
 from ..widgets.leases_table import LeasesTable
@@ -38,7 +47,11 @@ from ..widgets.workers_table import WorkersTable
 
 __all__ = ["JOBS_LIMIT", "JOB_STATUSES", "DashboardScreen", "Snapshot"]
 
-VIEWS = ("leases", "jobs", "workers", "log")
+VIEWS = ("leases", "jobs", "workers", "log", "errors", "health")
+#: read on their own, every few seconds at most, only while shown
+SLOW_VIEWS = ("errors", "health")
+ROWS_PROMPT = "filter rows (Enter keeps it, Esc clears)"
+JOBS_PROMPT = f"jobs filter, Enter applies, Esc clears: {FILTER_SYNTAX}"
 
 
 class DashboardScreen(Screen[None]):
@@ -49,6 +62,8 @@ class DashboardScreen(Screen[None]):
         Binding("2", "show_tab('jobs')", "Jobs", show=False),
         Binding("3", "show_tab('workers')", "Workers", show=False),
         Binding("4", "show_tab('log')", "Log", show=False),
+        Binding("5", "show_tab('errors')", "Errors", show=False),
+        Binding("6", "show_tab('health')", "Health", show=False),
         Binding("s", "next_status", "Status", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -59,6 +74,12 @@ class DashboardScreen(Screen[None]):
         self.job_status: str | None = None
         self.status_chosen = False
         self.filter_text = ""
+        #: the Jobs view's server-side filter (None: browsing the selected queue by status)
+        self.job_filter: JobFilter | None = None
+        #: what the open filter field edits: "rows" (client-side) or "jobs" (server-side)
+        self.filter_mode = "rows"
+        self.errors: list[ErrorGroup] | None = None
+        self.health: Health | None = None
         self.message = Text("")
         self.message_until = 0.0
         self.stale_for: float | None = None
@@ -84,7 +105,13 @@ class DashboardScreen(Screen[None]):
             with TabPane("Log", id="log"):
                 yield Static(id="log-hint")
                 yield LogPanel(id="log-table")
-        yield Input(placeholder="filter rows (Enter keeps it, Esc clears)", id="filter")
+            with TabPane("Errors", id="errors"):
+                yield Static(id="errors-bar")
+                yield ErrorsTable(id="errors-table")
+                yield Static(example_text(None), id="errors-example")
+            with TabPane("Health", id="health"):
+                yield HealthPanel(id="health-table")
+        yield Input(placeholder=ROWS_PROMPT, id="filter")
         yield Static(id="status-line")
         yield Footer()
 
@@ -97,6 +124,7 @@ class DashboardScreen(Screen[None]):
         self._render_jobs_bar()
         self._render_workers_hint()
         self._render_log_hint()
+        self._render_errors_bar()
         self.query_one(QueuesTable).focus()
         self.post_message(DashboardReady())
 
@@ -128,8 +156,27 @@ class DashboardScreen(Screen[None]):
             return (lease.id, "running", lease.queue) if lease else None
         return None
 
-    def jobs_query(self) -> tuple[str | None, str | None]:
-        return (self.selected_queue(), self.job_status)
+    def selected_group(self) -> ErrorGroup | None:
+        """The error group under the Errors view's cursor."""
+        key = self.query_one(ErrorsTable).selected_key
+        return next((g for g in self.errors or [] if g.group == key), None)
+
+    def bulk_target(self) -> tuple[JobFilter, str] | None:
+        """(filter, what it is) that `R` and `k` act on as a whole in the current view: the
+        Jobs view's filter, or the Errors view's selected group; None elsewhere."""
+        view = self.active_view()
+        if view == "jobs" and self.job_filter is not None:
+            return self.job_filter, f"matching {format_filter(self.job_filter)}"
+        if view == "errors":
+            group = self.selected_group()
+            if group is not None:
+                return JobFilter(error_group=group.group), f"of error group {group.group}"
+        return None
+
+    def jobs_query(self) -> JobsQuery:
+        if self.job_filter is not None:
+            return (None, None, self.job_filter)
+        return (self.selected_queue(), self.job_status, None)
 
     # data ------------------------------------------------------------------------------
     def show(self, data: Snapshot) -> None:
@@ -158,7 +205,7 @@ class DashboardScreen(Screen[None]):
         )
         self.tick(self.host.clock())
 
-    def show_jobs(self, jobs: list[JobRow], jobs_query: tuple[str | None, str | None]) -> None:
+    def show_jobs(self, jobs: list[JobRow], jobs_query: JobsQuery) -> None:
         """Fresh rows for the Jobs view alone (a queue or status was just chosen)."""
         if self.data is None or jobs_query != self.jobs_query():
             return
@@ -169,6 +216,18 @@ class DashboardScreen(Screen[None]):
         self.query_one(JobsTable).show(jobs, self.host.clock(), self.data)
         self._render_tab_labels()
         self._render_jobs_bar()
+
+    def show_errors(self, groups: list[ErrorGroup], now: float) -> None:
+        self.errors = groups
+        self.query_one(ErrorsTable).show(groups, now)
+        self._render_errors_example()
+        self._render_errors_bar()
+        self._render_tab_labels()
+
+    def show_health(self, health: Health, now: float) -> None:
+        self.health = health
+        self.query_one(HealthPanel).show(health, now)
+        self._render_tab_labels()
 
     def tick(self, now: float) -> None:
         """Between polls: countdowns, worker activity and the status line move on."""
@@ -246,6 +305,14 @@ class DashboardScreen(Screen[None]):
         if self.log_book.unseen_warnings:
             log.append(f" ({self.log_book.unseen_warnings} new ⚠)", style="bold yellow")
         self._set_tab_label("log", log)
+        if self.errors is None:
+            self._set_tab_label("errors", Text("Errors"))
+        else:
+            self._set_tab_label("errors", self._count_label("Errors", self.query_one(ErrorsTable)))
+        health = Text("Health")
+        if self.health is not None and self.health.warnings:
+            health.append(f" ({len(self.health.warnings)} ⚠)", style="bold yellow")
+        self._set_tab_label("health", health)
 
     @staticmethod
     def _count_label(name: str, table: KeyedTable) -> Text:
@@ -258,9 +325,22 @@ class DashboardScreen(Screen[None]):
         if self._tab_labels.get(pane) != label.markup:
             self._tab_labels[pane] = label.markup
             self.query_one(TabbedContent).get_tab(pane).label = label
+            self.call_after_refresh(self._scroll_to_active_tab)
+
+    def _scroll_to_active_tab(self) -> None:
+        """A narrow terminal shows the tab bar in part: keep the active tab in it when a label
+        grows (Textual scrolls to it only when it is activated)."""
+        tabs = self.query_one(TabbedContent).query_one(Tabs)
+        if tabs.active_tab is not None:
+            tabs.query_one("#tabs-scroll").scroll_to_center(
+                tabs.active_tab, animate=False, force=True
+            )
 
     def _render_jobs_bar(self) -> None:
-        queue, status = self.jobs_query()
+        if self.job_filter is not None:
+            self._render_filtered_jobs_bar(self.job_filter)
+            return
+        queue, status, _ = self.jobs_query()
         stats = self.selected_stats()
         counts: dict[str, int] = {}
         if stats is not None:
@@ -287,6 +367,34 @@ class DashboardScreen(Screen[None]):
             bar.append(f"   {order} {JOBS_LIMIT} shown", style="yellow")
         bar.append("   s status · / filter · Enter open · r requeue · k kill", style="grey50")
         self.query_one("#jobs-bar", Static).update(bar)
+
+    def _render_filtered_jobs_bar(self, where: JobFilter) -> None:
+        bar = Text(no_wrap=True, overflow="ellipsis")
+        bar.append(" filter ", style="grey62")
+        text = f"/{format_filter(where) or 'all jobs'}"
+        bar.append_text(humanize.db_text(text, style="bold yellow"))
+        shown = len(self.data.jobs) if self.data is not None else 0
+        bar.append(f"   {'newest ' if shown >= JOBS_LIMIT else ''}{shown} shown", style="grey62")
+        bar.append("   R/k: all matching · Esc clears · / edit", style="grey50")
+        self.query_one("#jobs-bar", Static).update(bar)
+
+    def _render_errors_bar(self) -> None:
+        bar = Text(no_wrap=True, overflow="ellipsis")
+        if self.errors is None:
+            bar.append(" reading error groups…", style="grey50")
+        else:
+            dead = sum(g.dead for g in self.errors)
+            failed = sum(g.failed for g in self.errors)
+            bar.append(f" {len(self.errors)} groups · ", style="grey62")
+            bar.append(f"{humanize.count(dead)} dead", style="bold red")
+            bar.append(" · ", style="grey62")
+            bar.append(f"{humanize.count(failed)} failed", style="yellow")
+        bar.append("   Enter jobs · R requeue group · k kill group", style="grey50")
+        self.query_one("#errors-bar", Static).update(bar)
+
+    def _render_errors_example(self) -> None:
+        group = self.selected_group() if self.errors else None
+        self.query_one("#errors-example", Static).update(example_text(group))
 
     def _render_workers_hint(self) -> None:
         host = self.host
@@ -326,6 +434,8 @@ class DashboardScreen(Screen[None]):
 
     # events ----------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "errors-table":
+            self._render_errors_example()
         if event.data_table.id == "queues" and self.data is not None:
             self.status_chosen = False
             before = self.job_status
@@ -338,8 +448,13 @@ class DashboardScreen(Screen[None]):
         if event.data_table.id == "queues":
             self.status_chosen = False
             self._auto_status()
+            self.set_job_filter(None)
             self.action_show_tab("jobs")
-            self.post_message(JobsRequested())
+        elif event.data_table.id == "errors-table":
+            key = event.row_key.value
+            if key is not None:
+                self.set_job_filter(JobFilter(error_group=key))
+                self.action_show_tab("jobs")
         elif event.data_table.id in ("jobs-table", "leases-table"):
             key = event.row_key.value
             if key is not None:
@@ -347,6 +462,8 @@ class DashboardScreen(Screen[None]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._apply_filter()
+        if self.active_view() in SLOW_VIEWS:
+            self.post_message(SlowViewShown(self.active_view()))
         if self.active_view() == "log" and self.log_book.unseen_warnings:
             self.log_book.unseen_warnings = 0
             self._render_tab_labels()
@@ -361,6 +478,19 @@ class DashboardScreen(Screen[None]):
             self._render_tab_labels()
 
     def action_next_status(self) -> None:
+        if self.job_filter is not None:
+            # a filtered view: `s` cycles the filter's status (a filter with several: the first)
+            now = self.job_filter.statuses[0] if self.job_filter.statuses else None
+            now = now if now in JOB_STATUSES else None
+            after = JOB_STATUSES[(JOB_STATUSES.index(now) + 1) % len(JOB_STATUSES)]
+            try:
+                where = replace(self.job_filter, statuses=(after,) if after else ())
+            except FilterError as exc:
+                self.say(f"bad filter: {exc}", "bold red")
+                return
+            self.set_job_filter(where)
+            self.action_show_tab("jobs")
+            return
         index = JOB_STATUSES.index(self.job_status)
         self.job_status = JOB_STATUSES[(index + 1) % len(JOB_STATUSES)]
         self.status_chosen = True
@@ -370,37 +500,82 @@ class DashboardScreen(Screen[None]):
 
     # filter ----------------------------------------------------------------------------
     def open_filter(self) -> None:
+        """In the Jobs view: the server-side filter, prefilled with what the view lists now;
+        elsewhere: a text filter over the rows shown."""
         field = self.query_one(Input)
-        field.value = self.filter_text
+        if self.active_view() == "jobs":
+            self.filter_mode = "jobs"
+            field.placeholder = JOBS_PROMPT
+            field.border_title = f"jobs filter: {FILTER_SYNTAX}"
+            if self.job_filter is not None:
+                field.value = format_filter(self.job_filter)
+            else:
+                queue, status = self.selected_queue(), self.job_status
+                field.value = format_filter(
+                    JobFilter(queue=queue, statuses=(status,) if status else ())
+                )
+        else:
+            self.filter_mode = "rows"
+            field.placeholder = ROWS_PROMPT
+            field.border_title = None
+            field.value = self.filter_text
         field.add_class("open")
         field.focus()
+        # once shown: the cursor at the end, scrolled for the field's real width
+        self.call_after_refresh(field.action_home)
+        self.call_after_refresh(field.action_end)
+
+    def set_job_filter(self, where: JobFilter | None) -> None:
+        """The Jobs view lists `where`'s jobs (None: the selected queue by status again)."""
+        self.job_filter = where
+        self._render_jobs_bar()
+        self.post_message(JobsRequested())
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if self.filter_mode == "jobs":
+            return
         self.filter_text = event.value
         self._apply_filter()
         self.render_status_line()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if self.filter_mode == "jobs":
+            try:
+                where = parse_filter(event.value)
+            except FilterError as exc:
+                self.say(f"bad filter: {exc}", "bold red")
+                return  # the field stays open to be corrected
+            self.set_job_filter(where)
+            self.say(f"jobs matching {format_filter(where) or 'all jobs'}")
         event.input.remove_class("open")
         self._active_view_widget().focus()
 
     def action_clear_filter(self) -> None:
         field = self.query_one(Input)
         field.value = ""
-        self.filter_text = ""
         field.remove_class("open")
-        self._apply_filter()
+        if self.filter_mode == "jobs" or (
+            self.active_view() == "jobs" and self.job_filter is not None
+        ):
+            self.filter_mode = "rows"
+            if self.job_filter is not None:
+                self.set_job_filter(None)
+        else:
+            self.filter_text = ""
+            self._apply_filter()
         self.render_status_line()
         self._active_view_widget().focus()
 
-    def _active_view_widget(self) -> KeyedTable | LogPanel:
+    def _active_view_widget(self) -> KeyedTable | LogPanel | HealthPanel:
         if self.active_view() == "log":
             return self.query_one(LogPanel)
+        if self.active_view() == "health":
+            return self.query_one(HealthPanel)
         return self._active_table() or self.query_one(LeasesTable)
 
     def _active_table(self) -> KeyedTable | None:
         view = self.active_view()
-        if view == "log":
+        if view in ("log", "health"):
             return None
         table: KeyedTable = self.query_one(f"#{view}-table", KeyedTable)
         return table
@@ -410,7 +585,8 @@ class DashboardScreen(Screen[None]):
         for table in self.query(KeyedTable):
             if table.id == "queues":
                 continue
-            table.set_filter(self.filter_text if table is active else "")
+            rows = table is active and table.id != "jobs-table"  # Jobs: filtered by the server
+            table.set_filter(self.filter_text if rows else "")
         self._render_tab_labels()
 
     def data_refreshed(self) -> None:

@@ -10,18 +10,24 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from pgq_core.filters import FILTER_SYNTAX
+
 from ..pool import QUIT_GRACE
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("↑ ↓ PgUp PgDn", "move the cursor"),
     ("Tab Shift+Tab", "move between the queues table and the view below"),
-    ("1 2 3 4", "show Leases, Jobs, Workers, Log (the cursor goes there)"),
-    ("Enter", "on a queue: browse its jobs (dead first); on a job: open it"),
+    ("1 … 6", "show Leases, Jobs, Workers, Log, Errors, Health (the cursor goes there)"),
+    ("Enter", "on a queue: browse its jobs (dead first); on a job: open it; on an error "
+     "group: its jobs"),
     ("s", "Jobs: next status (dead, ready, running, done, all)"),
-    ("/", "filter the rows of the current view, or a job's history (Esc clears)"),
+    ("/", "Jobs: filter on the server (below); elsewhere: filter the rows shown, or a job's "
+     "history (Esc clears)"),
     ("r", "requeue the selected dead job"),
-    ("R", "requeue every dead job of the selected queue (asks first)"),
-    ("k", "kill the selected job: dead, fence + 1 (asks first)"),
+    ("R", "requeue every dead job of the selected queue; on a filtered Jobs view or an error "
+     "group: all N matching (asks first, with the count)"),
+    ("k", "kill the selected job: dead, fence + 1; on a filtered Jobs view or an error group: "
+     "all N matching (asks first)"),
     ("p", "pause / resume the selected queue: no claims (asks first)"),
     ("w", "start a worker on the selected queue (handler from --handler)"),
     ("W", "stop this app's workers (gracefully)"),
@@ -38,6 +44,8 @@ VIEWS: tuple[tuple[str, str], ...] = (
     ("2 Jobs", "the selected queue's jobs by status; dead: the latest dead first"),
     ("3 Workers", "workers started in this app and their current jobs"),
     ("4 Log", "what this app's workers logged (warnings counted on the tab)"),
+    ("5 Errors", "failed and dead jobs grouped by error, largest first (read every 5s)"),
+    ("6 Health", "tables, vacuum, the xmin holder, NOTIFY queue, lock waits; warnings"),
 )
 
 
@@ -50,6 +58,8 @@ def key_table(read_only: bool) -> Table:
     table.add_row("", "")
     for view, what in VIEWS:
         table.add_row(view, what)
+    table.add_row("", "")
+    table.add_row("jobs filter", Text(FILTER_SYNTAX + " (the CLI's filter options)"))
     table.add_row("", "")
     if read_only:
         table.add_row("", Text("read-only: r R k p w W are disabled", style="bold #af87ff"))

@@ -1,0 +1,164 @@
+"""The dashboard's server-side jobs filter, bulk R/k over it, the Errors and the Health views,
+against a real PostgreSQL (App.run_test + Pilot over PgSource; state checked in the database)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import psycopg
+from rich.console import Console
+from textual.pilot import Pilot
+
+from pgq_core import JobSpec, Queue
+from pgq_tui.app import DashboardApp
+from pgq_tui.launch import make_app
+from pgq_tui.screens.confirm import BulkConfirmScreen
+from pgq_tui.testing import wait_for
+from pgq_tui.widgets.errors_table import ErrorsTable
+from pgq_tui.widgets.health_panel import health_renderable
+from pgq_tui.widgets.jobs_table import JobsTable
+
+SIZE = (140, 40)
+
+
+def dashboard(dsn: str, schema: str) -> DashboardApp:
+    return make_app(dsn, schema, "test-db", refresh=0.2)
+
+
+def make_dead(queue: Queue, name: str, errors: list[str]) -> list[int]:
+    ids = queue.enqueue_many([JobSpec(name, {"n": i}, max_attempts=1) for i in range(len(errors))])
+    jobs = sorted(queue.claim(name, len(errors), worker="test-worker"), key=lambda j: j.id)
+    for job, error in zip(jobs, errors, strict=True):
+        queue.fail(job.id, job.fence, error)
+    return ids
+
+
+def statuses(queue: Queue, ids: list[int]) -> set[str]:
+    return {queue.job(i).status for i in ids}
+
+
+def shown_ids(app: DashboardApp) -> set[int]:
+    table = app.dashboard.query_one(JobsTable)
+    return {int(str(row.key.value)) for row in table.ordered_rows}
+
+
+async def type_filter(pilot: Pilot[Any], text: str) -> None:
+    await pilot.press("2", "slash", "ctrl+u", *text, "enter")
+
+
+async def confirm_all(pilot: Pilot[Any], app: DashboardApp, key: str) -> str:
+    await pilot.press(key)
+    await wait_for(pilot, lambda: isinstance(app.screen, BulkConfirmScreen), "the bulk confirm")
+    screen = app.screen
+    assert isinstance(screen, BulkConfirmScreen)
+    question = screen.title_text
+    await pilot.press("a")
+    await wait_for(pilot, lambda: not isinstance(app.screen, BulkConfirmScreen), "dismissed")
+    return question
+
+
+async def test_filter_lists_matching_jobs_and_requeue_all_changes_exactly_them(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    timeouts = make_dead(queue, "emails", ["timeout after 30s"] * 3)
+    others = make_dead(queue, "emails", ["boom", "boom"])
+    elsewhere = make_dead(queue, "reports", ["timeout after 9s"] * 2)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await type_filter(pilot, "queue:emails status:dead error:timeout")
+        await wait_for(pilot, lambda: shown_ids(app) == set(timeouts), "the matching jobs")
+        question = await confirm_all(pilot, app, "R")
+        assert "Requeue all 3 jobs matching queue:emails status:dead error:timeout" in question
+        await wait_for(pilot, lambda: statuses(queue, timeouts) == {"ready"}, "requeued")
+        assert statuses(queue, others + elsewhere) == {"dead"}
+        requeued = [e for e in queue.history(timeouts[0]) if e.event == "requeued"]
+        assert requeued and (requeued[-1].worker or "").startswith("operator:")
+        detail = requeued[-1].detail or ""
+        assert detail.startswith("filter: ") and "queue=emails" in detail and "timeout" in detail
+        await wait_for(pilot, lambda: "requeued 3 jobs" in app.dashboard.message.plain, "said")
+
+
+async def test_kill_all_matching_a_payload_filter(dsn: str, schema: str, queue: Queue) -> None:
+    mine = queue.enqueue_many([JobSpec("orders", {"customer": {"id": 42}}) for _ in range(2)])
+    theirs = queue.enqueue_many([JobSpec("orders", {"customer": {"id": 7}}) for _ in range(3)])
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await type_filter(pilot, "payload:customer.id=42 status:ready")
+        await wait_for(pilot, lambda: shown_ids(app) == set(mine), "the matching jobs")
+        question = await confirm_all(pilot, app, "k")
+        assert question.startswith("Kill all 2 jobs matching")
+        await wait_for(pilot, lambda: statuses(queue, mine) == {"dead"}, "killed")
+        assert statuses(queue, theirs) == {"ready"}
+
+
+async def test_bad_filter_is_one_line_on_the_status_line(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue("emails", {})
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await type_filter(pilot, "status:zombie")
+        await wait_for(pilot, lambda: "bad filter" in app.dashboard.message.plain, "an error")
+        assert "unknown status 'zombie'" in app.dashboard.message.plain
+        assert app.dashboard.job_filter is None  # nothing applied; the field stays open
+        await type_filter(pilot, "older")
+        await wait_for(pilot, lambda: "is not KEY:VALUE" in app.dashboard.message.plain, "err")
+        polls = app.polls
+        await wait_for(pilot, lambda: app.polls > polls + 1, "still polling")
+
+
+async def test_errors_view_enter_lists_the_group_and_requeue_acts_on_it(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    http = make_dead(
+        queue,
+        "hooks",
+        [f"HTTP 50{i} from https://{i}.example/{i * 11}" for i in range(3)],
+    )
+    boom = make_dead(queue, "hooks", ["boom"])
+    [group] = [g.group for g in queue.errors() if g.dead == 3]
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("5")
+        table = app.dashboard.query_one(ErrorsTable)
+        await wait_for(pilot, lambda: group in table.rows, "the error group")
+        table.move_cursor(row=table.get_row_index(group))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.dashboard.active_view() == "jobs", "the Jobs view")
+        await wait_for(pilot, lambda: shown_ids(app) == set(http), "the group's jobs")
+        await pilot.press("5")
+        await wait_for(pilot, lambda: table.selected_key == group, "the group selected")
+        question = await confirm_all(pilot, app, "R")
+        assert question == f"Requeue all 3 jobs of error group {group}?"
+        await wait_for(pilot, lambda: statuses(queue, http) == {"ready"}, "the group requeued")
+        assert statuses(queue, boom) == {"dead"}
+
+
+async def test_health_view_shows_a_held_open_transaction_as_the_xmin_holder(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.enqueue("emails", {})
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT txid_current()")
+        pid = holder.info.backend_pid
+        app = dashboard(dsn, schema)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+            await pilot.press("6")
+            dash = app.dashboard
+            await wait_for(
+                pilot,
+                lambda: dash.health is not None and dash.health.xmin is not None,
+                "health read",
+            )
+            assert dash.health is not None and dash.health.xmin is not None
+            assert dash.health.xmin.pid == pid
+            console = Console(width=200, file=io.StringIO(), record=True)
+            console.print(health_renderable(dash.health, app.clock(), 200))
+            text = console.export_text()
+            assert f"xmin holder pid {pid}" in text and "idle in transaction" in text
