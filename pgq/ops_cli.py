@@ -244,6 +244,19 @@ def _bulk_params() -> list[click.Parameter]:
     ]
 
 
+def _filter_of(kw: dict[str, Any]) -> JobFilter:
+    """The filter a command's options describe (see `_filter_params`)."""
+    return _build_filter(
+        kw["queue_name"],
+        kw["status"],
+        kw["error"],
+        kw["payload"],
+        kw["older_than"],
+        kw["newer_than"],
+        kw["error_group"],
+    )
+
+
 def _build_filter(
     queue_name: str | None,
     statuses: Sequence[str],
@@ -470,15 +483,7 @@ def _make_kill(plain: click.Command) -> click.Command:
             raise click.UsageError("give --queue or --all-queues, not both")
         if not kw["reason"].strip():
             raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
-        where = _build_filter(
-            kw["queue_name"],
-            kw["status"],
-            kw["error"],
-            kw["payload"],
-            kw["older_than"],
-            kw["newer_than"],
-            kw["error_group"],
-        )
+        where = _filter_of(kw)
         _run_bulk(
             ctx,
             "kill",
@@ -512,15 +517,7 @@ def _make_kill(plain: click.Command) -> click.Command:
 def _delete(ctx: click.Context, /, **kw: Any) -> None:
     if kw["queue_name"] is not None and kw["all_queues"]:
         raise click.UsageError("give --queue or --all-queues, not both")
-    where = _build_filter(
-        kw["queue_name"],
-        kw["status"],
-        kw["error"],
-        kw["payload"],
-        kw["older_than"],
-        kw["newer_than"],
-        kw["error_group"],
-    )
+    where = _filter_of(kw)
     _run_bulk(
         ctx,
         "delete",
