@@ -280,3 +280,11 @@ async def test_an_abandoned_thread_keeps_its_slot_until_it_returns() -> None:
     await asyncio.wait_for(freed.wait(), 5)
     assert runner.abandoned == 0
     runner.shutdown()
+
+
+def test_a_busy_row_is_tried_again_soon_then_less_often() -> None:
+    """A competing claim's row lock lasts one statement: retry in 5 ms; an operator's lock may
+    last minutes: back off to `busy_delay`."""
+    flush = FlushPolicy(delay=0.005, max_batch=100, busy_delay=0.2)
+    assert [flush.busy_wait(n) for n in range(1, 8)] == [0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.2]
+    assert flush.busy_wait(1000) == 0.2

@@ -107,13 +107,19 @@ class ClaimRound:
 class FlushPolicy:
     """When finished jobs are settled: at once when every held job has finished (nothing to
     batch with), when the batch is full, when the oldest has waited `delay`, or when stopping.
-    Jobs whose rows another session holds locked wait `busy_delay` before they are tried again.
+    A job whose row another session holds locked is tried again after `busy_wait(n)`: 5 ms at
+    first (a competing claim's lock lasts one statement), doubling up to `busy_delay` while the
+    lock stays (an operator's transaction).
     """
 
     def __init__(self, delay: float, max_batch: int, busy_delay: float = 0.2) -> None:
         self.delay = delay
         self.max_batch = max_batch
         self.busy_delay = busy_delay
+
+    def busy_wait(self, times: int) -> float:
+        """Seconds before a job found busy `times` times in a row is tried again."""
+        return min(self.busy_delay, 0.005 * 2.0 ** min(times - 1, 16))
 
     def due(self, *, pending: int, held: int, oldest: float, now: float, stopping: bool) -> bool:
         if pending == 0:

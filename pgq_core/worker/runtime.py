@@ -93,6 +93,8 @@ class Held:
     uncertain: bool = False
     #: a busy row (locked by another session) is not tried again before this time
     not_before: float = 0.0
+    #: how many settlements in a row found its row locked by another session
+    busy: int = 0
 
 
 @dataclass
@@ -471,8 +473,11 @@ class Worker:
             deadlines.append(self._retry_at)
         else:
             if self._pending:
-                deadlines.append(self._first_pending_at + self._flush.delay)
-                deadlines.append(min(h.not_before for h in self._pending))
+                busy_until = [h.not_before for h in self._pending if h.not_before > now]
+                if len(busy_until) < len(self._pending):
+                    deadlines.append(self._first_pending_at + self._flush.delay)
+                if busy_until:
+                    deadlines.append(min(busy_until))
             if not self._stopping and self._capacity > 0:
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
         return max(0.0, min(deadlines) - now)
@@ -675,7 +680,8 @@ class Worker:
                     printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
                 )
         for h in result.busy:
-            h.not_before = now + self._flush.busy_delay
+            h.busy += 1
+            h.not_before = now + self._flush.busy_wait(h.busy)
             log.debug("job %d: row locked by another session; settling later", h.job.id)
         self._requeue_pending(result.busy + result.retry, uncertain=False)
         for h in result.refused:
