@@ -116,6 +116,34 @@ def held_by(queue: Queue, proc: subprocess.Popen[bytes]) -> int:
     )
 
 
+def kill_at_random(
+    queue: Queue,
+    workers: Workers,
+    pool: list[subprocess.Popen[bytes]],
+    args: tuple[str, ...],
+    rng: random.Random,
+    *,
+    most: int,
+    until: Callable[[], bool],
+    pause: tuple[float, float],
+) -> int:
+    """SIGKILL a random worker of `pool` that holds jobs, start a new one in its place, pause,
+    and again, up to `most` times or until `until()`; returns how many were killed."""
+    kills = 0
+    while kills < most and not until():
+        victims = [p for p in pool if p.poll() is None and held_by(queue, p) > 0]
+        if not victims:
+            time.sleep(0.05)
+            continue
+        victim = rng.choice(victims)
+        victim.kill()
+        victim.wait(10)
+        pool[pool.index(victim)] = workers.start(*args)
+        kills += 1
+        time.sleep(rng.uniform(*pause))
+    return kills
+
+
 def test_sigkill_chaos_every_job_done_once_with_its_fence(
     queue: Queue, workers: Workers
 ) -> None:
@@ -133,18 +161,10 @@ def test_sigkill_chaos_every_job_done_once_with_its_fence(
     def done() -> int:
         return int(scalar(queue, "SELECT count(*) FROM {s}.jobs WHERE status = 'done'"))
 
-    kills = 0
-    while kills < 6 and done() < total * 0.8:
-        victims = [p for p in pool if p.poll() is None and held_by(queue, p) > 0]
-        if not victims:
-            time.sleep(0.05)
-            continue
-        victim = rng.choice(victims)
-        victim.kill()
-        victim.wait(10)
-        pool[pool.index(victim)] = workers.start(*args)
-        kills += 1
-        time.sleep(rng.uniform(0.1, 0.4))
+    kills = kill_at_random(
+        queue, workers, pool, args, rng, most=6, until=lambda: done() >= total * 0.8,
+        pause=(0.1, 0.4),
+    )
     assert kills >= 3, "the drain ended before the chaos could start"
 
     wait_for(lambda: done() == total, timeout=180, what="every job done")
@@ -189,18 +209,10 @@ def test_sigkill_chaos_with_hostile_error_texts(queue: Queue, workers: Workers) 
     def settled() -> int:
         return int(scalar(queue, "SELECT count(*) FROM {s}.jobs WHERE status IN ('done', 'dead')"))
 
-    kills = 0
-    while kills < 4 and settled() < len(specs) * 0.7:
-        victims = [p for p in pool if p.poll() is None and held_by(queue, p) > 0]
-        if not victims:
-            time.sleep(0.05)
-            continue
-        victim = rng.choice(victims)
-        victim.kill()
-        victim.wait(10)
-        pool[pool.index(victim)] = workers.start(*args)
-        kills += 1
-        time.sleep(rng.uniform(0.2, 0.5))
+    kills = kill_at_random(
+        queue, workers, pool, args, rng, most=4, until=lambda: settled() >= len(specs) * 0.7,
+        pause=(0.2, 0.5),
+    )
     assert kills >= 2, "the drain ended before the chaos could start"
     # Failed jobs retry after backoff (1 s, 2 s, 4 s): give them time to reach dead.
     wait_for(lambda: settled() == len(specs), timeout=180, what="every job done or dead")
