@@ -7,6 +7,7 @@
 - `reaper`: expired leases back to ready or dead;
 - `scheduler`: the due slots of schedules (periodic jobs) enqueued, each once;
 - `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
+- `metrics`: the worker's own Prometheus figures (`pgq worker --metrics-port`);
 - `runtime`: the `Worker` state machine that composes them.
 """
 
