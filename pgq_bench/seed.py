@@ -3,7 +3,6 @@ its unqualified statements run on."""
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -11,20 +10,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+from pgq_core.queries import named_statements
+
 SET_PATH = "SET search_path TO {}"
 
 
 @cache
 def statements() -> dict[str, str]:
     """Every statement of seed.sql by name, without its comment lines and final semicolon."""
-    text = files("pgq_bench").joinpath("seed.sql").read_text()
-    parts = _NAME.split(text)
-    named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-        named[name] = "\n".join(lines).rstrip().rstrip(";")
-    return named
+    return named_statements(files("pgq_bench").joinpath("seed.sql").read_text())
 
 
 #: The seed's table, verbatim.

@@ -11,15 +11,20 @@ from psycopg import sql
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-@cache
-def _raw() -> dict[str, str]:
-    text = files("pgq_core").joinpath("queries.sql").read_text()
+def named_statements(text: str) -> dict[str, str]:
+    """Each `-- name: X` section of a .sql text by name, without its comment lines and final
+    semicolon."""
     parts = _NAME.split(text)
     named: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
         named[name] = "\n".join(lines).rstrip().rstrip(";")
     return named
+
+
+@cache
+def _raw() -> dict[str, str]:
+    return named_statements(files("pgq_core").joinpath("queries.sql").read_text())
 
 
 def names() -> list[str]:
