@@ -80,7 +80,6 @@ class Heartbeater:
         self._loop_thread = threading.get_ident()
         self._ping_sent: float | None = None
         self._blocked_reported: tuple[float, int | None] | None = None
-        self.beats = 0
 
     # -- called from the event loop ------------------------------------------------------------
 
@@ -148,7 +147,6 @@ class Heartbeater:
                 scrub(first_line(str(exc)) or type(exc).__name__, self._dsn),
             )
             return False
-        self.beats += 1
         if settled.lost:
             lost_ids = set(settled.lost)
             lost = [(i, f) for i, f in held if i in lost_ids]
