@@ -173,6 +173,11 @@ class JobFilter:
     def empty(self) -> bool:
         return self == JobFilter()
 
+    def live_only(self) -> bool:
+        """Names statuses, none of them `done`: the rows it can match sit in the partial
+        indexes of the live set, which stays small however much history the table keeps."""
+        return bool(self.statuses) and "done" not in self.statuses
+
     def for_action(self, action: str) -> JobFilter:
         """This filter narrowed to the statuses `action` may change; FilterError when the
         filter names only statuses the action leaves alone."""

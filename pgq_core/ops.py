@@ -638,7 +638,8 @@ BULK_BATCH = 1000
 
 
 def jobs_filtered(where: JobFilter, limit: int = 50) -> Op[list[JobRow]]:
-    return Op("jobs_filtered", {"limit": limit}, lambda rows: [JobRow(*r) for r in rows], where)
+    name = "jobs_filtered_live" if where.payload and where.live_only() else "jobs_filtered"
+    return Op(name, {"limit": limit}, lambda rows: [JobRow(*r) for r in rows], where)
 
 
 def count_filtered(where: JobFilter) -> Op[int]:

@@ -665,6 +665,19 @@ SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, wo
  ORDER BY id DESC
  LIMIT %(limit)s;
 
+-- name: jobs_filtered_live
+-- Jobs matching a filter that names only live statuses (ready, running, dead, failed) and
+-- tests the payload, newest first. The planner cannot estimate a payload test, so the plain
+-- form may walk the whole primary key looking for 50 matches; this one reads the live rows
+-- through their partial indexes first (bounded by the live set) and sorts the few that match.
+WITH matching AS MATERIALIZED (
+  SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+         last_error, queued_at, finished_at, priority, unique_key
+    FROM {schema}.jobs j
+   WHERE {where}
+)
+SELECT * FROM matching ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: count_filtered
 -- How many jobs match a filter: the exact count a bulk action's dry run reports.
 SELECT count(*) FROM {schema}.jobs j WHERE {where};

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 from psycopg import sql
 from test_cli import ENV, Pgq, error_line, ok
 
-from pgq_core import Queue
+from pgq_core import Queue, ops
+from pgq_core.filters import JobFilter, parse_payload_match
+from pgq_core.queries import query_with
 
 LEASE = timedelta(seconds=30)
 
@@ -170,6 +173,30 @@ def test_jobs_every_filter(pgq: Pgq, queue: Queue, conn: Any, schema: str) -> No
     assert listing("--queue", "mail", "--status", "ready", "--payload", "tag=y") == [b]
     out = ok(pgq("jobs", "--error", "nothing like this"))
     assert out.startswith("no jobs matching: error~")
+
+
+def test_a_payload_filter_over_live_statuses_lists_newest_first_within_the_limit(
+    queue: Queue, conn: Any, schema: str
+) -> None:
+    """The live-set form (payload test, live statuses only) answers exactly as the plain form:
+    the same jobs, newest first, cut at the limit."""
+    tagged = [queue.enqueue("mail", {"tag": "x", "n": n}) for n in range(12)]
+    queue.enqueue("mail", {"tag": "y"})
+    dead = [dead_job(queue, "boom", payload={"tag": "x"}) for _ in range(2)]
+    done_job(queue, payload={"tag": "x"})
+    live = JobFilter(statuses=("ready", "dead"), payload=(parse_payload_match("tag=x"),))
+    assert ops.jobs_filtered(live).name == "jobs_filtered_live"
+    assert ops.jobs_filtered(replace(live, statuses=("done", "dead"))).name == "jobs_filtered"
+    assert ops.jobs_filtered(replace(live, statuses=())).name == "jobs_filtered"
+    assert ops.jobs_filtered(replace(live, payload=())).name == "jobs_filtered"
+    newest = sorted(tagged + dead, reverse=True)
+    assert [j.id for j in queue.jobs_matching(live, 5)] == newest[:5]
+    assert [j.id for j in queue.jobs_matching(live, 100)] == newest
+    where, params = live.where(schema)
+    plain = conn.execute(
+        query_with("jobs_filtered", schema, where=where), {**params, "limit": 100}
+    ).fetchall()
+    assert [r[0] for r in plain] == newest
 
 
 def test_jobs_plain_forms_still_work(pgq: Pgq, queue: Queue) -> None:
