@@ -128,6 +128,22 @@ def _check_spec(spec: JobSpec) -> None:
 Round = list[Enqueued | None]
 
 
+def enqueue_one(spec: JobSpec) -> Op[int]:
+    """One `enqueue_one` statement for `spec`, already checked and without a unique key."""
+    return Op(
+        "enqueue_one",
+        {
+            "queue": spec.queue,
+            "payload": Jsonb(spec.payload),
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "max_attempts": spec.max_attempts,
+            "priority": spec.priority,
+        },
+        lambda rows: int(rows[0][0]),
+    )
+
+
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
     with a key already in the batch are duplicates of the first (same outcome, not inserted)."""
@@ -199,6 +215,8 @@ def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enque
     specs = list(specs)
     for spec in specs:
         _check_spec(spec)
+    if len(specs) == 1 and specs[0].unique_key is None:
+        return [Enqueued((yield enqueue_one(specs[0])), True)]
     results: Round = yield enqueue_round(specs)
     for _ in range(UNIQUE_ROUNDS):
         missing = [i for i, r in enumerate(results) if r is None]

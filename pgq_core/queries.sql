@@ -44,6 +44,20 @@ SELECT (SELECT j.id FROM {schema}.jobs j
  WHERE i.k IS NOT NULL AND i.k NOT IN (SELECT unique_key FROM keyed)
 ORDER BY 1;
 
+-- name: enqueue_one
+-- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
+-- it, the job and its history row, without the arrays a batch needs. Rows: (id).
+WITH job AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
+  VALUES (%(queue)s::text, %(payload)s::jsonb,
+          coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+          %(max_attempts)s::int, %(priority)s::int)
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence) SELECT id, 'enqueued', fence FROM job
+)
+SELECT id FROM job;
+
 -- name: unique_holders
 -- The ready or running job holding each of `keys` (a key no job holds has no row).
 SELECT unique_key, id FROM {schema}.jobs

@@ -174,3 +174,37 @@ def test_a_lower_version_merged_later_is_still_applied(
             conn.execute(sql.SQL("SELECT unique_key FROM {}.jobs").format(sql.Identifier(name)))
         finally:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_done_counts_follow_plain_sql_inserts_updates_and_deletes(
+    schema: str, conn: Any, queue: Any
+) -> None:
+    """The jobs trigger keeps queue_counts right whatever statement moves rows in or out of
+    `done`, and says nothing for statements that move none (version 7 skips that work)."""
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+
+    def counted() -> int:
+        return sum(s.done for s in queue.stats() if s.queue == "plain")
+
+    def actual() -> int:
+        row = conn.execute("SELECT count(*) FROM jobs WHERE queue = 'plain' AND status = 'done'")
+        return int(row.fetchone()[0])
+
+    conn.execute(
+        "INSERT INTO jobs (queue, payload, status)"
+        " SELECT 'plain', '{}', CASE WHEN g % 3 = 0 THEN 'ready' ELSE 'done' END"
+        "   FROM generate_series(1, 30) g"
+    )
+    assert counted() == actual() == 20
+    conn.execute(
+        "UPDATE jobs SET status = 'ready' WHERE queue = 'plain' AND status = 'done'"
+        " AND id IN (SELECT id FROM jobs WHERE queue = 'plain' AND status = 'done' LIMIT 4)"
+    )
+    assert counted() == actual() == 16
+    conn.execute("UPDATE jobs SET status = 'done' WHERE queue = 'plain' AND status = 'ready'")
+    assert counted() == actual() == 30
+    conn.execute("DELETE FROM jobs WHERE queue = 'plain' AND id % 2 = 0")
+    assert counted() == actual() < 30
+    conn.execute("DELETE FROM jobs WHERE queue = 'plain' AND status = 'ready'")
+    conn.execute("UPDATE jobs SET lease_until = now() WHERE queue = 'plain'")
+    assert counted() == actual()
