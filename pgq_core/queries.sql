@@ -3,6 +3,10 @@
 -- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
 -- matches zero rows, and the caller treats that as a lost lease.
 -- Each transition writes its fence-history row in the same statement.
+-- The worker's settle statements (settle_*, extend_leases, hand_back) find held rows by id
+-- through the running index (`id = ANY(ids)`: the cost follows the rows held, never the number
+-- running in the whole fleet), lock them with SKIP LOCKED, and update each by the row address
+-- (ctid) that lock pins.
 
 -- name: enqueue
 -- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array. Jobs
@@ -112,15 +116,15 @@ WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
     AS t(id, fence, result)
 ), mine AS (
-  SELECT j.id, j.fence, t.result
+  SELECT j.ctid AS row, j.id, j.fence, t.result
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
-   WHERE j.status = 'running'
+   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), settled AS (
   UPDATE {schema}.jobs j
      SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
     FROM mine m
-   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 ), gate AS (
   SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
@@ -170,9 +174,9 @@ WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[])
     AS t(id, fence, error)
 ), mine AS (
-  SELECT j.id, j.fence, t.error
+  SELECT j.ctid AS row, j.id, j.fence, t.error
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
-   WHERE j.status = 'running'
+   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), settled AS (
   UPDATE {schema}.jobs j
@@ -185,7 +189,7 @@ WITH held AS (
          last_error  = m.error,
          finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
     FROM mine m
-   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence, j.status, j.run_at, m.error
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
@@ -207,14 +211,15 @@ SELECT 'busy', t.id, t.fence
 WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
 ), mine AS (
-  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
-   WHERE j.status = 'running'
+  SELECT j.ctid AS row, j.id, j.fence
+    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), beat AS (
   UPDATE {schema}.jobs j
      SET lease_until = now() + j.lease_length
     FROM mine m
-   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 )
 SELECT 'extended', id, fence FROM beat
@@ -233,15 +238,16 @@ SELECT 'noted', 0, count(pg_notify(%(channel)s::text, ''))
 WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
 ), mine AS (
-  SELECT j.id, j.fence FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
-   WHERE j.status = 'running'
+  SELECT j.ctid AS row, j.id, j.fence
+    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), released AS (
   UPDATE {schema}.jobs j
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
     FROM mine m
-   WHERE j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)

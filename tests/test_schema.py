@@ -55,7 +55,7 @@ def test_jobs_keeps_the_seed_columns_types_defaults_and_indexes(schema: str, con
     # The seed's lease index gave way to one on running rows that heartbeats never change
     # (version 6), so a heartbeat is a HOT update; the seed's reaper SQL runs unchanged.
     assert "jobs_lease_idx" not in indexes
-    assert "(queue) WHERE (status = 'running'::text)" in indexes["jobs_running_idx"]
+    assert "(id, queue) WHERE (status = 'running'::text)" in indexes["jobs_running_idx"]
     assert not [d for d in indexes.values() if "lease_until" in d]
 
 
