@@ -18,6 +18,7 @@ import concurrent.futures
 import importlib
 import inspect
 import os
+import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -122,11 +123,89 @@ async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
 @dataclass(eq=False)
 class _Running:
     ctx: JobContext
-    future: asyncio.Future[Any]
     on_outcome: Callable[[Outcome], None]
+    #: the handler's task (async handlers); a thread's handler has none
+    task: asyncio.Task[Any] | None = None
     timer: asyncio.TimerHandle | None = None
     reported: bool = False
     cancelled_by_us: bool = False
+    ended: bool = False
+
+
+_STOP = object()
+
+
+class _Threads:
+    """Threads for plain-function handlers, at most `size`, started as work needs them.
+
+    Handlers that end are handed back to the event loop in batches: a thread queues its result
+    and wakes the loop only if nothing is queued already, so fifty handlers that end together
+    cost one wake-up, not fifty futures chained across threads. Threads are daemons: one stuck
+    in a handler given up never holds the process open.
+    """
+
+    def __init__(self, size: int, name: str, run: Callable[[JobContext], Outcome]) -> None:
+        self._size = size
+        self._name = name
+        self._run = run
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._given = 0  # submitted and not yet handed back (event loop only)
+        self._lock = threading.Lock()
+        self._ended: list[tuple[_Running, Outcome]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._deliver: Callable[[_Running, Outcome], None] | None = None
+
+    def submit(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        run: _Running,
+        deliver: Callable[[_Running, Outcome], None],
+    ) -> None:
+        """Run `run`'s handler on a thread; `deliver(run, outcome)` is called on `loop`."""
+        self._loop, self._deliver = loop, deliver
+        self._given += 1
+        if self._given > len(self._threads) and len(self._threads) < self._size:
+            thread = threading.Thread(
+                target=self._serve, name=f"{self._name}_{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        self._work.put(run)
+
+    def _serve(self) -> None:
+        while (run := self._work.get()) is not _STOP:
+            try:
+                outcome = self._run(run.ctx)
+            except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
+                outcome = Outcome("raised", describe_exception(exc))
+            with self._lock:
+                self._ended.append((run, outcome))
+                wake = len(self._ended) == 1
+            if wake:
+                assert self._loop is not None
+                try:
+                    self._loop.call_soon_threadsafe(self._hand_back)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    return
+
+    def _hand_back(self) -> None:
+        with self._lock:
+            ended, self._ended = self._ended, []
+        self._given -= len(ended)
+        assert self._deliver is not None
+        for run, outcome in ended:
+            self._deliver(run, outcome)
+
+    def shutdown(self) -> None:
+        """Threads exit once their current handler (if any) returns; queued work is dropped."""
+        while True:
+            try:
+                self._work.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._work.put(_STOP)
 
 
 class Runner:
@@ -143,11 +222,9 @@ class Runner:
         self.handler = handler
         self.is_async = is_async(handler)
         self._on_slot_freed = on_slot_freed
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads: _Threads | None = None
         if not self.is_async:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=concurrency, thread_name_prefix=thread_name
-            )
+            self._threads = _Threads(concurrency, thread_name, self._counted)
         self._running: dict[int, _Running] = {}
         self._abandoned: set[_Running] = set()
         self._threads_lock = threading.Lock()
@@ -163,8 +240,8 @@ class Runner:
         with self._threads_lock:
             in_threads = self._in_threads
         runs = {*self._running.values(), *self._abandoned}
-        tasks = sum(1 for r in runs if not r.future.done())
-        return in_threads + (tasks if self.is_async else 0)
+        tasks = sum(1 for r in runs if r.task is not None and not r.task.done())
+        return in_threads + tasks
 
     def _counted(self, ctx: JobContext) -> Outcome:
         """Runs in a pool thread: the handler, then its result's JSON, off the event loop."""
@@ -182,16 +259,24 @@ class Runner:
         """Run the handler on `ctx`; `on_outcome` is called once, on the event loop, with how
         it ended (see the module's invariants). Must be called on the event loop."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any]
-        if self.is_async:
-            future = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
-        else:
-            future = loop.run_in_executor(self._executor, self._counted, ctx)
-        run = _Running(ctx, future, on_outcome)
+        run = _Running(ctx, on_outcome)
         if timeout is not None:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
-        future.add_done_callback(lambda _: self._ended(run))
+        if self._threads is not None:
+            self._threads.submit(loop, run, self._ended)
+            return
+        task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
+        run.task = task
+        task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))
+
+    @staticmethod
+    def _task_outcome(run: _Running, task: asyncio.Task[Any]) -> Outcome:
+        if task.cancelled():
+            if run.cancelled_by_us:
+                return CANCELLED
+            return Outcome("raised", "CancelledError (raised by the handler, not a worker cancel)")
+        return outcome_of(*task.result())
 
     async def run(self, ctx: JobContext, timeout: float | None) -> Outcome:
         """`start`, awaiting the outcome."""
@@ -208,25 +293,13 @@ class Runner:
         self._report(run, Outcome("timed_out", f"timed out after {timeout:g} s"))
         self.abandon(run.ctx)
 
-    def _ended(self, run: _Running) -> None:
+    def _ended(self, run: _Running, outcome: Outcome) -> None:
+        run.ended = True
         if run.timer is not None:
             run.timer.cancel()
         if self._running.get(run.ctx.id) is run:
             del self._running[run.ctx.id]
-        future = run.future
-        if future.cancelled():
-            if run.cancelled_by_us:
-                self._report(run, CANCELLED)
-            else:
-                self._report(
-                    run,
-                    Outcome(
-                        "raised", "CancelledError (raised by the handler, not a worker cancel)"
-                    ),
-                )
-        else:
-            ended = future.result()
-            self._report(run, ended if isinstance(ended, Outcome) else outcome_of(*ended))
+        self._report(run, outcome)
         if run in self._abandoned:
             self._abandoned.discard(run)
             self._on_slot_freed()
@@ -236,16 +309,16 @@ class Runner:
         its slot occupied until it really ends."""
         ctx._lost = True
         run = self._running.get(ctx.id)
-        if run is None or run.ctx is not ctx or run.future.done() or run in self._abandoned:
+        if run is None or run.ctx is not ctx or run.ended or run in self._abandoned:
             return
         self._abandoned.add(run)
-        if self.is_async:
+        if run.task is not None:
             run.cancelled_by_us = True
-            run.future.cancel()
+            run.task.cancel()
 
     async def wait_abandoned(self, timeout: float) -> None:
         """Give cancelled async handlers up to `timeout` seconds to finish unwinding."""
-        pending = [r.future for r in self._abandoned if self.is_async and not r.future.done()]
+        pending = [r.task for r in self._abandoned if r.task is not None and not r.task.done()]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 
@@ -253,5 +326,5 @@ class Runner:
         for run in self._running.values():
             if run.timer is not None:
                 run.timer.cancel()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown()
