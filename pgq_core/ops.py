@@ -656,8 +656,12 @@ BULK_BATCH = 1000
 
 
 def jobs_filtered(where: JobFilter, limit: int = 50) -> Op[list[JobRow]]:
-    name = "jobs_filtered_live" if where.payload and where.live_only() else "jobs_filtered"
-    return Op(name, {"limit": limit}, lambda rows: [JobRow(*r) for r in rows], where)
+    def read(rows: Rows) -> list[JobRow]:
+        return [JobRow(*r) for r in rows]
+
+    if where.payload and where.live_only():
+        return Op("jobs_filtered_live", {"limit": limit}, read, where)
+    return Op("jobs_filtered", {"limit": limit}, read, where)
 
 
 def count_filtered(where: JobFilter) -> Op[int]:
