@@ -398,9 +398,24 @@ def test_cli_handler_module_from_the_current_directory(
     assert queue.job(job_id).status == "done"
 
 
+def test_cli_worker_id_names_its_claims(queue: Queue, workers: Workers) -> None:
+    job_id = queue.enqueue("named", {})
+    proc = workers.start("named", "--handler", "handlers_for_tests:noop", "--burst",
+                         "--worker-id", "web-3.pgq:1")
+    assert proc.wait(60) == 0, workers.log(proc)
+    job = queue.job(job_id)
+    assert (job.status, job.worker) == ("done", "web-3.pgq:1")
+    assert [e.worker for e in job.history if e.event in ("claimed", "completed")] == [
+        "web-3.pgq:1", "web-3.pgq:1"
+    ]
+    assert "worker web-3.pgq:1 started" in workers.log(proc)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (("q", "--handler", "handlers_for_tests:noop", "--worker-id", "a b"), "--worker-id"),
+        (("q", "--handler", "handlers_for_tests:noop", "--worker-id", "x\x1b[2J"), "x\\x1b"),
         (("q", "--handler", "nope"), "pgq: error: invalid handler 'nope'"),
         (("q", "--handler", "no_such_mod:f"), "pgq: error: cannot import handler module"),
         (("q", "--handler", "handlers_for_tests:noop", "--lease", "soon"), "not a duration"),
