@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +67,16 @@ POOL_SAMPLE_EVERY = 2.0
 
 # The bench's own bookkeeping and checks (not queue SQL).
 SERVER_NOW = "SELECT clock_timestamp()"
-HELD = "SELECT worker, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY worker"
-HELD_BY = "SELECT id, fence FROM {s}.jobs WHERE status = 'running' AND worker = %s"
+#: Running jobs by worker id, with how long ago each was claimed: a restarted worker keeps its
+#: id, so the jobs its killed predecessor held (until their leases expire) are told apart by age.
+HELD = """
+SELECT worker, extract(epoch FROM clock_timestamp() - claimed_at)::float8 FROM {s}.jobs
+ WHERE status = 'running'
+"""
+HELD_BY = """
+SELECT id, fence FROM {s}.jobs
+ WHERE status = 'running' AND worker = %s AND claimed_at >= clock_timestamp() - %s::interval
+"""
 UNFINISHED = "SELECT count(*) FROM {s}.jobs WHERE status IN ('ready', 'running')"
 STATUS_COUNTS = "SELECT status, count(*) FROM {s}.jobs GROUP BY status"
 MISSING = """
@@ -136,6 +144,19 @@ SELECT count(*),
   FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
   JOIN {s}.jobs j ON j.id = h.id
 """
+#: The jobs slowest from enqueue to done, with their history (seconds after the enqueue).
+SLOWEST = """
+WITH slow AS (
+  SELECT id, queued_at, finished_at - queued_at AS took FROM {s}.jobs
+   WHERE status = 'done' ORDER BY finished_at - queued_at DESC LIMIT %(n)s
+)
+SELECT s.id, round(extract(epoch FROM s.took)::numeric, 1),
+       array_agg(ev.event || ' ' || ev.fence || ' ' || coalesce(ev.worker, '-') || ' +'
+                 || round(extract(epoch FROM ev.at - s.queued_at)::numeric, 1) || 's'
+                 ORDER BY ev.id)
+  FROM slow s JOIN {s}.job_events ev ON ev.job_id = s.id
+ GROUP BY s.id, s.took ORDER BY s.took DESC
+"""
 LOG_MARKS = ("Traceback", " ERROR ", " WARNING ", "prepared statement")
 
 
@@ -144,7 +165,7 @@ class FleetOptions:
     duration: float
     workers: int = 8
     concurrency: int = 25
-    rate: float = 200.0
+    rate: float = 100.0
     kill_every: float = 5.0
     lease: float = 30.0
     pool_size: int = 8
@@ -241,7 +262,12 @@ class Slot:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     stopped_since: float | None = None
+    started_at: float = 0.0
     logs: list[Path] = field(default_factory=list)
+
+    def age(self) -> float:
+        """Seconds since its current process started."""
+        return time.monotonic() - self.started_at
 
 
 class Fleet:
@@ -254,6 +280,7 @@ class Fleet:
 
     def start(self, slot: Slot) -> None:
         slot.starts += 1
+        slot.started_at = time.monotonic()
         log_path = self.logs / f"{slot.worker_id}.{slot.starts}.log"
         slot.logs.append(log_path)
         argv = [sys.executable, "-m", "pgq", "worker", QUEUE_NAME, *self.args,
@@ -428,6 +455,10 @@ def figures(
         "done_max_ms": _ms(done_max),
         "latency_note": "pickup: enqueue to first claim; done: enqueue to done (server clock)",
         "claims_per_job": {str(fence): count for fence, count in rows(CLAIMS_PER_JOB)},
+        "slowest": [
+            {"id": i, "seconds": float(took), "history": list(history)}
+            for i, took, history in rows(SLOWEST, {"n": 5})
+        ],
         "events": dict(rows(EVENTS)),
     }
 
@@ -596,6 +627,12 @@ def run_fleet(
             producer.stopping.set()
             codes = fleet.terminate_all()
         verdict = check(mon, schema, producer.ids)
+        pool_report = pool.report()
+        pool_report["closes"] = bouncer_closes(bouncer.log)
+        if pool_report["transactions"] and producer.ids:
+            pool_report["transactions_per_job"] = round(
+                pool_report["transactions"] / len(producer.ids), 1
+            )
         unexpected = {
             "passed": not fleet.unexpected,
             "exits": fleet.unexpected[:10],
@@ -628,7 +665,11 @@ def run_fleet(
                 "seconds": None if drained_in is None else round(drained_in, 1),
                 "limit_s": opts.drain_limit,
             },
-            "pool": pool.report(),
+            "pool": {
+                **pool_report,
+                "note": "transactions: every transaction the pool ran (producer, handlers, "
+                "claims, heartbeats, reaps); per job: that over the jobs enqueued",
+            },
             "workers": {
                 "ids": [s.worker_id for s in fleet.slots],
                 "starts": {s.worker_id: s.starts for s in fleet.slots},
@@ -642,16 +683,22 @@ def run_fleet(
     return result
 
 
-def _held(mon: psycopg.Connection[Any], schema: str) -> dict[str, int]:
-    return {str(w): int(n) for w, n in mon.execute(_q(HELD, schema)).fetchall()}
+def _held(mon: psycopg.Connection[Any], schema: str, slots: Sequence[Slot]) -> dict[str, int]:
+    """Running jobs claimed by each slot's current process (not by a killed predecessor)."""
+    ages = {s.worker_id: s.age() for s in slots}
+    held: dict[str, int] = {}
+    for worker, claimed_ago in mon.execute(_q(HELD, schema)).fetchall():
+        if worker in ages and claimed_ago <= ages[worker]:
+            held[worker] = held.get(worker, 0) + 1
+    return held
 
 
 def _kill_one(
     fleet: Fleet, mon: psycopg.Connection[Any], schema: str, rng: random.Random, elapsed: float
 ) -> dict[str, Any]:
     """SIGKILL a running worker, preferably one holding jobs, and start it again (same id)."""
-    held = _held(mon, schema)
     candidates = fleet.running()
+    held = _held(mon, schema, candidates)
     holders = [s for s in candidates if held.get(s.worker_id, 0) > 0]
     victim = rng.choice(holders or candidates)
     fleet.kill(victim)
@@ -663,18 +710,22 @@ def _stop_one(
     fleet: Fleet, mon: psycopg.Connection[Any], schema: str, rng: random.Random, elapsed: float
 ) -> dict[str, Any]:
     """SIGSTOP a worker holding jobs (any, if none does); note what it held, and when."""
-    held = _held(mon, schema)
     candidates = fleet.running()
+    held = _held(mon, schema, candidates)
     holders = [s for s in candidates if held.get(s.worker_id, 0) > 0]
     victim = rng.choice(holders or candidates)
     fleet.stop(victim)
+    log = victim.logs[-1]
     at = mon.execute(SERVER_NOW).fetchone()[0]  # type: ignore[index]
-    jobs = mon.execute(_q(HELD_BY, schema), [victim.worker_id]).fetchall()
+    jobs = mon.execute(
+        _q(HELD_BY, schema), [victim.worker_id, timedelta(seconds=victim.age())]
+    ).fetchall()
     return {
         "at_s": round(elapsed, 1),
         "worker": victim.worker_id,
         "since": at,
         "held": [(int(i), int(f)) for i, f in jobs],
+        "log": (log, log.stat().st_size if log.exists() else 0),
     }
 
 
@@ -685,12 +736,45 @@ def _stop_outcome(
     many of its writes were rejected as stale after it was stopped."""
     held = stop.pop("held")
     since = stop.pop("since")
+    log, offset = stop.pop("log")
     n, redone, stale = mon.execute(
         _q(STOP_OUTCOME, schema),
         {"ids": [i for i, _ in held], "fences": [f for _, f in held],
          "worker": stop["worker"], "since": since},
     ).fetchone() or (0, 0, 0)  # fmt: skip
-    return {"jobs_held": n, "done_by_a_later_claim": redone, "stale_writes_rejected": stale}
+    return {
+        "jobs_held": n,
+        "done_by_a_later_claim": redone,
+        "stale_events_recorded": stale,
+        "log_after_stop": _log_from(log, offset),
+    }
+
+
+def _log_from(path: Path, offset: int, most: int = 15) -> list[str]:
+    """What a worker logged from `offset` on (its lines after a SIGSTOP), time and text."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [printable(line)[:240] for line in text.strip().splitlines()[:most]]
+
+
+def bouncer_closes(log: Path) -> dict[str, int]:
+    """PgBouncer's reasons for closing connections, counted from its log ("closing because:
+    <reason> (age ...)")."""
+    counts: dict[str, int] = {}
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return counts
+    for line in text.splitlines():
+        _, sep, rest = line.partition("closing because: ")
+        if sep:
+            reason = rest.split(" (age")[0].strip()
+            counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _count_by(items: list[dict[str, Any]], key: str) -> dict[str, int]:
