@@ -153,9 +153,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option(
     "--rate",
     type=click.FloatRange(0.1, 100_000),
-    default=200.0,
-    show_default=True,
-    help="--soak, --fleet: jobs per second the producer enqueues.",
+    default=None,
+    help="--soak, --fleet: jobs per second the producer enqueues (default 200; --fleet 100).",
 )
 @click.option(
     "--json-lines",
