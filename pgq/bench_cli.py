@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .context import duration, settings
+from .context import duration, lease_duration, settings
 
 
 def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -29,10 +29,9 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 )
 @click.option(
     "--workers",
-    default=4,
-    show_default=True,
+    default=None,
     type=click.IntRange(1, 64),
-    help="Worker processes per side.",
+    help="Worker processes per side (default 4); --fleet: worker processes (default 8).",
 )
 @click.option(
     "--batch",
@@ -44,11 +43,11 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 )
 @click.option(
     "--concurrency",
-    default=50,
-    show_default=True,
+    default=None,
     type=click.IntRange(1, 1000),
     help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
-    "(ratio), its pickup latency and the variants.",
+    "(ratio), its pickup latency and the variants (default 50); --fleet: each worker's "
+    "(default 25).",
 )
 @click.option(
     "--payload-bytes",
@@ -154,9 +153,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option(
     "--rate",
     type=click.FloatRange(0.1, 100_000),
-    default=200.0,
-    show_default=True,
-    help="--soak: jobs per second the producer enqueues.",
+    default=None,
+    help="--soak, --fleet: jobs per second the producer enqueues (default 200; --fleet 100).",
 )
 @click.option(
     "--json-lines",
@@ -167,6 +165,38 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="--soak: the results file (one JSON line per sample, then the summary).",
 )
 @click.option("--soak-sample", callback=duration, default="60s", hidden=True)
+@click.option(
+    "--fleet",
+    default=None,
+    callback=duration,
+    help="Instead: a fleet run this long (e.g. 5m): PgBouncer in transaction mode in front of "
+    "the server, --workers `pgq worker --pooled` processes at --concurrency applying a fenced "
+    "effect per job, a producer at --rate through the pool, a SIGKILL every --kill-every and "
+    "a SIGSTOP past the lease; then checks from SQL that no job was lost, no effect applied "
+    "twice and no stale completion landed (exit 1 if not).",
+)
+@click.option(
+    "--kill-every",
+    default="5s",
+    show_default=True,
+    callback=duration,
+    help="--fleet: a worker is SIGKILLed and restarted about this often (0.5x to 1.5x).",
+)
+@click.option(
+    "--lease",
+    default="30s",
+    show_default=True,
+    callback=lease_duration,
+    help="--fleet: the workers' lease (a SIGSTOP lasts lease + 2 reap intervals + 1s).",
+)
+@click.option(
+    "--pool-size",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="--fleet: PgBouncer's default_pool_size (server connections; 2 more in reserve).",
+)
+@click.option("--seed", type=int, default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
 @click.pass_context
 def bench_command(ctx: click.Context, /, **options: Any) -> None:

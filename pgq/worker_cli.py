@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,21 @@ from .context import at_most, lease_duration, queue_names, settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005
+WORKER_ID_MAX = 100
+_WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]*")
+
+
+def _worker_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name an operator can read and type: letters, digits and . _ : @ / - (no spaces or
+    control characters), at most WORKER_ID_MAX characters."""
+    if value is None:
+        return None
+    if len(value) > WORKER_ID_MAX or not _WORKER_ID.fullmatch(value):
+        raise click.BadParameter(
+            f"use letters, digits and . _ : @ / - (starting with a letter or digit), at most "
+            f"{WORKER_ID_MAX} characters, not '{printable(value[:WORKER_ID_MAX])}'"
+        )
+    return value
 
 
 class PrintableFormatter(logging.Formatter):
@@ -97,6 +113,15 @@ class PrintableFormatter(logging.Formatter):
     help="Address the metrics port binds (0.0.0.0 for a Prometheus on another host).",
 )
 @click.option(
+    "--worker-id",
+    envvar="PGQ_WORKER_ID",
+    callback=_worker_id,
+    help="This process's id in the jobs table, their history and pg_stat_activity (or "
+    "PGQ_WORKER_ID; default host:pid:random). A restart may reuse it (a pod or instance "
+    "name); two processes running at once must not share it: one that reconnects hands back "
+    "the jobs running under its id that it does not hold.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -118,6 +143,7 @@ def worker_command(
     lock_timeout: timedelta,
     metrics_port: int | None,
     metrics_addr: str,
+    worker_id: str | None,
     log_level: str,
 ) -> None:
     """Run a handler on the jobs of QUEUES until stopped.
@@ -170,6 +196,7 @@ def worker_command(
         statement_timeout=statement_timeout.total_seconds(),
         lock_timeout=lock_timeout.total_seconds(),
         metrics=metrics,
+        worker_id=worker_id,
     )
     # Handlers run in threads beside the event loop: hand the GIL over within 0.5 ms (Python's
     # default is 5 ms), so a finished handler's result reaches the loop without a convoy.

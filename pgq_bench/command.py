@@ -12,10 +12,13 @@ from typing import Any
 import click
 from rich.console import Console
 
+from pgq_core import PgqError
 from pgq_core.config import check_schema
 
+from .bouncer import executable as pgbouncer_executable
 from .common import server
 from .drain import Options, print_tables, run_bench
+from .fleet import FleetOptions, print_fleet, run_fleet
 from .producers import ProducersOptions, print_producers, run_producers
 from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
 from .scale import ScaleOptions, print_scale, run_stats_scale
@@ -25,6 +28,15 @@ from .soak import SoakOptions, print_soak, run_soak
 DEFAULT_JOBS = 20_000
 DEFAULT_SAME_RESOURCES_JOBS = 10_000
 DEFAULT_PRODUCERS_JOBS = 8_000
+#: --workers and --concurrency when not given: the drain's, and the fleet's.
+DEFAULT_WORKERS = 4
+DEFAULT_CONCURRENCY = 50
+FLEET_WORKERS = 8
+FLEET_CONCURRENCY = 25
+#: --rate when not given. The fleet's is what this 2-core machine sustains with 8 workers, a
+#: producer, PgBouncer and PostgreSQL sharing it (at 200 the one producer reached ~137/s).
+SOAK_RATE = 200.0
+FLEET_RATE = 100.0
 #: --handler both: the pgq side runs once with each.
 HANDLER_KINDS = {"sync": ("sync",), "async": ("async",), "both": ("sync", "async")}
 
@@ -34,9 +46,9 @@ def run_command(
     schema: str | None,
     *,
     jobs: int | None,
-    workers: int,
+    workers: int | None,
     batch: int,
-    concurrency: int,
+    concurrency: int | None,
     payload_bytes: int,
     latency_samples: int,
     rounds: int,
@@ -51,23 +63,39 @@ def run_command(
     handler_kind: str,
     producers: int | None = None,
     soak: timedelta | None = None,
-    rate: float = 200.0,
+    rate: float | None = None,
     json_lines: str = "soak.jsonl",
     soak_sample: timedelta | None = None,
+    fleet: timedelta | None = None,
+    kill_every: timedelta | None = None,
+    lease: timedelta | None = None,
+    pool_size: int = 8,
+    seed: int | None = None,
     as_json: bool = False,
 ) -> None:
-    """`pgq bench` with its parsed options: the default run, --stats-scale or --same-resources.
+    """`pgq bench` with its parsed options: the default run, --stats-scale, --same-resources,
+    --producers, --soak or --fleet.
 
-    `schema` is only checked: every run uses throwaway schemas of its own."""
-    modes = [stats_scale, same_resources, producers is not None, soak is not None]
+    `schema` is only checked: every run uses throwaway schemas of its own. A --fleet whose
+    checks fail exits 1 after its report."""
+    modes = [stats_scale, same_resources, producers is not None, soak is not None,
+             fleet is not None]  # fmt: skip
     if sum(modes) > 1:
         raise click.UsageError(
-            "--stats-scale, --same-resources, --producers and --soak are separate runs: pick one"
+            "--stats-scale, --same-resources, --producers, --soak and --fleet are separate "
+            "runs: pick one"
         )
     if soak is not None and soak.total_seconds() <= 0:
         raise click.UsageError("--soak must be longer than 0s")
+    if fleet is not None and fleet.total_seconds() <= 0:
+        raise click.UsageError("--fleet must be longer than 0s")
     if schema:
         check_schema(schema)
+    if fleet is not None:
+        try:
+            pgbouncer_executable()  # before any server starts: one line, exit 1
+        except PgqError as exc:
+            raise click.ClickException(str(exc)) from None
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:
@@ -75,9 +103,23 @@ def run_command(
 
     result: dict[str, Any]
     with server(dsn) as (target, embedded):
-        if soak is not None:
+        if fleet is not None:
+            fleet_opts = FleetOptions(
+                fleet.total_seconds(),
+                workers=workers or FLEET_WORKERS,
+                concurrency=concurrency or FLEET_CONCURRENCY,
+                rate=rate or FLEET_RATE,
+                kill_every=(kill_every or timedelta(seconds=5)).total_seconds(),
+                lease=(lease or timedelta(seconds=30)).total_seconds(),
+                pool_size=pool_size,
+                seed=seed,
+            )
+            result = run_fleet(target, embedded, fleet_opts, say)
+        elif soak is not None:
             sample = (soak_sample or timedelta(minutes=1)).total_seconds()
-            soak_opts = SoakOptions(soak.total_seconds(), rate, max(sample, 1.0), Path(json_lines))
+            soak_opts = SoakOptions(
+                soak.total_seconds(), rate or SOAK_RATE, max(sample, 1.0), Path(json_lines)
+            )
             result = run_soak(target, embedded, soak_opts, say)
         elif producers is not None:
             total = jobs or DEFAULT_PRODUCERS_JOBS
@@ -101,9 +143,9 @@ def run_command(
                 embedded,
                 Options(
                     jobs or DEFAULT_JOBS,
-                    workers,
+                    workers or DEFAULT_WORKERS,
                     batch,
-                    concurrency,
+                    concurrency or DEFAULT_CONCURRENCY,
                     payload_bytes,
                     latency_samples,
                     rounds,
@@ -112,6 +154,8 @@ def run_command(
             )
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))
+    elif fleet is not None:
+        print_fleet(result, say)
     elif soak is not None:
         print_soak(result, say)
     elif producers is not None:
@@ -122,3 +166,7 @@ def run_command(
         print_same_resources(result, console)
     else:
         print_tables(result, console)
+    if fleet is not None and not result["passed"]:
+        if as_json:
+            say("fleet FAILED: see \"checks\"")
+        raise click.exceptions.Exit(1)

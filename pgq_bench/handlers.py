@@ -1,16 +1,49 @@
-"""No-op job handlers for the bench: `pgq worker --handler pgq_bench.handlers:noop_sync` (a plain
-function, run on the worker's threads) or `...:noop_async` (an `async def`, run on its loop).
-They do nothing, so a drain measures the queue, not the work."""
+"""Job handlers for the bench: `pgq worker --handler pgq_bench.handlers:noop_sync` (a plain
+function, run on the worker's threads) or `...:noop_async` (an `async def`, run on its loop)
+do nothing, so a drain measures the queue, not the work; `...:fenced_effect` (the fleet run's)
+applies one counted effect per job in the transaction that completes it."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgq_core.config import connect_options
 
 #: `--handler` specs of the no-op handlers, by kind.
 HANDLER_SPECS = {
     "sync": "pgq_bench.handlers:noop_sync",
     "async": "pgq_bench.handlers:noop_async",
 }
+FENCED_EFFECT_SPEC = "pgq_bench.handlers:fenced_effect"
+
+#: The fleet's effects: one row per job, written in the transaction that completes the job.
+#: `fence` is the fence of the last application; `fences` lists every application that
+#: committed, in order, so an effect applied twice is a row with two fences, never hidden by an
+#: overwrite (a plain fenced write would keep only the newest).
+EFFECTS_TABLE = """
+CREATE TABLE {s}.effects (
+  job_id  bigint      PRIMARY KEY,
+  fence   bigint      NOT NULL,
+  worker  text        NOT NULL,
+  fences  bigint[]    NOT NULL,
+  at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+APPLY_EFFECT = """
+INSERT INTO {s}.effects AS e (job_id, fence, worker, fences)
+VALUES (%(id)s, %(fence)s, %(worker)s, ARRAY[%(fence)s]::bigint[])
+ON CONFLICT (job_id) DO UPDATE
+   SET fence = excluded.fence, worker = excluded.worker, fences = e.fences || excluded.fence,
+       at = clock_timestamp()
+"""
+
+_local = threading.local()
 
 
 def noop_sync(ctx: Any) -> None:
@@ -21,3 +54,30 @@ def noop_sync(ctx: Any) -> None:
 async def noop_async(ctx: Any) -> None:
     """Completes the job at once (a coroutine)."""
     return None
+
+
+def _conn() -> psycopg.Connection[Any]:
+    """This handler thread's own connection to PGQ_DSN (through the pool when PGQ_POOLED: then
+    without prepared statements, as `connect_options` says)."""
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        dsn = os.environ["PGQ_DSN"]
+        conn = psycopg.connect(dsn, autocommit=True, **connect_options(dsn))
+        _local.conn = conn
+    return conn
+
+
+def fenced_effect(ctx: Any) -> None:
+    """Sleep `payload["sleep"]` seconds (the work), then apply the job's effect and complete
+    the job in one transaction: if the fence is stale, `complete` raises LeaseLost and the
+    effect rolls back with it."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    conn = _conn()
+    statement = sql.SQL(APPLY_EFFECT).format(s=sql.Identifier(ctx.schema))
+    try:
+        with conn.transaction():
+            conn.execute(statement, {"id": ctx.id, "fence": ctx.fence, "worker": ctx.worker_id})
+            ctx.complete(conn)
+    except psycopg.OperationalError:
+        conn.close()  # a broken link: the next job on this thread connects anew
+        raise

@@ -168,8 +168,9 @@ SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until
 
 -- name: settle_fail
 -- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
--- waiting on a row lock. Rows: ('failed' | 'busy', id, fence) per held job; one not reported
--- is lost.
+-- waiting on a row lock. Rows: ('failed' | 'busy' | 'done', id, fence) per held job ('done': a
+-- handler that completed the job in its own transaction, which committed, then raised); one
+-- not reported is lost.
 WITH held AS (
   SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[])
     AS t(id, fence, error)
@@ -199,9 +200,9 @@ WITH held AS (
 )
 SELECT 'failed', id, fence FROM settled
 UNION ALL
-SELECT 'busy', t.id, t.fence
+SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM settled)) t
-  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done');
 
 -- name: extend_leases
 -- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock.

@@ -322,6 +322,57 @@ async def test_a_handler_holding_its_row_in_a_transaction_costs_no_other_lease(
         assert claims(queue, job_id) == 1
 
 
+async def test_a_handler_whose_own_completion_did_not_commit_is_not_counted_done(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler completes its job in its own transaction, then raises. If that transaction
+    committed, the job is done (kept done); if it did not (in the fleet run PgBouncer closed the
+    connection of a worker frozen past its lease, so the COMMIT failed) and meanwhile the job
+    was reaped and claimed again, the job is lost to this worker: a stale write, not a done."""
+    committed = queue.enqueue("q", {"commit": True})
+    rolled_back = queue.enqueue("q", {"commit": False})
+    caplog.set_level("INFO", logger="pgq.worker")
+    jobs = sql.Identifier(schema, "jobs")
+
+    def handler(ctx: JobContext) -> None:
+        with psycopg.connect(dsn) as conn:
+            try:
+                with conn.transaction():
+                    ctx.complete(conn)
+                    if not ctx.payload["commit"]:
+                        raise RuntimeError("the COMMIT never reached the server")
+            except RuntimeError:
+                pass
+        if not ctx.payload["commit"]:  # the lease goes: reaped, and claimed by another worker
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute(
+                    sql.SQL("UPDATE {} SET lease_until = now() - interval '1s' WHERE id = %s")
+                    .format(jobs),
+                    (ctx.id,),
+                )
+                assert Queue(other, schema).reap() == [(ctx.id, "ready")]
+                (taken,) = Queue(other, schema).claim("q", 1, worker="thief")
+                assert taken.id == ctx.id
+        raise RuntimeError("connection lost at commit")
+
+    worker = make_worker(dsn, schema, handler, concurrency=2)
+    async with running(worker):
+        await until(lambda: worker.snapshot().done + worker.snapshot().lost == 2, what="settled")
+        await until(lambda: any(e[0] == "stale" for e in events(queue, rolled_back)),
+                    what="the stale write recorded")  # fmt: skip
+    snap = worker.snapshot()
+    assert (snap.done, snap.lost, snap.failed) == (1, 1, 0)
+    assert queue.job(committed).status == "done"
+    assert f"job {committed}: failed after completing itself; kept done" in caplog.text
+    assert f"job {rolled_back}: failed after completing itself" not in caplog.text
+    assert f"job {rolled_back}: lease lost (fence 1, fail matched no row)" in caplog.text
+    assert [e for e in events(queue, rolled_back) if e[0] in ("completed", "stale")] == [
+        ("stale", 1, worker.id)
+    ]
+    job = queue.job(rolled_back)
+    assert (job.status, job.fence, job.worker) == ("running", 2, "thief")
+
+
 # -- handlers that never end -----------------------------------------------------------------
 
 

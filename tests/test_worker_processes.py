@@ -398,9 +398,54 @@ def test_cli_handler_module_from_the_current_directory(
     assert queue.job(job_id).status == "done"
 
 
+def test_cli_worker_id_names_its_claims(queue: Queue, workers: Workers) -> None:
+    job_id = queue.enqueue("named", {})
+    proc = workers.start("named", "--handler", "handlers_for_tests:noop", "--burst",
+                         "--worker-id", "web-3.pgq:1")
+    assert proc.wait(60) == 0, workers.log(proc)
+    job = queue.job(job_id)
+    assert (job.status, job.worker) == ("done", "web-3.pgq:1")
+    assert [e.worker for e in job.history if e.event in ("claimed", "completed")] == [
+        "web-3.pgq:1", "web-3.pgq:1"
+    ]
+    assert "worker web-3.pgq:1 started" in workers.log(proc)
+
+
+def test_restart_under_the_same_id_leaves_the_killed_claim_to_its_lease(
+    queue: Queue, workers: Workers
+) -> None:
+    """A supervisor restarts a SIGKILLed worker in place, same --worker-id: the new process
+    does not hand back the jobs its predecessor held (it cannot tell them from a live twin's);
+    they come back when their leases expire, the attempt counted, and it runs them again."""
+    create_effects(queue)
+    job_id = queue.enqueue("same", {"sleep": 1.5}, max_attempts=5)
+    args = ("same", "--handler", "handlers_for_tests:fenced", "--lease", "1s",
+            "--poll-interval", "0.2s", "--worker-id", "node-1")
+    first = workers.start(*args)
+    wait_for(lambda: queue.job(job_id).status == "running", what="first claim")
+    first.kill()
+    first.wait(10)
+    second = workers.start(*args)
+    wait_for(lambda: queue.job(job_id).status == "done", what="done after the restart")
+    job = queue.job(job_id)
+    assert (job.fence, job.attempts, job.worker) == (2, 2, "node-1")
+    events = [(e.event, e.fence, e.worker) for e in job.history]
+    assert events[:2] == [("enqueued", 0, None), ("claimed", 1, "node-1")]
+    assert ("reaped", 1, "node-1") in events
+    assert events[-2:] == [("claimed", 2, "node-1"), ("completed", 2, "node-1")]
+    assert not [e for e in events if e[0] == "released"], events
+    assert queue.conn.execute(
+        q(queue.schema, "SELECT job_id, worker, fence FROM {s}.effects")
+    ).fetchall() == [(job_id, "node-1", 2)]
+    second.terminate()
+    assert second.wait(30) == 0, workers.log(second)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (("q", "--handler", "handlers_for_tests:noop", "--worker-id", "a b"), "--worker-id"),
+        (("q", "--handler", "handlers_for_tests:noop", "--worker-id", "x\x1b[2J"), "x\\x1b"),
         (("q", "--handler", "nope"), "pgq: error: invalid handler 'nope'"),
         (("q", "--handler", "no_such_mod:f"), "pgq: error: cannot import handler module"),
         (("q", "--handler", "handlers_for_tests:noop", "--lease", "soon"), "not a duration"),

@@ -591,12 +591,12 @@ class Worker:
         by_id = {h.job.id: h for h in fails}
         result.failed += [by_id[i] for i in settled.applied]
         result.busy += [by_id[i] for i in settled.busy]
-        for i in settled.lost:
+        for i in settled.already_done:  # it completed itself in its own transaction, then raised
+            log.info("job %d: failed after completing itself; kept done", i)
+            result.done.append(by_id[i])
+        for i in settled.lost:  # a completion of its own that did not commit is no help here
             h = by_id[i]
-            if h.ctx._completed:  # it completed itself in its own transaction, then raised
-                log.info("job %d: failed after completing itself; kept done", i)
-                result.done.append(h)
-            elif h.uncertain:  # our failure committed before the connection broke
+            if h.uncertain:  # our failure committed before the connection broke
                 result.failed.append(h)
             else:
                 result.lost.append((h, "fail"))
