@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 STATUSES = ("ready", "running", "done", "dead")
@@ -240,3 +240,12 @@ class Health:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class PartitionDay:
+    """What `ensure_partitions` did for one day: 'created' | 'exists' | 'default holds rows' |
+    'overlaps' | 'locked', or 'busy' (day None: another session was creating partitions)."""
+
+    day: date | None
+    outcome: str

@@ -25,6 +25,7 @@ from .models import (
     JobRow,
     Lease,
     LockWait,
+    PartitionDay,
     QueueStats,
     Schedule,
     Settled,
@@ -43,6 +44,10 @@ BACKOFF_CAP = 3600.0
 BACKOFF_JITTER = 0.25
 REAP_BATCH = 1000
 PRUNE_BATCH = 5000
+#: Daily partitions of job_events kept ahead of today (UTC), and how long their creation may
+#: wait for a lock (ATTACH holds the default partition: readers of the history wait on it).
+PARTITIONS_AHEAD = 7
+ENSURE_LOCK_TIMEOUT = timedelta(milliseconds=100)
 #: The most bytes of UTF-8 a unique key may have: it is indexed (a btree entry holds ~2.7 kB).
 UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
 #: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
@@ -448,6 +453,18 @@ def kill(
 
 def prune(older_than: timedelta, limit: int = PRUNE_BATCH) -> Op[int]:
     return Op("prune", {"older_than": older_than, "limit": limit}, lambda rows: int(rows[0][0]))
+
+
+def ensure_partitions(
+    ahead: int = PARTITIONS_AHEAD, lock_timeout: timedelta = ENSURE_LOCK_TIMEOUT
+) -> Op[list[PartitionDay]]:
+    """The daily partitions of job_events from today (UTC) to `ahead` days on, each created if
+    missing; never waits on a lock longer than `lock_timeout`."""
+    return Op(
+        "ensure_partitions",
+        {"ahead": ahead, "lock_timeout": lock_timeout},
+        lambda rows: [PartitionDay(*r) for r in rows],
+    )
 
 
 def stats(soon: timedelta | None = None) -> Op[list[QueueStats]]:

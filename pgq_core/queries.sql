@@ -442,6 +442,15 @@ WITH victims AS (
 )
 SELECT count(*) FROM gone;
 
+-- name: ensure_partitions
+-- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
+-- missing (the function is in migration 7). Never waits on a lock longer than `lock_timeout`.
+-- Rows: (day, 'created' | 'exists' | 'default holds rows' | 'overlaps' | 'locked'), or
+-- (NULL, 'busy') when another session is at it.
+SELECT day, outcome FROM {schema}.job_events_add_partitions(
+  (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
+  %(lock_timeout)s::interval);
+
 -- name: stats
 -- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
 -- (paused, limit, paused at, by, why); a paused or limited queue is listed even with no jobs.
@@ -776,12 +785,21 @@ SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.
 
 -- name: health_tables
 -- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
-SELECT t.relname, t.n_live_tup, t.n_dead_tup, t.last_vacuum, t.last_autovacuum,
-       t.last_analyze, t.last_autoanalyze,
-       pg_table_size(t.relid), pg_indexes_size(t.relid), pg_total_relation_size(t.relid)
-  FROM pg_stat_user_tables t
- WHERE t.schemaname = %(schema)s AND t.relname IN ('jobs', 'job_events')
- ORDER BY t.relname;
+-- job_events is partitioned: its figures are the sums over its partitions, its times the
+-- latest of any partition.
+SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
+       max(t.last_vacuum), max(t.last_autovacuum), max(t.last_analyze), max(t.last_autoanalyze),
+       sum(pg_table_size(t.relid))::bigint, sum(pg_indexes_size(t.relid))::bigint,
+       sum(pg_total_relation_size(t.relid))::bigint
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
+  JOIN pg_stat_user_tables t ON t.relid = p.relid
+ WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
+ GROUP BY c.relname
+ ORDER BY c.relname;
 
 -- name: health_xmin
 -- The session holding back the xmin horizon longest (vacuum cannot remove rows it may still
@@ -845,11 +863,20 @@ SELECT (SELECT count(*) FROM pg_stat_activity
 
 -- name: table_sizes
 -- Heap (with TOAST) and index bytes, live and dead tuples of the queue's two tables, from
--- pg_stat_user_tables (dead tuples are the statistics collector's estimate).
-SELECT relname::text, pg_table_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup
-  FROM pg_stat_user_tables
- WHERE schemaname = %(schema)s AND relname IN ('jobs', 'job_events')
- ORDER BY relname;
+-- pg_stat_user_tables (dead tuples are the statistics collector's estimate); job_events's are
+-- the sums over its partitions.
+SELECT c.relname::text, sum(pg_table_size(t.relid))::bigint,
+       sum(pg_indexes_size(t.relid))::bigint, sum(t.n_live_tup)::bigint,
+       sum(t.n_dead_tup)::bigint
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
+  JOIN pg_stat_user_tables t ON t.relid = p.relid
+ WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
+ GROUP BY c.relname
+ ORDER BY c.relname;
 
 -- name: claim_latency
 -- Jobs claimed since `since`: how many, and seconds from enqueue to claim (p50, p99) and, of

@@ -34,6 +34,7 @@ from .models import (
     JobEvent,
     JobRow,
     Lease,
+    PartitionDay,
     QueueStats,
     Schedule,
     Settled,
@@ -77,13 +78,33 @@ def result_json(result: Any) -> str | None:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
 
 
-def _missing(schema: str) -> SchemaMissing:
+def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
+    if isinstance(exc, psycopg.errors.UndefinedFunction):
+        return SchemaMissing(
+            f"schema {schema!r} lacks pgq's partitioned history (schema version 7): "
+            "run `pgq migrate`"
+        )
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
 
 
-def _is_missing(exc: psycopg.errors.UndefinedTable, schema: str) -> bool:
-    """True when the error is about the queue's own tables (not, say, a user's trigger)."""
-    return f'"{schema}.' in (exc.diag.message_primary or "")
+def _is_missing(exc: psycopg.Error, schema: str) -> bool:
+    """True when the error is about the queue's own tables, functions or schema (not, say, a
+    user's trigger)."""
+    message = exc.diag.message_primary or ""
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return f'"{schema}.' in message
+    if isinstance(exc, psycopg.errors.InvalidSchemaName):
+        return f'"{schema}"' in message
+    return isinstance(exc, psycopg.errors.UndefinedFunction) and (
+        f"{schema}.job_events_" in message
+    )
+
+
+_MISSING = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedFunction,
+)
 
 
 def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:
@@ -153,10 +174,10 @@ class Queue:
             with (conn or self.conn).cursor() as cur:
                 cur.execute(*_statement(op, self.schema))
                 rows = cur.fetchall() if cur.rownumber is not None else []
-        except psycopg.errors.UndefinedTable as exc:
+        except _MISSING as exc:
             if not _is_missing(exc, self.schema):
                 raise
-            raise _missing(self.schema) from exc
+            raise _missing(self.schema, exc) from exc
         return op.read(rows)
 
     # producers
@@ -320,6 +341,11 @@ class Queue:
     def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
         return sum(self.prune_batches(older_than, batch))
 
+    def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
+        """The history's daily partitions from today (UTC) to `ahead` days on, each created if
+        missing; what the workers' reapers do every hour."""
+        return self.run(ops.ensure_partitions(ahead))
+
     # queue control
     def pause(self, queue: str, reason: str | None = None) -> datetime:
         """The queue claims nothing from now on; returns when it was paused."""
@@ -461,10 +487,10 @@ class AsyncQueue:
             async with (conn or self.conn).cursor() as cur:
                 await cur.execute(*_statement(op, self.schema))
                 rows = await cur.fetchall() if cur.rownumber is not None else []
-        except psycopg.errors.UndefinedTable as exc:
+        except _MISSING as exc:
             if not _is_missing(exc, self.schema):
                 raise
-            raise _missing(self.schema) from exc
+            raise _missing(self.schema, exc) from exc
         return op.read(rows)
 
     async def enqueue(
@@ -581,6 +607,9 @@ class AsyncQueue:
         while deleted := await self.run(ops.prune(older_than, batch)):
             total += deleted
         return total
+
+    async def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
+        return await self.run(ops.ensure_partitions(ahead))
 
     async def pause(self, queue: str, reason: str | None = None) -> datetime:
         return await self.run(ops.pause(queue, operator_id(), reason))
