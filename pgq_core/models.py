@@ -243,9 +243,35 @@ class Health:
 
 
 @dataclass(frozen=True)
+class EventPartition:
+    """A partition of `job_events` (version 7): one UTC day, or the legacy one (from the
+    beginning, `from_at` None, to the migration)."""
+
+    name: str
+    from_at: datetime | None
+    to_at: datetime
+
+
+@dataclass(frozen=True)
 class PartitionDay:
     """What `ensure_partitions` did for one day: 'created' | 'exists' | 'default holds rows' |
     'overlaps' | 'locked', or 'busy' (day None: another session was creating partitions)."""
 
     day: date | None
     outcome: str
+
+
+@dataclass
+class PruneReport:
+    """What one prune did. `history_rows_kept`: rows of jobs still present that were moved out
+    of the dropped partitions into the default one; `partitions_locked`: partitions entirely
+    before the cutoff left for the next prune (their locks were not free)."""
+
+    deleted: int = 0
+    partitions_dropped: list[str] = field(default_factory=list)
+    history_rows_kept: int = 0
+    partitions_locked: list[str] = field(default_factory=list)
+    orphan_rows_deleted: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -428,7 +428,13 @@ WITH killed AS (
 SELECT id FROM killed ORDER BY id;
 
 -- name: prune
--- Delete up to `limit` done jobs finished before the cutoff, with their history.
+-- Delete up to `limit` done jobs finished before the cutoff, with their history. A job's
+-- history lies between its enqueue and its end (the `at` of its last transition is at most a
+-- statement's length after finished_at); the history is looked for from the batch's first
+-- enqueue to a day after its last end, so only the daily partitions of those days (and the
+-- default one, for days without their own) are read. A row later than that (a worker's stale
+-- report a day after the job ended) goes with its day's partition. Rows before
+-- `dropping_before` (the end of the partitions this prune drops next) are left to the drop.
 WITH victims AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'done' AND finished_at < now() - %(older_than)s::interval
@@ -436,9 +442,39 @@ WITH victims AS (
    LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 ), gone AS (
-  DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims) RETURNING id
+  DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims)
+  RETURNING id, least(queued_at, finished_at) AS began, greatest(queued_at, finished_at) AS ended
 ), history AS (
-  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT greatest(min(began), %(dropping_before)s::timestamptz) FROM gone)
+     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
+)
+SELECT count(*) FROM gone;
+
+-- name: event_partitions_before
+-- The partitions of job_events that lie entirely before the cutoff (the default never does),
+-- oldest first: what a prune drops.
+SELECT name, from_at, to_at FROM {schema}.job_events_partitions()
+ WHERE NOT is_default AND to_at <= now() - %(older_than)s::interval
+ ORDER BY to_at;
+
+-- name: drop_event_partition
+-- Drop one partition of job_events entirely before the cutoff; the history of jobs still
+-- present moves to the default partition first, in the same transaction (the function is in
+-- migration 7). Row: ('dropped' | 'locked' | 'gone' | 'too new', rows kept).
+SELECT outcome, kept FROM {schema}.job_events_drop_partition(
+  %(name)s::text, %(older_than)s::interval, %(lock_timeout)s::interval, %(attempts)s::int);
+
+-- name: prune_default_orphans
+-- After a prune dropped partitions: the default partition's rows before `dropping_before` of
+-- jobs no longer present (a pruned job's rows a dropped day had moved there, or its rows of a
+-- day that never had a partition). The default is small: rows of live jobs from dropped days.
+WITH gone AS (
+  DELETE FROM {schema}.job_events_default e
+   WHERE e.at < %(dropping_before)s::timestamptz
+     AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.job_id)
+  RETURNING 1
 )
 SELECT count(*) FROM gone;
 
@@ -734,7 +770,9 @@ WITH victims AS (
 SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
 -- name: delete_filtered
--- Operator: dead or done jobs matching a filter deleted with their history, one batch.
+-- Operator: dead or done jobs matching a filter deleted with their history, one batch. As in
+-- `prune`, the history is looked for from the batch's first enqueue to a day after its last
+-- end (a dead job without finished_at: to the end of time).
 WITH victims AS (
   SELECT j.id FROM {schema}.jobs j
    WHERE j.status IN ('dead', 'done') AND j.id > %(after)s AND {where}
@@ -744,9 +782,13 @@ WITH victims AS (
 ), gone AS (
   DELETE FROM {schema}.jobs j USING victims v
    WHERE j.id = v.id AND j.status IN ('dead', 'done')
-  RETURNING j.id
+  RETURNING j.id, least(j.queued_at, j.finished_at) AS began,
+            greatest(j.queued_at, coalesce(j.finished_at, 'infinity')) AS ended
 ), history AS (
-  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT min(began) FROM gone)
+     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
 )
 SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 

@@ -13,7 +13,15 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -35,6 +43,7 @@ from .models import (
     JobRow,
     Lease,
     PartitionDay,
+    PruneReport,
     QueueStats,
     Schedule,
     Settled,
@@ -334,12 +343,25 @@ class Queue:
         return job_id
 
     def prune_batches(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> Iterator[int]:
-        """Deletes in bounded batches, yielding each batch's count, until nothing is left."""
+        """Deletes done jobs with their history in bounded batches, yielding each batch's
+        count, until nothing is left. Drops no partition (`prune_report` does)."""
         while deleted := self.run(ops.prune(older_than, batch)):
             yield deleted
 
+    def prune_report(
+        self,
+        older_than: timedelta,
+        batch: int = ops.PRUNE_BATCH,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Done jobs finished before the cutoff go with their history, in bounded batches, and
+        every partition of the history entirely before the cutoff is dropped, the history of
+        jobs still present kept (`ops.prune_flow`)."""
+        return self._drive(ops.prune_flow(older_than, batch, progress), None)
+
     def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
-        return sum(self.prune_batches(older_than, batch))
+        """`prune_report`, answering the number of done jobs deleted."""
+        return self.prune_report(older_than, batch).deleted
 
     def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
         """The history's daily partitions from today (UTC) to `ahead` days on, each created if
@@ -602,11 +624,16 @@ class AsyncQueue:
     async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return await self.run(ops.kill(ids, operator_id(), reason))
 
+    async def prune_report(
+        self,
+        older_than: timedelta,
+        batch: int = ops.PRUNE_BATCH,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        return await self._drive(ops.prune_flow(older_than, batch, progress), None)
+
     async def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
-        total = 0
-        while deleted := await self.run(ops.prune(older_than, batch)):
-            total += deleted
-        return total
+        return (await self.prune_report(older_than, batch)).deleted
 
     async def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
         return await self.run(ops.ensure_partitions(ahead))
