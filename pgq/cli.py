@@ -923,6 +923,8 @@ def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) 
             f"left {_plural(len(report.partitions_locked), 'history partition')} for the next "
             f"prune (busy: {', '.join(report.partitions_locked)})"
         )
+    for day in report.days_not_created:
+        click.echo(f"no history partition for {day} (its rows go to the default partition)")
 
 
 # Queue operations (pause, limit, filters, errors, health) live in their own module.

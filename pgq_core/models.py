@@ -265,13 +265,16 @@ class PartitionDay:
 class PruneReport:
     """What one prune did. `history_rows_kept`: rows of jobs still present that were moved out
     of the dropped partitions into the default one; `partitions_locked`: partitions entirely
-    before the cutoff left for the next prune (their locks were not free)."""
+    before the cutoff left for the next prune (their locks were not free);
+    `days_not_created`: days ahead it could not make a partition for, with the reason (see
+    `PartitionDay`)."""
 
     deleted: int = 0
     partitions_dropped: list[str] = field(default_factory=list)
     history_rows_kept: int = 0
     partitions_locked: list[str] = field(default_factory=list)
     orphan_rows_deleted: int = 0
+    days_not_created: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

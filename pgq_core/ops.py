@@ -540,7 +540,10 @@ def prune_flow(
             progress(report)
     if dropping_before is not None:
         report.orphan_rows_deleted = yield prune_default_orphans(dropping_before)
-    yield ensure_partitions()
+    days: list[PartitionDay] = yield ensure_partitions()
+    report.days_not_created = [
+        f"{d.day}: {d.outcome}" for d in days if d.outcome in ("default holds rows", "overlaps")
+    ]
     return report
 
 

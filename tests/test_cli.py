@@ -508,6 +508,7 @@ def test_prune_deletes_old_done_jobs_in_batches(
         "history_rows_kept": 0,
         "partitions_locked": [],
         "orphan_rows_deleted": 0,
+        "days_not_created": [],
     }
 
 

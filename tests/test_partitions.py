@@ -203,6 +203,30 @@ def test_ensure_is_idempotent_and_skips_a_day_the_default_holds(
     assert [d.outcome for d in queue.ensure_partitions(ahead=12)].count("default holds rows") == 1
 
 
+def test_prune_says_which_day_the_default_holds(
+    schema: str, conn: Any, dsn: str, queue: Queue
+) -> None:
+    held = today(conn) + timedelta(days=5)
+    run(conn, schema, f"ALTER TABLE {{s}}.job_events DETACH PARTITION {{s}}.{day_name(held)}")
+    run(conn, schema, f"DROP TABLE {{s}}.{day_name(held)}")
+    run(
+        conn,
+        schema,
+        "INSERT INTO {s}.job_events (job_id, at, event, fence)"
+        " VALUES (1, (%s::date + time '06:00') AT TIME ZONE 'UTC', 'early', 0)",
+        held,
+    )
+    out = CliRunner().invoke(
+        main, ["--dsn", dsn, "--schema", schema, "prune", "--older-than", "7d"]
+    )
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == [
+        "pruned 0 done jobs older than 7d",
+        f"no history partition for {held}: default holds rows "
+        "(its rows go to the default partition)",
+    ]
+
+
 def test_ensure_gives_way_to_a_lock_and_to_another_session(
     schema: str, conn: Any, dsn: str, queue: Queue
 ) -> None:
@@ -306,6 +330,7 @@ def test_prune_drops_old_days_and_keeps_the_history_of_jobs_still_present(
         "history_rows_kept": 0,
         "partitions_locked": [],
         "orphan_rows_deleted": 0,
+        "days_not_created": [],
     }
 
 
