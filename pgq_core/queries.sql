@@ -435,6 +435,8 @@ SELECT id FROM killed ORDER BY id;
 -- default one, for days without their own) are read. A row later than that (a worker's stale
 -- report a day after the job ended) goes with its day's partition. Rows before
 -- `dropping_before` (the end of the partitions this prune drops next) are left to the drop.
+-- The victims are deleted by primary key (`id = ANY(ARRAY(...))`): as `id IN (victims)` the
+-- planner hashed them against a scan of the whole table, once per batch.
 WITH victims AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'done' AND finished_at < now() - %(older_than)s::interval
@@ -442,7 +444,7 @@ WITH victims AS (
    LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 ), gone AS (
-  DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims)
+  DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM victims))
   RETURNING id, least(queued_at, finished_at) AS began, greatest(queued_at, finished_at) AS ended
 ), history AS (
   DELETE FROM {schema}.job_events
