@@ -13,6 +13,7 @@ real normalizing to do.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -194,14 +195,21 @@ def _vacuum(conn: psycopg.Connection[Any], schema: str, analyze: bool) -> None:
 
 
 def _operator_calls(q: Queue) -> dict[str, Callable[[], object]]:
-    """The operator queries of `pgq jobs/requeue/kill/delete` (filters), `pgq errors` and
-    `pgq health`, as an operator on call would run them."""
+    """The operator queries of `pgq show` (a random job's history), `pgq jobs/requeue/kill/
+    delete` (filters), `pgq errors` and `pgq health`, as an operator on call would run them."""
     dead_timeouts = JobFilter(queue="q1", statuses=("dead",), error="timeout")
     failed = JobFilter(queue="q2", statuses=("failed",))
     payload = JobFilter(queue="q3", statuses=("ready",), payload=(parse_payload_match("n=1003"),))
     old_done = JobFilter(statuses=("done",), older_than=timedelta(days=7))
     group = next(iter(q.errors(limit=1)), None)
+    bounds = q.conn.execute(
+        sql.SQL("SELECT coalesce(min(id), 0), coalesce(max(id), 0) FROM {}.jobs").format(
+            sql.Identifier(q.schema)
+        )
+    ).fetchone()
+    lo, hi = (int(bounds[0]), int(bounds[1])) if bounds else (0, 0)
     calls: dict[str, Callable[[], object]] = {
+        "show (a job's history)": lambda: q.history(random.randint(lo, hi)),
         "jobs --queue --status dead --error": lambda: q.jobs_matching(dead_timeouts),
         "jobs --queue --status failed": lambda: q.jobs_matching(failed),
         "jobs --queue --status ready --payload": lambda: q.jobs_matching(payload),
