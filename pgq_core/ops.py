@@ -480,7 +480,8 @@ def drop_event_partition(
     lock_timeout: timedelta = DROP_LOCK_TIMEOUT,
     attempts: int = DROP_ATTEMPTS,
 ) -> Op[tuple[str, int]]:
-    """(outcome, history rows kept): 'dropped' | 'locked' | 'gone' | 'too new'."""
+    """(outcome, history rows kept): 'dropped' | 'locked' | 'busy' (another prune is at it) |
+    'gone' | 'too new'."""
     params = {
         "name": name,
         "older_than": older_than,

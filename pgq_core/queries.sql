@@ -463,8 +463,9 @@ SELECT name, from_at, to_at FROM {schema}.job_events_partitions()
 
 -- name: drop_event_partition
 -- Drop one partition of job_events entirely before the cutoff; the history of jobs still
--- present moves to the default partition first, in the same transaction (the function is in
--- migration 7). Row: ('dropped' | 'locked' | 'gone' | 'too new', rows kept).
+-- present moves to the default partition, in the same transaction (the function is in
+-- migration 7: job_events is held exclusively only while the kept rows move). Row:
+-- ('dropped' | 'locked' | 'busy' | 'gone' | 'too new', rows kept).
 SELECT outcome, kept FROM {schema}.job_events_drop_partition(
   %(name)s::text, %(older_than)s::interval, %(lock_timeout)s::interval, %(attempts)s::int);
 

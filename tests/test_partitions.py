@@ -416,6 +416,45 @@ def test_prunes_history_delete_reads_only_the_partitions_of_its_days(
     }, read
 
 
+def test_a_row_written_into_a_day_while_it_is_dropped_is_kept(
+    schema: str, conn: Any, dsn: str, queue: Queue
+) -> None:
+    """The rows to keep are found before the locks; a row written by hand into that day
+    meanwhile (newer than any seen) is kept as well, its job being present."""
+    day = today(conn) - timedelta(days=9)
+    add_days(conn, schema, day, day)
+    dead = queue.enqueue("q", {}, max_attempts=1)
+    queue.kill([dead])
+    age(conn, schema, [dead], 9, finished=True)
+    outcome: list[tuple[str, int]] = []
+
+    def drop() -> None:
+        with Queue.connect(dsn, schema) as q:
+            outcome.append(q.run(ops.drop_event_partition(day_name(day), WEEK, attempts=40)))
+
+    with psycopg.connect(dsn) as reader:
+        reader.execute(
+            sql.SQL("SELECT count(*) FROM {}.job_events").format(sql.Identifier(schema))
+        )  # holds every partition: the drop finds its rows, then waits for its locks
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        time.sleep(0.5)
+        run(
+            conn,
+            schema,
+            "INSERT INTO {s}.job_events (job_id, at, event, fence)"
+            " VALUES (%s, (%s::date + time '12:00') AT TIME ZONE 'UTC', 'by hand', 0)",
+            dead,
+            day,
+        )
+        time.sleep(0.3)
+        assert dropper.is_alive()
+    dropper.join(TIMEOUT)
+    assert outcome == [("dropped", 3)]
+    assert [e for _, e in homes(conn, schema, dead)] == ["enqueued", "killed", "by hand"]
+    assert {h for h, _ in homes(conn, schema, dead)} == {"job_events_default"}
+
+
 def test_two_prunes_at_once_drop_each_day_once(
     schema: str, conn: Any, dsn: str, queue: Queue
 ) -> None:

@@ -105,13 +105,20 @@ END
 $fn$;
 
 -- Drop one partition that lies entirely before now() - p_older_than, keeping the history of
--- jobs still present: in one transaction, DETACH it, insert its rows of jobs still in `jobs`
--- back through job_events (they land in the default partition, since no partition covers
--- their day any more), DROP it. Nothing is lost: no one writes or reads job_events meanwhile
--- (ACCESS EXCLUSIVE on it, its default and the partition, held from the first step to commit).
--- The locks are tried p_attempts times, each wait at most p_lock_timeout, with pauses doubling
--- from 0.1 s between tries. Row: (outcome, rows kept), outcome 'dropped' | 'locked' | 'gone'
--- (no such partition: another prune dropped it) | 'too new' (not entirely before the cutoff).
+-- jobs still present: their rows go back in through job_events and land in the default
+-- partition (no other partition covers their day any more). One transaction:
+--   1. without blocking anyone, the rows to keep are found (those of jobs in `jobs`; a scan of
+--      the partition, read-only) and the newest row id seen is noted;
+--   2. job_events, the partition and the default are locked ACCESS EXCLUSIVE: tried p_attempts
+--      times, each wait at most p_lock_timeout, pauses doubling from 0.1 s between tries;
+--   3. DETACH; insert the rows found in 1 and any row newer than the newest seen (written by
+--      hand since), each only if its job is still present; DROP.
+-- Writers and readers of the history wait only for 3, whose work grows with the rows kept, not
+-- with the partition's size. Nothing is lost: every pgq writer writes `at` = now, never into a
+-- day before the cutoff; a job deleted meanwhile loses its rows as it should. Concurrent calls
+-- for one partition do not queue: the second answers 'busy'. Row: (outcome, rows kept),
+-- outcome 'dropped' | 'locked' | 'busy' | 'gone' (no such partition: another prune dropped
+-- it) | 'too new' (not entirely before the cutoff).
 CREATE FUNCTION {schema}.job_events_drop_partition(
   p_name text, p_older_than interval,
   p_lock_timeout interval DEFAULT '200 milliseconds', p_attempts int DEFAULT 5
@@ -121,21 +128,48 @@ DECLARE
   nsp text;
   ends timestamptz;
   fallback text;
-  lo bigint;
-  hi bigint;
+  keep bigint[];
+  newest bigint;
   attempt int := 1;
 BEGIN
   SELECT n.nspname INTO nsp FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
    WHERE c.oid = '{schema}.job_events'::regclass;
+  kept := 0;
+  IF NOT pg_try_advisory_xact_lock(hashtext('pgq drop ' || nsp || '.' || p_name)) THEN
+    outcome := 'busy';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  SELECT p.to_at INTO ends FROM {schema}.job_events_partitions() p
+   WHERE p.name = p_name AND NOT p.is_default;
+  IF NOT FOUND THEN
+    outcome := 'gone';
+    RETURN NEXT;
+    RETURN;
+  ELSIF ends > now() - p_older_than THEN
+    outcome := 'too new';
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  BEGIN
+    EXECUTE format('SELECT (SELECT coalesce(max(id), 0) FROM %I.%I),'
+                   ' ARRAY(SELECT e.id FROM %I.%I e'
+                   '        WHERE EXISTS (SELECT 1 FROM %I.jobs j WHERE j.id = e.job_id))',
+                   nsp, p_name, nsp, p_name, nsp)
+      INTO newest, keep;
+  EXCEPTION WHEN undefined_table THEN
+    outcome := 'gone';
+    RETURN NEXT;
+    RETURN;
+  END;
   PERFORM set_config('lock_timeout',
                      greatest(1, (extract(epoch FROM p_lock_timeout) * 1000)::bigint) || 'ms',
                      true);
-  kept := 0;
   LOOP
     BEGIN
       EXECUTE format('LOCK TABLE ONLY %I.job_events IN ACCESS EXCLUSIVE MODE', nsp);
-      SELECT p.to_at INTO ends FROM {schema}.job_events_partitions() p
-       WHERE p.name = p_name AND NOT p.is_default;
+      PERFORM 1 FROM {schema}.job_events_partitions() p
+        WHERE p.name = p_name AND NOT p.is_default;
       IF NOT FOUND THEN
         outcome := 'gone';
         RETURN NEXT;
@@ -157,17 +191,12 @@ BEGIN
     PERFORM pg_sleep(0.1 * 2 ^ (attempt - 1));
     attempt := attempt + 1;
   END LOOP;
-  IF ends > now() - p_older_than THEN
-    outcome := 'too new';
-    RETURN NEXT;
-    RETURN;
-  END IF;
   EXECUTE format('ALTER TABLE %I.job_events DETACH PARTITION %I.%I', nsp, nsp, p_name);
-  EXECUTE format('SELECT min(job_id), max(job_id) FROM %I.%I', nsp, p_name) INTO lo, hi;
   EXECUTE format('INSERT INTO %I.job_events SELECT e.* FROM %I.%I e'
-                 ' WHERE e.job_id IN (SELECT j.id FROM %I.jobs j WHERE j.id BETWEEN $1 AND $2)',
+                 ' WHERE (e.id = ANY($1) OR e.id > $2)'
+                 '   AND EXISTS (SELECT 1 FROM %I.jobs j WHERE j.id = e.job_id)',
                  nsp, nsp, p_name, nsp)
-    USING lo, hi;
+    USING keep, newest;
   GET DIAGNOSTICS kept = ROW_COUNT;
   EXECUTE format('DROP TABLE %I.%I', nsp, p_name);
   outcome := 'dropped';
