@@ -495,11 +495,14 @@ def test_upgrade_from_version_6_keeps_every_history_row(
 ) -> None:
     migrate_mod = importlib.import_module("pgq_core.migrate")
     name = f"t_{secrets.token_hex(5)}"
+    reader = f"{name}_reader"
     with psycopg.connect(dsn, autocommit=True) as conn:
         try:
             with monkeypatch.context() as m:
                 m.setattr(migrate_mod, "migrations", lambda: migrations()[:6])
                 assert migrate(conn, name) == [1, 2, 3, 4, 5, 6]
+            run(conn, name, f"CREATE ROLE {reader}")
+            run(conn, name, f"GRANT SELECT ON {{s}}.job_events TO {reader}")
             # version 6's data, as version 6 wrote it: jobs and their history over 30 days
             run(
                 conn,
@@ -523,6 +526,11 @@ def test_upgrade_from_version_6_keeps_every_history_row(
             assert len(before) == 300
             assert migrate(conn, name) == [v for v, _, _ in migrations()][6:]
             assert history_rows(conn, name) == before
+            [(can_read,)] = run(
+                conn, name, "SELECT has_table_privilege(%s, %s, 'SELECT')", reader,
+                f"{name}.job_events",
+            )
+            assert can_read
             parts = partitions(conn, name)
             assert parts["job_events_legacy"][0] is None
             assert parts["job_events_legacy"][1] == parts[day_name(today(conn))][0]
@@ -555,6 +563,7 @@ def test_upgrade_from_version_6_keeps_every_history_row(
             }
         finally:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(reader)))
 
 
 def test_upgrade_with_history_dated_after_the_migration(

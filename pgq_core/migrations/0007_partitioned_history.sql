@@ -204,14 +204,28 @@ BEGIN
 END
 $fn$;
 
--- An upgraded database's history becomes the legacy partition, bounded by now (the old table
--- is locked since the rename, so no row of it is newer) or, should an explicit `at` lie
--- later, just past its newest row; the rest of that day is that day's partition. An empty old
--- table (a fresh database) is simply dropped.
+-- The privileges granted on the old table are granted on the new one (roles reading the
+-- history through it keep reading). An upgraded database's history becomes the legacy
+-- partition, bounded by now (the old table is locked since the rename, so no row of it is
+-- newer) or, should an explicit `at` lie later, just past its newest row; the rest of that day
+-- is that day's partition. An empty old table (a fresh database) is simply dropped.
 DO $do$
 DECLARE
   bound timestamptz;
+  grant_ record;
 BEGIN
+  FOR grant_ IN
+    SELECT a.privilege_type, a.is_grantable,
+           CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END AS grantee
+      FROM pg_class c
+     CROSS JOIN LATERAL aclexplode(c.relacl) a
+      LEFT JOIN pg_roles r ON r.oid = a.grantee
+     WHERE c.oid = '{schema}.job_events_legacy'::regclass AND a.grantee <> c.relowner
+  LOOP
+    EXECUTE format('GRANT %s ON {schema}.job_events TO %s%s', grant_.privilege_type,
+                   grant_.grantee,
+                   CASE WHEN grant_.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
   IF NOT EXISTS (SELECT 1 FROM {schema}.job_events_legacy) THEN
     DROP TABLE {schema}.job_events_legacy;
     RETURN;
