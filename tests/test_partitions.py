@@ -643,3 +643,45 @@ async def test_prune_beside_a_running_worker_loses_nothing(
     [(left,)] = run(conn, schema, "SELECT count(*) FROM {s}.job_events WHERE job_id = ANY(%s)", old)
     assert left == 0
     assert worker.snapshot().done == 300
+
+
+async def test_workers_run_through_the_upgrade_from_version_6(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 7 on a live queue: workers wait for it (it holds job_events), then write into
+    the partitioned table; no job and no history row is lost."""
+    migrate_mod = importlib.import_module("pgq_core.migrate")
+    name = f"t_{secrets.token_hex(5)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(migrate_mod, "migrations", lambda: migrations()[:6])
+                migrate(conn, name)
+            q = Queue(conn, name)
+            ids = q.enqueue_many([JobSpec("q", {"i": i}) for i in range(400)])
+
+            async def handler(ctx: JobContext) -> None:
+                await asyncio.sleep(0.005)
+
+            worker = Worker(dsn, ["q"], handler, schema=name, concurrency=4, burst=True)
+            task = asyncio.create_task(worker.run())
+            while worker.snapshot().done < 50:
+                await asyncio.sleep(0.01)
+
+            def upgrade() -> list[int]:
+                with psycopg.connect(dsn, autocommit=True) as other:
+                    return migrate(other, name)
+
+            assert await asyncio.to_thread(upgrade) == [v for v, _, _ in migrations()][6:]
+            assert worker.snapshot().done < 400, "the upgrade came after the drain"
+            await asyncio.wait_for(task, TIMEOUT)
+            assert worker.snapshot().done == 400
+            for job_id in ids:
+                assert [e.event for e in q.history(job_id)] == ["enqueued", "claimed", "completed"]
+            held = run(conn, name, "SELECT DISTINCT tableoid::regclass::text FROM {s}.job_events")
+            assert {r[0].split(".")[-1] for r in held} == {
+                "job_events_legacy",
+                day_name(today(conn)),
+            }
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
