@@ -30,7 +30,7 @@ from rich.text import Text
 from pgq_core import JobDetail, JobNotFound, JobSpec, Queue, ops
 from pgq_core import migrate as run_migrate
 from pgq_core.config import check_dsn
-from pgq_core.models import STATUSES
+from pgq_core.models import STATUSES, PruneReport
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS, PRUNE_BATCH, REAP_BATCH, PayloadPreview
 from pgq_core.text import printable
 
@@ -886,20 +886,45 @@ def reap(ctx: click.Context, as_json: bool) -> None:
     show_default=True,
     help="Rows deleted per statement (keeps each transaction short).",
 )
-@click.option("--json", "as_json", is_flag=True, help='Print {"deleted": N}.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"deleted": N, "partitions_dropped": [...], "history_rows_kept": N, ...}.',
+)
 @click.pass_context
 def prune(ctx: click.Context, older_than: timedelta, batch: int, as_json: bool) -> None:
-    """Delete old done jobs and their history, in bounded batches."""
-    deleted = 0
+    """Delete old done jobs and their history, in bounded batches; drop the days of history
+    that lie entirely before the cutoff, keeping the history of jobs still present."""
     with _queue(ctx) as q, _progress(total_hint=False) as progress:
         task = progress.add_task("pruning: 0 deleted")
-        for count in q.prune_batches(older_than, batch):
-            deleted += count
-            progress.update(task, description=f"pruning: {deleted} deleted")
+
+        def show(report: PruneReport) -> None:
+            dropped = len(report.partitions_dropped)
+            progress.update(
+                task,
+                description=f"pruning: {report.deleted} deleted, "
+                f"{_plural(dropped, 'partition')} dropped",
+            )
+
+        report = q.prune_report(older_than, batch, show)
     if as_json:
-        echo_json({"deleted": deleted})
-    else:
-        click.echo(f"pruned {_plural(deleted, 'done job')} older than {_span(older_than)}")
+        echo_json(report.to_dict())
+        return
+    click.echo(f"pruned {_plural(report.deleted, 'done job')} older than {_span(older_than)}")
+    if report.partitions_dropped:
+        click.echo(
+            f"dropped {_plural(len(report.partitions_dropped), 'history partition')} "
+            f"({', '.join(report.partitions_dropped)}), keeping "
+            f"{_plural(report.history_rows_kept, 'history row')} of jobs still present"
+        )
+    if report.partitions_locked:
+        click.echo(
+            f"left {_plural(len(report.partitions_locked), 'history partition')} for the next "
+            f"prune (busy: {', '.join(report.partitions_locked)})"
+        )
+    for day in report.days_not_created:
+        click.echo(f"no history partition for {day} (its rows go to the default partition)")
 
 
 # Queue operations (pause, limit, filters, errors, health) live in their own module.

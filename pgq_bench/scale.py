@@ -13,6 +13,7 @@ real normalizing to do.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -74,13 +75,33 @@ SELECT j.id, coalesce(j.finished_at, j.queued_at), e.event, e.fence,
                ('dead', 'enqueued', 0), ('dead', 'claimed', 5), ('dead', 'dead', 5))
        AS e(status, event, fence) ON e.status = j.status
 """
+#: Fixture days: the history's daily partitions for the days the fixture history covers
+#: (migration 7 makes today and the week ahead only).
+FIXTURE_DAYS = """
+SELECT count(*) FILTER (WHERE outcome = 'created')
+  FROM {s}.job_events_add_partitions((now() AT TIME ZONE 'UTC')::date - {days} - 1,
+                                     (now() AT TIME ZONE 'UTC')::date)
+"""
+#: A table and each of its indexes; a partitioned one (job_events) as the sum of its
+#: partitions, and the number of its partitions.
 SIZES = """
-SELECT c.relname, pg_relation_size(c.oid), pg_total_relation_size(c.oid)
-  FROM pg_class c WHERE c.oid = %(table)s::regclass
+WITH leaves AS (
+  SELECT c.oid AS rel, c.oid AS leaf FROM pg_class c
+   WHERE c.oid = %(table)s::regclass AND c.relkind = 'r'
+  UNION ALL
+  SELECT %(table)s::regclass, t.relid FROM pg_partition_tree(%(table)s::regclass) t
+   WHERE t.isleaf
+)
+SELECT c.relname, sum(pg_relation_size(l.leaf)), sum(pg_total_relation_size(l.leaf)), count(*)
+  FROM leaves l JOIN pg_class c ON c.oid = l.rel
+ GROUP BY c.relname
 UNION ALL
-SELECT ic.relname, pg_relation_size(ic.oid), pg_relation_size(ic.oid)
+SELECT ic.relname, coalesce(sum(pg_relation_size(coalesce(t.relid, ic.oid))), 0),
+       coalesce(sum(pg_relation_size(coalesce(t.relid, ic.oid))), 0), count(*)
   FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+  LEFT JOIN LATERAL (SELECT relid FROM pg_partition_tree(ic.oid) WHERE isleaf) t ON true
  WHERE i.indrelid = %(table)s::regclass
+ GROUP BY ic.relname
 """
 VACUUM = "VACUUM {analyze}{s}.{t}"
 TABLES = ("jobs", "job_events", "queue_counts")
@@ -145,17 +166,19 @@ def explain(conn: psycopg.Connection[Any], schema: str, op: ops.Op[Any]) -> dict
 
 
 def sizes(conn: psycopg.Connection[Any], schema: str, done: int) -> dict[str, Any]:
-    """Bytes per relation (tables: heap and total with indexes and TOAST; indexes: their own),
-    and the same per million done jobs."""
+    """Bytes per relation (tables: heap and total with indexes and TOAST; indexes: their own;
+    a partitioned one: the sums over its partitions, and how many), and the same per million
+    done jobs."""
     per_million = 1_000_000 / done if done else 0.0
     out: dict[str, Any] = {}
     for table in ("jobs", "job_events"):
         qualified = f"{schema}.{table}"
-        for name, own, total in conn.execute(SIZES, {"table": qualified}).fetchall():
+        for name, own, total, parts in conn.execute(SIZES, {"table": qualified}).fetchall():
             out[name] = {
                 "bytes": int(own),
                 "total_bytes": int(total),
                 "mb_per_million_done": round(int(total) * per_million / 2**20, 1),
+                "partitions": int(parts),
             }
     return out
 
@@ -172,14 +195,21 @@ def _vacuum(conn: psycopg.Connection[Any], schema: str, analyze: bool) -> None:
 
 
 def _operator_calls(q: Queue) -> dict[str, Callable[[], object]]:
-    """The operator queries of `pgq jobs/requeue/kill/delete` (filters), `pgq errors` and
-    `pgq health`, as an operator on call would run them."""
+    """The operator queries of `pgq show` (a random job's history), `pgq jobs/requeue/kill/
+    delete` (filters), `pgq errors` and `pgq health`, as an operator on call would run them."""
     dead_timeouts = JobFilter(queue="q1", statuses=("dead",), error="timeout")
     failed = JobFilter(queue="q2", statuses=("failed",))
     payload = JobFilter(queue="q3", statuses=("ready",), payload=(parse_payload_match("n=1003"),))
     old_done = JobFilter(statuses=("done",), older_than=timedelta(days=7))
     group = next(iter(q.errors(limit=1)), None)
+    bounds = q.conn.execute(
+        sql.SQL("SELECT coalesce(min(id), 0), coalesce(max(id), 0) FROM {}.jobs").format(
+            sql.Identifier(q.schema)
+        )
+    ).fetchone()
+    lo, hi = (int(bounds[0]), int(bounds[1])) if bounds else (0, 0)
     calls: dict[str, Callable[[], object]] = {
+        "show (a job's history)": lambda: q.history(random.randint(lo, hi)),
         "jobs --queue --status dead --error": lambda: q.jobs_matching(dead_timeouts),
         "jobs --queue --status failed": lambda: q.jobs_matching(failed),
         "jobs --queue --status ready --payload": lambda: q.jobs_matching(payload),
@@ -199,6 +229,9 @@ def _operator_calls(q: Queue) -> dict[str, Callable[[], object]]:
 def _fill(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
     statement = sql.SQL(FIXTURE_JOBS).format(
         s=sql.Identifier(schema), queues=sql.Literal(QUEUES), days=sql.Literal(HISTORY_DAYS)
+    )
+    conn.execute(
+        sql.SQL(FIXTURE_DAYS).format(s=sql.Identifier(schema), days=sql.Literal(HISTORY_DAYS))
     )
     for status, n in (
         ("done", opts.done),
@@ -253,8 +286,10 @@ def run_stats_scale(
 
         say(f"prune done jobs older than {PRUNE_OLDER_THAN.days} days, then VACUUM")
         t0 = time.perf_counter()
-        pruned = q.prune(PRUNE_OLDER_THAN)
+        report = q.prune_report(PRUNE_OLDER_THAN)
         prune_seconds = time.perf_counter() - t0
+        pruned = report.deleted
+        sizes_after_prune = sizes(conn, schema, opts.done)
         t0 = time.perf_counter()
         _vacuum(conn, schema, analyze=True)
         vacuum_seconds = time.perf_counter() - t0
@@ -266,6 +301,9 @@ def run_stats_scale(
             "rows_per_second": pruned / prune_seconds if prune_seconds else None,
             "vacuum_seconds": vacuum_seconds,
             "done_left": remaining,
+            "partitions_dropped": len(report.partitions_dropped),
+            "history_rows_kept": report.history_rows_kept,
+            "sizes_after_prune": sizes_after_prune,
             "sizes_after_vacuum": sizes(conn, schema, opts.done),
             "stats_after": _timed(q.stats, opts.repeat),
             "explain_stats_after": explain(conn, schema, ops.stats()),
@@ -316,20 +354,30 @@ def print_scale(result: dict[str, Any], console: Console) -> None:
     console.print(operator)
 
     size_table = Table(title=f"sizes ({p['done']:,} done jobs)")
-    for col in ("relation", "MB", "MB / million done", "MB after prune + VACUUM"):
+    for col in (
+        "relation",
+        "MB",
+        "MB / million done",
+        "MB after prune",
+        "MB after prune + VACUUM",
+    ):
         size_table.add_column(col, justify="left" if col == "relation" else "right")
+    pruned_sizes = result["prune"]["sizes_after_prune"]
     after_sizes = result["prune"]["sizes_after_vacuum"]
     for name, s in result["sizes"].items():
         size_table.add_row(
             name,
             f"{s['total_bytes'] / 2**20:,.1f}",
             f"{s['mb_per_million_done']:,.1f}",
+            f"{pruned_sizes[name]['total_bytes'] / 2**20:,.1f}",
             f"{after_sizes[name]['total_bytes'] / 2**20:,.1f}",
         )
     console.print(size_table)
     pr = result["prune"]
     console.print(
         f"prune (older than {pr['older_than_days']} days): {pr['deleted']:,} jobs in "
-        f"{pr['seconds']:.1f}s, VACUUM {pr['vacuum_seconds']:.1f}s, {pr['done_left']:,} done left"
+        f"{pr['seconds']:.1f}s ({pr['partitions_dropped']} history partitions dropped, "
+        f"{pr['history_rows_kept']:,} rows kept), VACUUM {pr['vacuum_seconds']:.1f}s, "
+        f"{pr['done_left']:,} done left"
     )
     console.print("stats plan:\n  " + "\n  ".join(result["explain"]["stats"]["plan"]))

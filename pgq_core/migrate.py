@@ -9,6 +9,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD
+from .queries import statement
+
 _FILE = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
@@ -32,7 +35,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     One transaction under an advisory lock keyed on the schema name: a second process waits,
     then finds nothing left to do. Every shipped version not yet recorded is applied, in
     version order: numbers need not be contiguous, and a version merged later with a lower
-    number than one already applied (branches developed in parallel) is still applied.
+    number than one already applied (branches developed in parallel) is still applied. Then,
+    from version 7 on, the history's daily partitions ahead are made sure of (a day whose lock
+    is busy is left to the workers' reapers).
     """
     ident = sql.Identifier(schema)
     applied: list[int] = []
@@ -63,6 +68,16 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
                 [version, name],
             )
             applied.append(version)
+        has_partitions = conn.execute(
+            "SELECT to_regprocedure(format('%%I.job_events_add_partitions(date, date, interval)',"
+            " %s::text)) IS NOT NULL",
+            [schema],
+        ).fetchone()
+        if has_partitions and has_partitions[0]:
+            conn.execute(
+                statement("ensure_partitions", schema),
+                {"ahead": PARTITIONS_AHEAD, "lock_timeout": ENSURE_LOCK_TIMEOUT},
+            )
     return applied
 
 

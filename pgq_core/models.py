@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 STATUSES = ("ready", "running", "done", "dead")
@@ -237,6 +237,44 @@ class Health:
     notify_usage: float
     lock_waits: list[LockWait]
     warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EventPartition:
+    """A partition of `job_events` (version 7): one UTC day, or the legacy one (from the
+    beginning, `from_at` None, to the migration)."""
+
+    name: str
+    from_at: datetime | None
+    to_at: datetime
+
+
+@dataclass(frozen=True)
+class PartitionDay:
+    """What `ensure_partitions` did for one day: 'created' | 'exists' | 'default holds rows' |
+    'overlaps' | 'locked', or 'busy' (day None: another session was creating partitions)."""
+
+    day: date | None
+    outcome: str
+
+
+@dataclass
+class PruneReport:
+    """What one prune did. `history_rows_kept`: rows of jobs still present that were moved out
+    of the dropped partitions into the default one; `partitions_locked`: partitions entirely
+    before the cutoff left for the next prune (their locks were not free);
+    `days_not_created`: days ahead it could not make a partition for, with the reason (see
+    `PartitionDay`)."""
+
+    deleted: int = 0
+    partitions_dropped: list[str] = field(default_factory=list)
+    history_rows_kept: int = 0
+    partitions_locked: list[str] = field(default_factory=list)
+    orphan_rows_deleted: int = 0
+    days_not_created: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

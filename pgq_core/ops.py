@@ -19,12 +19,15 @@ from .filters import JobFilter
 from .models import (
     Enqueued,
     ErrorGroup,
+    EventPartition,
     Job,
     JobDetail,
     JobEvent,
     JobRow,
     Lease,
     LockWait,
+    PartitionDay,
+    PruneReport,
     QueueStats,
     Schedule,
     Settled,
@@ -43,6 +46,13 @@ BACKOFF_CAP = 3600.0
 BACKOFF_JITTER = 0.25
 REAP_BATCH = 1000
 PRUNE_BATCH = 5000
+#: Daily partitions of job_events kept ahead of today (UTC), and how long their creation may
+#: wait for a lock (ATTACH holds the default partition: readers of the history wait on it).
+PARTITIONS_AHEAD = 7
+ENSURE_LOCK_TIMEOUT = timedelta(milliseconds=100)
+#: Dropping a partition takes job_events exclusively: each try waits at most this long.
+DROP_LOCK_TIMEOUT = timedelta(milliseconds=200)
+DROP_ATTEMPTS = 5
 #: The most bytes of UTF-8 a unique key may have: it is indexed (a btree entry holds ~2.7 kB).
 UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
 #: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
@@ -464,8 +474,96 @@ def kill(
     return Op("kill", {"ids": list(ids), "actor": actor, "reason": reason}, _ids)
 
 
-def prune(older_than: timedelta, limit: int = PRUNE_BATCH) -> Op[int]:
-    return Op("prune", {"older_than": older_than, "limit": limit}, lambda rows: int(rows[0][0]))
+def prune(
+    older_than: timedelta, limit: int = PRUNE_BATCH, dropping_before: datetime | None = None
+) -> Op[int]:
+    """Up to `limit` done jobs finished before the cutoff, with their history; history rows
+    before `dropping_before` are left to the partition drops that follow (`prune_flow`)."""
+    params = {"older_than": older_than, "limit": limit, "dropping_before": dropping_before}
+    return Op("prune", params, lambda rows: int(rows[0][0]))
+
+
+def event_partitions_before(older_than: timedelta) -> Op[list[EventPartition]]:
+    """The partitions of job_events entirely before the cutoff, oldest first."""
+    return Op(
+        "event_partitions_before",
+        {"older_than": older_than},
+        lambda rows: [EventPartition(*r) for r in rows],
+    )
+
+
+def drop_event_partition(
+    name: str,
+    older_than: timedelta,
+    lock_timeout: timedelta = DROP_LOCK_TIMEOUT,
+    attempts: int = DROP_ATTEMPTS,
+) -> Op[tuple[str, int]]:
+    """(outcome, history rows kept): 'dropped' | 'locked' | 'busy' (another prune is at it) |
+    'gone' | 'too new'."""
+    params = {
+        "name": name,
+        "older_than": older_than,
+        "lock_timeout": lock_timeout,
+        "attempts": attempts,
+    }
+    return Op("drop_event_partition", params, lambda rows: (str(rows[0][0]), int(rows[0][1])))
+
+
+def prune_default_orphans(dropping_before: datetime) -> Op[int]:
+    return Op(
+        "prune_default_orphans",
+        {"dropping_before": dropping_before},
+        lambda rows: int(rows[0][0]),
+    )
+
+
+def ensure_partitions(
+    ahead: int = PARTITIONS_AHEAD, lock_timeout: timedelta = ENSURE_LOCK_TIMEOUT
+) -> Op[list[PartitionDay]]:
+    """The daily partitions of job_events from today (UTC) to `ahead` days on, each created if
+    missing; never waits on a lock longer than `lock_timeout`."""
+    return Op(
+        "ensure_partitions",
+        {"ahead": ahead, "lock_timeout": lock_timeout},
+        lambda rows: [PartitionDay(*r) for r in rows],
+    )
+
+
+def prune_flow(
+    older_than: timedelta,
+    batch: int = PRUNE_BATCH,
+    progress: Callable[[PruneReport], None] | None = None,
+) -> Generator[Op[Any], Any, PruneReport]:
+    """A whole prune, as a generator of ops (driven like `enqueue_flow`): done jobs finished
+    before the cutoff go in batches with their history, then every partition of job_events
+    entirely before the cutoff is dropped (the history of jobs still present kept), then the
+    default partition loses its rows of jobs gone from the dropped days, and the partitions
+    ahead are made sure of. The batches leave the history in the partitions about to be
+    dropped to the drop; one a lock kept is dropped by the next prune. `progress` sees the
+    report after each step."""
+    report = PruneReport()
+    droppable: list[EventPartition] = yield event_partitions_before(older_than)
+    dropping_before = droppable[-1].to_at if droppable else None
+    while deleted := (yield prune(older_than, batch, dropping_before)):
+        report.deleted += deleted
+        if progress is not None:
+            progress(report)
+    for part in droppable:
+        outcome, kept = yield drop_event_partition(part.name, older_than)
+        if outcome == "dropped":
+            report.partitions_dropped.append(part.name)
+            report.history_rows_kept += kept
+        elif outcome == "locked":
+            report.partitions_locked.append(part.name)
+        if progress is not None:
+            progress(report)
+    if dropping_before is not None:
+        report.orphan_rows_deleted = yield prune_default_orphans(dropping_before)
+    days: list[PartitionDay] = yield ensure_partitions()
+    report.days_not_created = [
+        f"{d.day}: {d.outcome}" for d in days if d.outcome in ("default holds rows", "overlaps")
+    ]
+    return report
 
 
 def stats(soon: timedelta | None = None) -> Op[list[QueueStats]]:

@@ -449,7 +449,15 @@ WITH killed AS (
 SELECT id FROM killed ORDER BY id;
 
 -- name: prune
--- Delete up to `limit` done jobs finished before the cutoff, with their history.
+-- Delete up to `limit` done jobs finished before the cutoff, with their history. A job's
+-- history lies between its enqueue and its end (the `at` of its last transition is at most a
+-- statement's length after finished_at); the history is looked for from the batch's first
+-- enqueue to a day after its last end, so only the daily partitions of those days (and the
+-- default one, for days without their own) are read. A row later than that (a worker's stale
+-- report a day after the job ended) goes with its day's partition. Rows before
+-- `dropping_before` (the end of the partitions this prune drops next) are left to the drop.
+-- The victims are deleted by primary key (`id = ANY(ARRAY(...))`): as `id IN (victims)` the
+-- planner hashed them against a scan of the whole table, once per batch.
 WITH victims AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'done' AND finished_at < now() - %(older_than)s::interval
@@ -457,11 +465,51 @@ WITH victims AS (
    LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 ), gone AS (
-  DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims) RETURNING id
+  DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM victims))
+  RETURNING id, least(queued_at, finished_at) AS began, greatest(queued_at, finished_at) AS ended
 ), history AS (
-  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT greatest(min(began), %(dropping_before)s::timestamptz) FROM gone)
+     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
 )
 SELECT count(*) FROM gone;
+
+-- name: event_partitions_before
+-- The partitions of job_events that lie entirely before the cutoff (the default never does),
+-- oldest first: what a prune drops.
+SELECT name, from_at, to_at FROM {schema}.job_events_partitions()
+ WHERE NOT is_default AND to_at <= now() - %(older_than)s::interval
+ ORDER BY to_at;
+
+-- name: drop_event_partition
+-- Drop one partition of job_events entirely before the cutoff; the history of jobs still
+-- present moves to the default partition, in the same transaction (the function is in
+-- migration 7: job_events is held exclusively only while the kept rows move). Row:
+-- ('dropped' | 'locked' | 'busy' | 'gone' | 'too new', rows kept).
+SELECT outcome, kept FROM {schema}.job_events_drop_partition(
+  %(name)s::text, %(older_than)s::interval, %(lock_timeout)s::interval, %(attempts)s::int);
+
+-- name: prune_default_orphans
+-- After a prune dropped partitions: the default partition's rows before `dropping_before` of
+-- jobs no longer present (a pruned job's rows a dropped day had moved there, or its rows of a
+-- day that never had a partition). The default is small: rows of live jobs from dropped days.
+WITH gone AS (
+  DELETE FROM {schema}.job_events_default e
+   WHERE e.at < %(dropping_before)s::timestamptz
+     AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.job_id)
+  RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: ensure_partitions
+-- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
+-- missing (the function is in migration 7). Never waits on a lock longer than `lock_timeout`.
+-- Rows: (day, 'created' | 'exists' | 'default holds rows' | 'overlaps' | 'locked'), or
+-- (NULL, 'busy') when another session is at it.
+SELECT day, outcome FROM {schema}.job_events_add_partitions(
+  (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
+  %(lock_timeout)s::interval);
 
 -- name: stats
 -- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
@@ -746,7 +794,9 @@ WITH victims AS (
 SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
 -- name: delete_filtered
--- Operator: dead or done jobs matching a filter deleted with their history, one batch.
+-- Operator: dead or done jobs matching a filter deleted with their history, one batch. As in
+-- `prune`, the history is looked for from the batch's first enqueue to a day after its last
+-- end (a dead job without finished_at: to the end of time).
 WITH victims AS (
   SELECT j.id FROM {schema}.jobs j
    WHERE j.status IN ('dead', 'done') AND j.id > %(after)s AND {where}
@@ -756,9 +806,13 @@ WITH victims AS (
 ), gone AS (
   DELETE FROM {schema}.jobs j USING victims v
    WHERE j.id = v.id AND j.status IN ('dead', 'done')
-  RETURNING j.id
+  RETURNING j.id, least(j.queued_at, j.finished_at) AS began,
+            greatest(j.queued_at, coalesce(j.finished_at, 'infinity')) AS ended
 ), history AS (
-  DELETE FROM {schema}.job_events WHERE job_id IN (SELECT id FROM gone)
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT min(began) FROM gone)
+     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
 )
 SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 
@@ -797,12 +851,21 @@ SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.
 
 -- name: health_tables
 -- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
-SELECT t.relname, t.n_live_tup, t.n_dead_tup, t.last_vacuum, t.last_autovacuum,
-       t.last_analyze, t.last_autoanalyze,
-       pg_table_size(t.relid), pg_indexes_size(t.relid), pg_total_relation_size(t.relid)
-  FROM pg_stat_user_tables t
- WHERE t.schemaname = %(schema)s AND t.relname IN ('jobs', 'job_events')
- ORDER BY t.relname;
+-- job_events is partitioned: its figures are the sums over its partitions, its times the
+-- latest of any partition.
+SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
+       max(t.last_vacuum), max(t.last_autovacuum), max(t.last_analyze), max(t.last_autoanalyze),
+       sum(pg_table_size(t.relid))::bigint, sum(pg_indexes_size(t.relid))::bigint,
+       sum(pg_total_relation_size(t.relid))::bigint
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
+  JOIN pg_stat_user_tables t ON t.relid = p.relid
+ WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
+ GROUP BY c.relname
+ ORDER BY c.relname;
 
 -- name: health_xmin
 -- The session holding back the xmin horizon longest (vacuum cannot remove rows it may still
@@ -866,11 +929,20 @@ SELECT (SELECT count(*) FROM pg_stat_activity
 
 -- name: table_sizes
 -- Heap (with TOAST) and index bytes, live and dead tuples of the queue's two tables, from
--- pg_stat_user_tables (dead tuples are the statistics collector's estimate).
-SELECT relname::text, pg_table_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup
-  FROM pg_stat_user_tables
- WHERE schemaname = %(schema)s AND relname IN ('jobs', 'job_events')
- ORDER BY relname;
+-- pg_stat_user_tables (dead tuples are the statistics collector's estimate); job_events's are
+-- the sums over its partitions.
+SELECT c.relname::text, sum(pg_table_size(t.relid))::bigint,
+       sum(pg_indexes_size(t.relid))::bigint, sum(t.n_live_tup)::bigint,
+       sum(t.n_dead_tup)::bigint
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
+  JOIN pg_stat_user_tables t ON t.relid = p.relid
+ WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
+ GROUP BY c.relname
+ ORDER BY c.relname;
 
 -- name: claim_latency
 -- Jobs claimed since `since`: how many, and seconds from enqueue to claim (p50, p99) and, of

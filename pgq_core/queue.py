@@ -13,7 +13,15 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -34,6 +42,8 @@ from .models import (
     JobEvent,
     JobRow,
     Lease,
+    PartitionDay,
+    PruneReport,
     QueueStats,
     Schedule,
     Settled,
@@ -77,13 +87,33 @@ def result_json(result: Any) -> str | None:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
 
 
-def _missing(schema: str) -> SchemaMissing:
+def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
+    if isinstance(exc, psycopg.errors.UndefinedFunction):
+        return SchemaMissing(
+            f"schema {schema!r} lacks pgq's partitioned history (schema version 7): "
+            "run `pgq migrate`"
+        )
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
 
 
-def _is_missing(exc: psycopg.errors.UndefinedTable, schema: str) -> bool:
-    """True when the error is about the queue's own tables (not, say, a user's trigger)."""
-    return f'"{schema}.' in (exc.diag.message_primary or "")
+def _is_missing(exc: psycopg.Error, schema: str) -> bool:
+    """True when the error is about the queue's own tables, functions or schema (not, say, a
+    user's trigger)."""
+    message = exc.diag.message_primary or ""
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return f'"{schema}.' in message
+    if isinstance(exc, psycopg.errors.InvalidSchemaName):
+        return f'"{schema}"' in message
+    return isinstance(exc, psycopg.errors.UndefinedFunction) and (
+        f"{schema}.job_events_" in message
+    )
+
+
+_MISSING = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedFunction,
+)
 
 
 def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:
@@ -153,10 +183,10 @@ class Queue:
             with (conn or self.conn).cursor() as cur:
                 cur.execute(*_statement(op, self.schema))
                 rows = cur.fetchall() if cur.rownumber is not None else []
-        except psycopg.errors.UndefinedTable as exc:
+        except _MISSING as exc:
             if not _is_missing(exc, self.schema):
                 raise
-            raise _missing(self.schema) from exc
+            raise _missing(self.schema, exc) from exc
         return op.read(rows)
 
     # producers
@@ -313,12 +343,30 @@ class Queue:
         return job_id
 
     def prune_batches(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> Iterator[int]:
-        """Deletes in bounded batches, yielding each batch's count, until nothing is left."""
+        """Deletes done jobs with their history in bounded batches, yielding each batch's
+        count, until nothing is left. Drops no partition (`prune_report` does)."""
         while deleted := self.run(ops.prune(older_than, batch)):
             yield deleted
 
+    def prune_report(
+        self,
+        older_than: timedelta,
+        batch: int = ops.PRUNE_BATCH,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Done jobs finished before the cutoff go with their history, in bounded batches, and
+        every partition of the history entirely before the cutoff is dropped, the history of
+        jobs still present kept (`ops.prune_flow`)."""
+        return self._drive(ops.prune_flow(older_than, batch, progress), None)
+
     def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
-        return sum(self.prune_batches(older_than, batch))
+        """`prune_report`, answering the number of done jobs deleted."""
+        return self.prune_report(older_than, batch).deleted
+
+    def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
+        """The history's daily partitions from today (UTC) to `ahead` days on, each created if
+        missing; what the workers' reapers do every hour."""
+        return self.run(ops.ensure_partitions(ahead))
 
     # queue control
     def pause(self, queue: str, reason: str | None = None) -> datetime:
@@ -461,10 +509,10 @@ class AsyncQueue:
             async with (conn or self.conn).cursor() as cur:
                 await cur.execute(*_statement(op, self.schema))
                 rows = await cur.fetchall() if cur.rownumber is not None else []
-        except psycopg.errors.UndefinedTable as exc:
+        except _MISSING as exc:
             if not _is_missing(exc, self.schema):
                 raise
-            raise _missing(self.schema) from exc
+            raise _missing(self.schema, exc) from exc
         return op.read(rows)
 
     async def enqueue(
@@ -576,11 +624,19 @@ class AsyncQueue:
     async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return await self.run(ops.kill(ids, operator_id(), reason))
 
+    async def prune_report(
+        self,
+        older_than: timedelta,
+        batch: int = ops.PRUNE_BATCH,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        return await self._drive(ops.prune_flow(older_than, batch, progress), None)
+
     async def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
-        total = 0
-        while deleted := await self.run(ops.prune(older_than, batch)):
-            total += deleted
-        return total
+        return (await self.prune_report(older_than, batch)).deleted
+
+    async def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
+        return await self.run(ops.ensure_partitions(ahead))
 
     async def pause(self, queue: str, reason: str | None = None) -> datetime:
         return await self.run(ops.pause(queue, operator_id(), reason))

@@ -158,6 +158,15 @@ def test_stats_scale_tiny(dsn: str) -> None:
     # Done jobs are spread evenly over 30 days: those older than 7 days go.
     assert 2000 < prune["deleted"] < 3000
     assert prune["done_left"] == 3000 - prune["deleted"]
+    # The history of those 30 days is in daily partitions: the days before the cutoff are
+    # dropped whole (rows of jobs still present kept), so job_events shrinks at once.
+    assert sizes["job_events"]["partitions"] >= 39
+    assert prune["partitions_dropped"] >= 22
+    assert prune["history_rows_kept"] > 0
+    assert (
+        prune["sizes_after_prune"]["job_events"]["total_bytes"]
+        < sizes["job_events"]["total_bytes"] / 2
+    )
     assert _bench_schemas(dsn) == before
 
 

@@ -502,7 +502,14 @@ def test_prune_deletes_old_done_jobs_in_batches(
     assert (
         scalar(conn, schema, "SELECT count(*) FROM {s}.job_events WHERE job_id = ANY(%s)", old) == 0
     )
-    assert json.loads(ok(pgq("prune", "--older-than", "7d", "--json"))) == {"deleted": 0}
+    assert json.loads(ok(pgq("prune", "--older-than", "7d", "--json"))) == {
+        "deleted": 0,
+        "partitions_dropped": [],
+        "history_rows_kept": 0,
+        "partitions_locked": [],
+        "orphan_rows_deleted": 0,
+        "days_not_created": [],
+    }
 
 
 @pytest.mark.parametrize(
