@@ -1,11 +1,11 @@
-"""What migration 7 (the history partitioned by day) costs on a big version-6 database.
+"""What migration 9 (the history partitioned by day) costs on a big version-6 database.
 
 python benchmarks/partition_upgrade.py DSN [--done N] [--repeat R]
 
 Migrates a throwaway schema to version 6, fills it with `pgq bench --stats-scale`'s fixture
 (N done jobs over 30 days with 3 history rows each, N/10 ready, N/1000 running, N/100 dead),
 times a job's history read (the `history` statement, R random jobs), then times the upgrade to
-version 7 (one transaction: job_events is locked for all of it), reads the history again,
+version 9 (one transaction: job_events is locked for all of it), reads the history again,
 and prunes done jobs older than 7 days. The old table becomes the legacy partition as it is: no
 row is rewritten; the upgrade builds its (id, at) primary key and scans it once to check its
 rows are older than the bound. Until the legacy partition lies wholly before the cutoff (7 days

@@ -1,6 +1,6 @@
 """Where `pgq prune` spends its time, and what a writer of the history feels meanwhile.
 
-python benchmarks/prune_steps.py DSN [--done N] [--ready N] [--dead N] [--before-version-7]
+python benchmarks/prune_steps.py DSN [--done N] [--ready N] [--dead N] [--before-version-9]
 
 Fills a throwaway schema with `pgq bench --stats-scale`'s fixture (N done jobs over 30 days, 3
 history rows each; ready, 1,000 running and dead jobs over the same days, their history in
@@ -8,8 +8,8 @@ those days too), then prunes done jobs older than 7 days step by step: the batch
 (5,000 each), then each day of history dropped (the rows of jobs still present kept), then the
 default partition's rows of jobs gone. Meanwhile one connection inserts history rows in a loop,
 as workers do, and the longest of those inserts is reported. Also: WAL written, job_events's
-size before, after, and after VACUUM. `--before-version-7` runs the same on a version-6 schema
-(one unpartitioned job_events) with version 6's prune statement: the figures before the change.
+size before, after, and after VACUUM. `--before-version-9` runs the same on a version-8 schema
+(one unpartitioned job_events) with the unpartitioned prune: the figures before the change.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Writer:
 def fill_v6(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
     module = importlib.import_module("pgq_core.migrate")
     shipped = migrations()
-    module.migrations = lambda: [m for m in shipped if m[0] <= 6]  # type: ignore[attr-defined]
+    module.migrations = lambda: [m for m in shipped if m[0] < 9]  # type: ignore[attr-defined]
     try:
         migrate(conn, schema)
     finally:
@@ -156,14 +156,14 @@ def prune_v6(conn: psycopg.Connection[Any], schema: str, out: dict[str, Any]) ->
     out["deleted"] = deleted
 
 
-def main(dsn: str, opts: ScaleOptions, before_version_7: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"layout": "version 6" if before_version_7 else "version 7"}
+def main(dsn: str, opts: ScaleOptions, before_version_9: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"layout": "version 8" if before_version_9 else "version 9"}
     with (
-        throwaway_schema(dsn, "bench_prune", pgq=not before_version_7) as schema,
+        throwaway_schema(dsn, "bench_prune", pgq=not before_version_9) as schema,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
         t0 = time.perf_counter()
-        if before_version_7:
+        if before_version_9:
             fill_v6(conn, schema, opts)
         else:
             _fill(conn, schema, opts)
@@ -180,7 +180,7 @@ def main(dsn: str, opts: ScaleOptions, before_version_7: bool) -> dict[str, Any]
         q = Queue(conn, schema)
         t0 = time.perf_counter()
         with Writer(dsn, schema) as writer:
-            if before_version_7:
+            if before_version_9:
                 prune_v6(conn, schema, out)
             else:
                 prune_v7(q, out)
@@ -204,7 +204,7 @@ if __name__ == "__main__":
     parser.add_argument("--done", type=int, default=1_000_000)
     parser.add_argument("--ready", type=int, default=100_000)
     parser.add_argument("--dead", type=int, default=10_000)
-    parser.add_argument("--before-version-7", action="store_true")
+    parser.add_argument("--before-version-9", action="store_true")
     args = parser.parse_args()
     options = ScaleOptions(args.done, args.ready, 1_000, args.dead, repeat=1)
-    print(json.dumps(main(args.dsn, options, args.before_version_7), indent=2))
+    print(json.dumps(main(args.dsn, options, args.before_version_9), indent=2))

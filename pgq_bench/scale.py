@@ -76,7 +76,7 @@ SELECT j.id, coalesce(j.finished_at, j.queued_at), e.event, e.fence,
        AS e(status, event, fence) ON e.status = j.status
 """
 #: Fixture days: the history's daily partitions for the days the fixture history covers
-#: (migration 7 makes today and the week ahead only).
+#: (migration 9 makes today and the week ahead only).
 FIXTURE_DAYS = """
 SELECT count(*) FILTER (WHERE outcome = 'created')
   FROM {s}.job_events_add_partitions((now() AT TIME ZONE 'UTC')::date - {days} - 1,

@@ -36,7 +36,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     then finds nothing left to do. Every shipped version not yet recorded is applied, in
     version order: numbers need not be contiguous, and a version merged later with a lower
     number than one already applied (branches developed in parallel) is still applied. Then,
-    from version 7 on, the history's daily partitions ahead are made sure of (a day whose lock
+    from version 9 on, the history's daily partitions ahead are made sure of (a day whose lock
     is busy is left to the workers' reapers).
     """
     ident = sql.Identifier(schema)

@@ -244,7 +244,7 @@ class Health:
 
 @dataclass(frozen=True)
 class EventPartition:
-    """A partition of `job_events` (version 7): one UTC day, or the legacy one (from the
+    """A partition of `job_events` (version 9): one UTC day, or the legacy one (from the
     beginning, `from_at` None, to the migration)."""
 
     name: str

@@ -485,7 +485,7 @@ SELECT name, from_at, to_at FROM {schema}.job_events_partitions()
 -- name: drop_event_partition
 -- Drop one partition of job_events entirely before the cutoff; the history of jobs still
 -- present moves to the default partition, in the same transaction (the function is in
--- migration 7: job_events is held exclusively only while the kept rows move). Row:
+-- migration 9: job_events is held exclusively only while the kept rows move). Row:
 -- ('dropped' | 'locked' | 'busy' | 'gone' | 'too new', rows kept).
 SELECT outcome, kept FROM {schema}.job_events_drop_partition(
   %(name)s::text, %(older_than)s::interval, %(lock_timeout)s::interval, %(attempts)s::int);
@@ -504,7 +504,7 @@ SELECT count(*) FROM gone;
 
 -- name: ensure_partitions
 -- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
--- missing (the function is in migration 7). Never waits on a lock longer than `lock_timeout`.
+-- missing (the function is in migration 9). Never waits on a lock longer than `lock_timeout`.
 -- Rows: (day, 'created' | 'exists' | 'default holds rows' | 'overlaps' | 'locked'), or
 -- (NULL, 'busy') when another session is at it.
 SELECT day, outcome FROM {schema}.job_events_add_partitions(

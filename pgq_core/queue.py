@@ -90,7 +90,7 @@ def result_json(result: Any) -> str | None:
 def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
     if isinstance(exc, psycopg.errors.UndefinedFunction):
         return SchemaMissing(
-            f"schema {schema!r} lacks pgq's partitioned history (schema version 7): "
+            f"schema {schema!r} lacks pgq's partitioned history (schema version 9): "
             "run `pgq migrate`"
         )
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")

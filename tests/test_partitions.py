@@ -1,4 +1,4 @@
-"""The fence history partitioned by day (migration 7), on real PostgreSQL: where rows land, the
+"""The fence history partitioned by day (migration 9), on real PostgreSQL: where rows land, the
 partitions made ahead, prune dropping whole days without losing the history of jobs still
 present, the upgrade of a version-6 database, and prune beside a working worker."""
 

@@ -1,4 +1,4 @@
--- pgq schema, version 7: the fence history partitioned by day, so retention drops whole days.
+-- pgq schema, version 9: the fence history partitioned by day, so retention drops whole days.
 -- {schema} is replaced by the quoted schema identifier (psycopg.sql); nothing else is templated.
 -- Schema names are letters, digits and _ (config.check_schema), so `'{schema}.job_events'` is a
 -- valid literal for a regclass.
