@@ -693,14 +693,21 @@ def _held(mon: psycopg.Connection[Any], schema: str, slots: Sequence[Slot]) -> d
     return held
 
 
+def _pick(
+    fleet: Fleet, mon: psycopg.Connection[Any], schema: str, rng: random.Random
+) -> tuple[Slot, dict[str, int]]:
+    """A running worker, one holding jobs if any does; and what each running worker holds."""
+    candidates = fleet.running()
+    held = _held(mon, schema, candidates)
+    holders = [s for s in candidates if held.get(s.worker_id, 0) > 0]
+    return rng.choice(holders or candidates), held
+
+
 def _kill_one(
     fleet: Fleet, mon: psycopg.Connection[Any], schema: str, rng: random.Random, elapsed: float
 ) -> dict[str, Any]:
     """SIGKILL a running worker, preferably one holding jobs, and start it again (same id)."""
-    candidates = fleet.running()
-    held = _held(mon, schema, candidates)
-    holders = [s for s in candidates if held.get(s.worker_id, 0) > 0]
-    victim = rng.choice(holders or candidates)
+    victim, held = _pick(fleet, mon, schema, rng)
     fleet.kill(victim)
     return {"at_s": round(elapsed, 1), "worker": victim.worker_id,
             "held": held.get(victim.worker_id, 0)}  # fmt: skip
@@ -710,10 +717,7 @@ def _stop_one(
     fleet: Fleet, mon: psycopg.Connection[Any], schema: str, rng: random.Random, elapsed: float
 ) -> dict[str, Any]:
     """SIGSTOP a worker holding jobs (any, if none does); note what it held, and when."""
-    candidates = fleet.running()
-    held = _held(mon, schema, candidates)
-    holders = [s for s in candidates if held.get(s.worker_id, 0) > 0]
-    victim = rng.choice(holders or candidates)
+    victim, _ = _pick(fleet, mon, schema, rng)
     fleet.stop(victim)
     log = victim.logs[-1]
     at = mon.execute(SERVER_NOW).fetchone()[0]  # type: ignore[index]

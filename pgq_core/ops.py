@@ -876,11 +876,12 @@ class TableSize:
 
 
 def table_sizes(schema: str) -> Op[list[TableSize]]:
-    return Op(
-        "table_sizes",
-        {"schema": schema},
-        lambda rows: [TableSize(str(r[0]), *(int(v) for v in r[1:])) for r in rows],
-    )
+    """Heap and index bytes, live and dead tuples: the size columns of `health_tables`."""
+
+    def read(rows: Rows) -> list[TableSize]:
+        return [TableSize(str(r[0]), int(r[7]), int(r[8]), int(r[1]), int(r[2])) for r in rows]
+
+    return Op("health_tables", {"schema": schema}, read)
 
 
 @dataclass(frozen=True)

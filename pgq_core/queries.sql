@@ -927,23 +927,6 @@ SELECT (SELECT count(*) FROM pg_stat_activity
        coalesce((SELECT max(age(backend_xmin)) FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0)::bigint;
 
--- name: table_sizes
--- Heap (with TOAST) and index bytes, live and dead tuples of the queue's two tables, from
--- pg_stat_user_tables (dead tuples are the statistics collector's estimate); job_events's are
--- the sums over its partitions.
-SELECT c.relname::text, sum(pg_table_size(t.relid))::bigint,
-       sum(pg_indexes_size(t.relid))::bigint, sum(t.n_live_tup)::bigint,
-       sum(t.n_dead_tup)::bigint
-  FROM pg_class c
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
-                     UNION ALL
-                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
-  JOIN pg_stat_user_tables t ON t.relid = p.relid
- WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
- GROUP BY c.relname
- ORDER BY c.relname;
-
 -- name: claim_latency
 -- Jobs claimed since `since`: how many, and seconds from enqueue to claim (p50, p99) and, of
 -- those already done, from enqueue to done (p50, p99); with the time to pass as the next
