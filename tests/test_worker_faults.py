@@ -344,7 +344,8 @@ async def test_a_handler_whose_own_completion_did_not_commit_is_not_counted_done
             except RuntimeError:
                 pass
         if not ctx.payload["commit"]:  # the lease goes: reaped, and claimed by another worker
-            with psycopg.connect(dsn, autocommit=True) as other:
+            # reaped and claimed in one transaction: the worker never sees the job ready
+            with psycopg.connect(dsn, autocommit=True) as other, other.transaction():
                 other.execute(
                     sql.SQL("UPDATE {} SET lease_until = now() - interval '1s' WHERE id = %s")
                     .format(jobs),
