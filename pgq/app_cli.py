@@ -17,8 +17,8 @@ from pgq_core.cron import check_cron
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
-from .cli import INT4, _console, _queue, _text, _when, parse_payload
-from .context import PgqGroup, echo_json, queue_option
+from .cli import INT4, _console, _queue, _text, parse_payload
+from .context import PgqGroup, echo_json, queue_option, when
 
 #: Characters of a schedule's payload shown in `schedule list`.
 PAYLOAD_CHARS = 60
@@ -83,7 +83,7 @@ def add(
             name, queue_name, cron, payload, max_attempts=max_attempts, replace=replace
         )
         found = [s for s in q.list_schedules() if s.name == name]
-    upcoming = f"; next run {_when(found[0].next_slot)}" if found and found[0].next_slot else ""
+    upcoming = f"; next run {when(found[0].next_slot)}" if found and found[0].next_slot else ""
     where = f"{printable(cron)} on {printable(queue_name)}"
     click.echo(f"schedule {printable(name)}: {where}{upcoming}")
 
@@ -112,8 +112,8 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             _text(s.name),
             _text(s.queue),
             _text(s.cron),
-            _when(s.last_slot) or "never",
-            _when(s.next_slot),
+            when(s.last_slot) or "never",
+            when(s.next_slot),
             str(s.max_attempts),
             _text(payload),
         )

@@ -43,7 +43,9 @@ from .context import (
     queue_option,
     settings,
     unique,
+    when,
 )
+from .ops_cli import jobs_table
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -347,10 +349,6 @@ def _progress(total_hint: bool) -> Progress:
     return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
 
 
-def _when(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _span(value: timedelta) -> str:
     """A duration the way an operator writes it: 7d, 1h30m, 45s."""
     seconds = value.total_seconds()
@@ -606,26 +604,7 @@ def jobs(
     if not rows:
         click.echo("no jobs")
         return
-    table = Table()
-    for col in ("id", "queue", "status", "attempts", "fence", "run at", "worker", "last error"):
-        table.add_column(
-            col,
-            justify="right" if col in ("id", "attempts", "fence") else "left",
-            no_wrap=col in ("id", "status", "attempts", "fence", "run at"),
-        )
-    for r in rows:
-        error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
-        table.add_row(
-            str(r.id),
-            _text(r.queue),
-            r.status,
-            f"{r.attempts}/{r.max_attempts}",
-            str(r.fence),
-            _when(r.run_at),
-            _text(r.worker),
-            _text(error),
-        )
-    _console().print(table)
+    _console().print(jobs_table(rows))
 
 
 @main.command()
@@ -680,13 +659,13 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("attempts", f"{d.attempts} of {d.max_attempts}"),
         ("priority", str(d.priority)),
         ("fence", str(d.fence)),
-        ("run at", _when(d.run_at)),
-        ("queued at", _when(d.queued_at)),
+        ("run at", when(d.run_at)),
+        ("queued at", when(d.queued_at)),
         ("worker", d.worker or ""),
-        ("claimed at", _when(d.claimed_at)),
+        ("claimed at", when(d.claimed_at)),
         ("lease", lease),
-        ("lease until", _when(d.lease_until)),
-        ("finished at", _when(d.finished_at)),
+        ("lease until", when(d.lease_until)),
+        ("finished at", when(d.finished_at)),
         ("unique key", d.unique_key or ""),
     ):
         fields.add_row(label, _text(value))
@@ -717,7 +696,7 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         history.add_column(col, justify="right" if col == "fence" else "left")
     for e in d.history:
         history.add_row(
-            _when(e.at), e.event, str(e.fence), _text(e.worker), _text(e.detail, multiline=True)
+            when(e.at), e.event, str(e.fence), _text(e.worker), _text(e.detail, multiline=True)
         )
     console.print(history)
 

@@ -234,6 +234,11 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, default=_json_default, indent=2))
 
 
+def when(value: datetime | None) -> str:
+    """A timestamp as the operator's local time to the second; empty for None."""
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
 def unique(ids: Sequence[int]) -> list[int]:
     """The ids in their given order, each once."""
     return list(dict.fromkeys(ids))

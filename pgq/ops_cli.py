@@ -15,7 +15,7 @@ input is one `pgq: error:` line with exit 2; a real bulk run changes rows in bou
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -37,7 +37,7 @@ from pgq_core.models import ErrorGroup, Health, JobRow
 from pgq_core.ops import BULK_BATCH
 from pgq_core.text import printable
 
-from .context import duration, echo_json, settings
+from .context import duration, echo_json, settings, when
 
 INT4_MAX = 2**31 - 1
 #: Options that make `jobs`, `requeue` or `kill` a filtered command (the rest are the plain
@@ -49,10 +49,6 @@ VERBS = {"requeue": "requeued", "kill": "killed", "delete": "deleted"}
 def _p(text: str | None) -> str:
     """Database text for a Rich renderable: control characters visible, markup escaped."""
     return escape(printable(text or ""))
-
-
-def _when(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _plural(count: int, word: str) -> str:
@@ -112,7 +108,7 @@ def resume_command(ctx: click.Context, queue_name: str, as_json: bool) -> None:
     if was is None:
         click.echo(f"queue {name} was not paused; its workers were woken anyway")
     else:
-        click.echo(f"resumed queue {name} (paused since {_when(was)}); workers woken")
+        click.echo(f"resumed queue {name} (paused since {when(was)}); workers woken")
 
 
 def _limit_value(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
@@ -339,7 +335,8 @@ def _run_bulk(
 # ---------------------------------------------------------------------------- jobs
 
 
-def _jobs_table(rows: Sequence[JobRow]) -> Table:
+def jobs_table(rows: Sequence[JobRow]) -> Table:
+    """Jobs as `pgq jobs` prints them, plain or filtered."""
     table = Table()
     for col in ("id", "queue", "status", "attempts", "fence", "run at", "worker", "last error"):
         table.add_column(
@@ -355,7 +352,7 @@ def _jobs_table(rows: Sequence[JobRow]) -> Table:
             r.status,
             f"{r.attempts}/{r.max_attempts}",
             str(r.fence),
-            _when(r.run_at),
+            when(r.run_at),
             _p(r.worker),
             _p(error),
         )
@@ -395,7 +392,7 @@ def _make_jobs(plain: click.Command) -> click.Command:
         elif not rows:
             click.echo(f"no jobs matching: {printable(where.describe())}")
         else:
-            _console().print(_jobs_table(rows))
+            _console().print(jobs_table(rows))
 
     return click.Command(
         "jobs",
@@ -590,8 +587,8 @@ def _print_errors(groups: Sequence[ErrorGroup]) -> None:
             g.group,
             str(g.dead),
             str(g.failed),
-            _when(g.first_seen),
-            _when(g.last_seen),
+            when(g.first_seen),
+            when(g.last_seen),
             _p(", ".join(g.queues)),
             _p(g.pattern),
         )
@@ -635,8 +632,8 @@ def _print_health(h: Health) -> None:
             t.table,
             f"{t.live_tuples:,}",
             f"{t.dead_tuples:,}",
-            _when(vacuum) or "never",
-            _when(analyze) or "never",
+            when(vacuum) or "never",
+            when(analyze) or "never",
             _mb(t.table_bytes),
             _mb(t.index_bytes),
         )
