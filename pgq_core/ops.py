@@ -879,7 +879,11 @@ def table_sizes(schema: str) -> Op[list[TableSize]]:
     """Heap and index bytes, live and dead tuples: the size columns of `health_tables`."""
 
     def read(rows: Rows) -> list[TableSize]:
-        return [TableSize(str(r[0]), int(r[7]), int(r[8]), int(r[1]), int(r[2])) for r in rows]
+        tables = [TableHealth(*r) for r in rows]
+        return [
+            TableSize(t.table, t.table_bytes, t.index_bytes, t.live_tuples, t.dead_tuples)
+            for t in tables
+        ]
 
     return Op("health_tables", {"schema": schema}, read)
 
