@@ -144,26 +144,27 @@ class _Threads:
     in a handler given up never holds the process open.
     """
 
-    def __init__(self, size: int, name: str, run: Callable[[JobContext], Outcome]) -> None:
+    def __init__(
+        self,
+        size: int,
+        name: str,
+        run: Callable[[JobContext], Outcome],
+        deliver: Callable[[_Running, Outcome], None],
+    ) -> None:
         self._size = size
         self._name = name
         self._run = run
+        self._deliver = deliver
         self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._given = 0  # submitted and not yet handed back (event loop only)
         self._lock = threading.Lock()
         self._ended: list[tuple[_Running, Outcome]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._deliver: Callable[[_Running, Outcome], None] | None = None
 
-    def submit(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        run: _Running,
-        deliver: Callable[[_Running, Outcome], None],
-    ) -> None:
+    def submit(self, loop: asyncio.AbstractEventLoop, run: _Running) -> None:
         """Run `run`'s handler on a thread; `deliver(run, outcome)` is called on `loop`."""
-        self._loop, self._deliver = loop, deliver
+        self._loop = loop
         self._given += 1
         if self._given > len(self._threads) and len(self._threads) < self._size:
             thread = threading.Thread(
@@ -193,7 +194,6 @@ class _Threads:
         with self._lock:
             ended, self._ended = self._ended, []
         self._given -= len(ended)
-        assert self._deliver is not None
         for run, outcome in ended:
             self._deliver(run, outcome)
 
@@ -224,7 +224,7 @@ class Runner:
         self._on_slot_freed = on_slot_freed
         self._threads: _Threads | None = None
         if not self.is_async:
-            self._threads = _Threads(concurrency, thread_name, self._counted)
+            self._threads = _Threads(concurrency, thread_name, self._counted, self._ended)
         self._running: dict[int, _Running] = {}
         self._abandoned: set[_Running] = set()
         self._threads_lock = threading.Lock()
@@ -264,7 +264,7 @@ class Runner:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
         if self._threads is not None:
-            self._threads.submit(loop, run, self._ended)
+            self._threads.submit(loop, run)
             return
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
