@@ -34,7 +34,8 @@ from .runner import call_async
 log = logging.getLogger("pgq.worker")
 
 RETRY = 1.0
-TICK = float(__import__("os").environ.get("TICK", "0.25"))
+#: How often the thread wakes to ping the event loop and check whether a beat is due.
+TICK = 0.25
 BLOCKED_AFTER = 1.0
 
 
