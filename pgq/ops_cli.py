@@ -584,7 +584,7 @@ def _print_errors(groups: Sequence[ErrorGroup]) -> None:
         table.add_column(col, justify="right" if col in ("dead", "failed") else "left")
     for g in groups:
         table.add_row(
-            g.group,
+            _p(g.group),
             str(g.dead),
             str(g.failed),
             when(g.first_seen),
@@ -594,7 +594,7 @@ def _print_errors(groups: Sequence[ErrorGroup]) -> None:
         )
     console.print(table)
     for g in groups:
-        console.print(f"[bold]{g.group}[/bold] example job {g.example_id}:")
+        console.print(f"[bold]{_p(g.group)}[/bold] example job {g.example_id}:")
         for line in printable(g.example_error, multiline=True).splitlines() or [""]:
             console.print("  " + escape(line), highlight=False)
 

@@ -98,10 +98,16 @@ def hostile_job(queue: Queue, conn: psycopg.Connection[Any], schema: str) -> int
         ).format(sql.Identifier(schema)),
         [job_id, f"w{HOSTILE}", f"d{HOSTILE}"],
     )
+    conn.execute(  # plain SQL may write the group too (the trigger only follows last_error)
+        sql.SQL("UPDATE {}.jobs SET error_group = %s WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [f"g{HOSTILE}", job_id],
+    )
     return job_id
 
 
-@pytest.mark.parametrize("command", [["jobs"], ["stats"], ["show", "{id}"]])
+@pytest.mark.parametrize("command", [["jobs"], ["stats"], ["show", "{id}"], ["errors"]])
 def test_database_text_never_reaches_the_terminal_raw(
     dsn: str, schema: str, hostile_job: int, command: list[str]
 ) -> None:

@@ -7,6 +7,7 @@ import io
 from datetime import timedelta
 from typing import Any
 
+from psycopg import sql
 from rich.console import Console
 from textual.pilot import Pilot
 
@@ -16,6 +17,7 @@ from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
 from pgq_tui.testing import wait_for
+from pgq_tui.widgets.errors_table import ErrorsTable
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.leases_table import LeasesTable
 from pgq_tui.widgets.queues_table import QueuesTable
@@ -74,6 +76,29 @@ async def test_hostile_queue_names_render_as_text(dsn: str, schema: str, queue: 
         for name in QUEUES:
             await _browse(pilot, app, name)
         assert app.is_running
+
+
+async def test_a_hostile_error_group_renders_as_text(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """The group column is plain SQL's to write too (the trigger only follows last_error)."""
+    queue.enqueue("q", {}, max_attempts=1)
+    [job] = queue.claim("q", 1, timedelta(seconds=60), WORKER)
+    queue.fail(job.id, job.fence, ERROR)
+    group = "g[/]\x1b]0;title\x07\x1b[2J"
+    queue.conn.execute(
+        sql.SQL("UPDATE {}.jobs SET error_group = %s WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        (group, job.id),
+    )
+    app = make_app(dsn, schema, "db", refresh=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        table = app.dashboard.query_one(ErrorsTable)
+        await wait_for(pilot, lambda: table.row_count == 1, "the error group")
+        await pilot.pause(0.2)
+        assert_inert(app, "g[/]", "boom [/]")
 
 
 async def _browse(pilot: Pilot[Any], app: DashboardApp, name: str) -> None:

@@ -16,7 +16,7 @@ def group_row(group: ErrorGroup, now: float) -> Row:
     return (
         group.group,
         [
-            Text(group.group, style="grey62"),
+            humanize.db_text(group.group, style="grey62"),
             Text(humanize.count(group.dead), style="bold red" if group.dead else "grey50"),
             Text(humanize.count(group.failed), style="yellow" if group.failed else "grey50"),
             Text(humanize.ago(now - group.first_seen.timestamp())),
@@ -49,6 +49,8 @@ def example_text(group: ErrorGroup | None) -> Text:
         return Text(" no failed or dead jobs with an error", style="grey50")
     first = group.example_error.splitlines()[0] if group.example_error else ""
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f" {group.group} e.g. job {group.example_id}: ", style="grey62")
+    text.append_text(
+        humanize.db_text(f" {group.group} e.g. job {group.example_id}: ", style="grey62")
+    )
     text.append_text(humanize.db_text(first))
     return text
