@@ -629,7 +629,7 @@ def _print_health(h: Health) -> None:
         vacuum = max((v for v in (t.last_vacuum, t.last_autovacuum) if v), default=None)
         analyze = max((v for v in (t.last_analyze, t.last_autoanalyze) if v), default=None)
         table.add_row(
-            t.table,
+            _p(t.table),
             f"{t.live_tuples:,}",
             f"{t.dead_tuples:,}",
             when(vacuum) or "never",
