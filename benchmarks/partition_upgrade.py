@@ -25,9 +25,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgq_bench import throwaway_schema
-from pgq_bench.common import percentile
-from pgq_bench.scale import FIXTURE_EVENTS, FIXTURE_JOBS, HISTORY_DAYS, QUEUES
+from pgq_bench import (
+    FIXTURE_EVENTS,
+    FIXTURE_JOBS,
+    HISTORY_DAYS,
+    QUEUES,
+    percentile,
+    throwaway_schema,
+)
 from pgq_core import Queue, migrate
 from pgq_core.migrate import migrations
 

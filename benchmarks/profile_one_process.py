@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgq_bench.seed import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, seed_connection, setup_seed
+from pgq_bench import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, seed_connection, setup_seed
 from pgq_core import JobSpec, Queue
 from pgq_core.migrate import migrate
 

@@ -25,8 +25,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgq_bench import throwaway_schema
-from pgq_bench.scale import FIXTURE_EVENTS, FIXTURE_JOBS, HISTORY_DAYS, QUEUES, ScaleOptions, _fill
+from pgq_bench import (
+    FIXTURE_EVENTS,
+    FIXTURE_JOBS,
+    HISTORY_DAYS,
+    QUEUES,
+    ScaleOptions,
+    fill_fixture,
+    throwaway_schema,
+)
 from pgq_core import Queue, migrate, ops
 from pgq_core.migrate import migrations
 
@@ -166,7 +173,7 @@ def main(dsn: str, opts: ScaleOptions, before_version_9: bool) -> dict[str, Any]
         if before_version_9:
             fill_v6(conn, schema, opts)
         else:
-            _fill(conn, schema, opts)
+            fill_fixture(conn, schema, opts)
         for table in ("jobs", "job_events", "queue_counts"):
             conn.execute(
                 sql.SQL("VACUUM ANALYZE {}.{}").format(

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .command import run_command
-    from .common import QUEUE_NAME, Meter, payload, percentile, server, throwaway_schema
+    from .common import (
+        QUEUE_NAME,
+        Meter,
+        load_average,
+        machine,
+        payload,
+        percentile,
+        server,
+        throwaway_schema,
+    )
     from .drain import Options, Phase, drain, drain_args, print_tables, refill, run_bench
     from .handlers import HANDLER_SPECS, noop_async, noop_sync
     from .same_resources import (
@@ -24,7 +33,16 @@ if TYPE_CHECKING:
         print_same_resources,
         run_same_resources,
     )
-    from .scale import ScaleOptions, print_scale, run_stats_scale
+    from .scale import (
+        FIXTURE_EVENTS,
+        FIXTURE_JOBS,
+        HISTORY_DAYS,
+        QUEUES,
+        ScaleOptions,
+        fill_fixture,
+        print_scale,
+        run_stats_scale,
+    )
     from .seed import (
         SEED_CLAIM,
         SEED_COMPLETE,
@@ -37,7 +55,11 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "FIXTURE_EVENTS",
+    "FIXTURE_JOBS",
     "HANDLER_SPECS",
+    "HISTORY_DAYS",
+    "QUEUES",
     "QUEUE_NAME",
     "SEED_CLAIM",
     "SEED_COMPLETE",
@@ -54,6 +76,9 @@ __all__ = [
     "drain_args",
     "drain_pgq",
     "drain_seed",
+    "fill_fixture",
+    "load_average",
+    "machine",
     "noop_async",
     "noop_sync",
     "payload",
@@ -76,7 +101,17 @@ __all__ = [
 _HOME = {
     "run_command": "command",
     **dict.fromkeys(
-        ("QUEUE_NAME", "Meter", "payload", "percentile", "server", "throwaway_schema"), "common"
+        (
+            "QUEUE_NAME",
+            "Meter",
+            "load_average",
+            "machine",
+            "payload",
+            "percentile",
+            "server",
+            "throwaway_schema",
+        ),
+        "common",
     ),
     **dict.fromkeys(
         ("Options", "Phase", "drain", "drain_args", "print_tables", "refill", "run_bench"),
@@ -93,7 +128,19 @@ _HOME = {
         ),
         "same_resources",
     ),
-    **dict.fromkeys(("ScaleOptions", "print_scale", "run_stats_scale"), "scale"),
+    **dict.fromkeys(
+        (
+            "FIXTURE_EVENTS",
+            "FIXTURE_JOBS",
+            "HISTORY_DAYS",
+            "QUEUES",
+            "ScaleOptions",
+            "fill_fixture",
+            "print_scale",
+            "run_stats_scale",
+        ),
+        "scale",
+    ),
     **dict.fromkeys(
         (
             "SEED_CLAIM",

@@ -226,7 +226,8 @@ def _operator_calls(q: Queue) -> dict[str, Callable[[], object]]:
     return calls
 
 
-def _fill(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
+def fill_fixture(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions) -> None:
+    """`opts`' jobs per status, spread over HISTORY_DAYS days of history, in `schema`."""
     statement = sql.SQL(FIXTURE_JOBS).format(
         s=sql.Identifier(schema), queues=sql.Literal(QUEUES), days=sql.Literal(HISTORY_DAYS)
     )
@@ -259,7 +260,7 @@ def run_stats_scale(
             f"{opts.running} running, {opts.dead} dead"
         )
         t0 = time.perf_counter()
-        _fill(conn, schema, opts)
+        fill_fixture(conn, schema, opts)
         result["fill_seconds"] = time.perf_counter() - t0
         say("VACUUM ANALYZE")
         _vacuum(conn, schema, analyze=True)

@@ -90,3 +90,22 @@ def test_pgq_bench_exports_resolve() -> None:
 
     for name in pgq_bench.__all__:
         assert getattr(pgq_bench, name) is not None, name
+
+
+def test_benchmark_scripts_use_only_the_bench_public_api() -> None:
+    """`benchmarks/*.py` import `pgq_bench` names from the package, never from its modules,
+    and only names it exports."""
+    import pgq_bench
+
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert scripts
+    for script in scripts:
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("pgq_bench."), (script.name, node.module)
+                if node.module == "pgq_bench":
+                    for alias in node.names:
+                        assert alias.name in pgq_bench.__all__, (script.name, alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("pgq_bench."), (script.name, alias.name)
