@@ -21,9 +21,9 @@ CUT_MARK = " [... cut, {n} characters in all]"
 _CONTROL = re.compile(
     r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
-_CONTROL_WITH_NEWLINES = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+#: Every character `printable` escapes (newlines and tabs included), as a regex class body.
+CONTROL_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL_WITH_NEWLINES = re.compile(f"[{CONTROL_CHARACTERS}]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 

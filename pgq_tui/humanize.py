@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from pgq_core.text import printable
+from pgq_core.text import CONTROL_CHARACTERS, printable
 
 SPARK_BARS = " ▁▂▃▄▅▆▇█"
 
@@ -72,6 +72,11 @@ def short_worker(worker: str | None, width: int = 28) -> str:
     if len(worker) <= width:
         return worker
     return "…" + worker[-(width - 1) :]
+
+
+#: What a filter field accepts (`Input(restrict=...)`): text without control characters, so a
+#: paste cannot put terminal control on the screen, echoed back as the field's own value.
+TYPED_TEXT = f"[^{CONTROL_CHARACTERS}]*"
 
 
 def db_text(value: str | None, *, multiline: bool = False, style: str = "") -> Text:

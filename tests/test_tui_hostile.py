@@ -9,7 +9,9 @@ from typing import Any
 
 from psycopg import sql
 from rich.console import Console
+from textual import events
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from pgq_core import Queue
 from pgq_tui.app import DashboardApp
@@ -78,18 +80,14 @@ async def test_hostile_queue_names_render_as_text(dsn: str, schema: str, queue: 
         assert app.is_running
 
 
-async def test_a_hostile_error_group_renders_as_text(
-    dsn: str, schema: str, queue: Queue
-) -> None:
+async def test_a_hostile_error_group_renders_as_text(dsn: str, schema: str, queue: Queue) -> None:
     """The group column is plain SQL's to write too (the trigger only follows last_error)."""
     queue.enqueue("q", {}, max_attempts=1)
     [job] = queue.claim("q", 1, timedelta(seconds=60), WORKER)
     queue.fail(job.id, job.fence, ERROR)
     group = "g[/]\x1b]0;title\x07\x1b[2J"
     queue.conn.execute(
-        sql.SQL("UPDATE {}.jobs SET error_group = %s WHERE id = %s").format(
-            sql.Identifier(schema)
-        ),
+        sql.SQL("UPDATE {}.jobs SET error_group = %s WHERE id = %s").format(sql.Identifier(schema)),
         (group, job.id),
     )
     app = make_app(dsn, schema, "db", refresh=0.2)
@@ -99,6 +97,24 @@ async def test_a_hostile_error_group_renders_as_text(
         await wait_for(pilot, lambda: table.row_count == 1, "the error group")
         await pilot.pause(0.2)
         assert_inert(app, "g[/]", "boom [/]")
+
+
+async def test_a_filter_paste_holding_terminal_control_is_refused(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A paste into the filter field is echoed by the field and the status line: one holding
+    terminal control is refused, so neither can put it on the screen."""
+    queue.enqueue("q", {})
+    app = make_app(dsn, schema, "db", refresh=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("slash")
+        field = app.dashboard.query_one(Input)
+        field.post_message(events.Paste("q\x1b[2J\x07"))  # refused whole: it holds control
+        await pilot.press("q")
+        await pilot.pause(0.2)
+        assert field.value == "q" and app.dashboard.filter_text == "q"
+        assert_inert(app, "/q")
 
 
 async def _browse(pilot: Pilot[Any], app: DashboardApp, name: str) -> None:

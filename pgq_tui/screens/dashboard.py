@@ -111,7 +111,7 @@ class DashboardScreen(Screen[None]):
                 yield Static(example_text(None), id="errors-example")
             with TabPane("Health", id="health"):
                 yield HealthPanel(id="health-table")
-        yield Input(placeholder=ROWS_PROMPT, id="filter")
+        yield Input(placeholder=ROWS_PROMPT, id="filter", restrict=humanize.TYPED_TEXT)
         yield Static(id="status-line")
         yield Footer()
 
@@ -277,7 +277,7 @@ class DashboardScreen(Screen[None]):
             line.append(" waiting for the first refresh…", style="grey62")
         if self.filter_text:
             line.append(" · filter ", style="grey62")
-            line.append(f"/{self.filter_text}", style="bold yellow")
+            line.append_text(humanize.db_text(f"/{self.filter_text}", style="bold yellow"))
         if self.message.plain and host.clock() < self.message_until:
             line.append(" · ", style="grey62")
             line.append_text(self.message)

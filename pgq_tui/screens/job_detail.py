@@ -140,7 +140,11 @@ class JobDetailScreen(Screen[None]):
                 yield Static(Text("loading…", style="grey50"), id="payload")
         with VerticalScroll(id="history-box"):
             yield Static(id="history")
-        yield Input(placeholder="filter the history (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter the history (Enter keeps it, Esc clears)",
+            id="filter",
+            restrict=humanize.TYPED_TEXT,
+        )
         yield Static(id="status-line")
         yield Footer()
 
@@ -231,7 +235,7 @@ class JobDetailScreen(Screen[None]):
         line = Text(no_wrap=True, overflow="ellipsis")
         if self.filter_text:
             line.append(" filter ", style="grey62")
-            line.append(f"/{self.filter_text}", style="bold yellow")
+            line.append_text(humanize.db_text(f"/{self.filter_text}", style="bold yellow"))
         if self.message.plain and self.host.clock() < self.message_until:
             line.append(" · " if line.plain else " ", style="grey62")
             line.append_text(self.message)
