@@ -43,7 +43,9 @@ SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
 """
 
 
-def scalar(conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any = None) -> Any:
+def scalar(
+    conn: psycopg.Connection[Any], query: sql.Composed | sql.SQL | str, params: Any = None
+) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0]

@@ -61,7 +61,9 @@ SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
 """
 
 
-def scalar(conn: psycopg.Connection[Any], query: sql.Composable | str, params: Any = None) -> Any:
+def scalar(
+    conn: psycopg.Connection[Any], query: sql.Composed | sql.SQL | str, params: Any = None
+) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0]
@@ -181,8 +183,8 @@ def main(dsn: str, opts: ScaleOptions, before_version_9: bool) -> dict[str, Any]
                 )
             )
         out["fill_seconds"] = round(time.perf_counter() - t0, 1)
-        table = {"t": f"{schema}.job_events"}
-        out["job_events_bytes"] = scalar(conn, SIZE, table)
+        events = {"t": f"{schema}.job_events"}
+        out["job_events_bytes"] = scalar(conn, SIZE, events)
         wal = scalar(conn, "SELECT pg_current_wal_lsn()")
         q = Queue(conn, schema)
         t0 = time.perf_counter()
@@ -197,11 +199,11 @@ def main(dsn: str, opts: ScaleOptions, before_version_9: bool) -> dict[str, Any]
             conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint", [str(wal)]
         )
         out["wal_mb"] = round(written / 2**20, 1)
-        out["job_events_bytes_after"] = scalar(conn, SIZE, table)
+        out["job_events_bytes_after"] = scalar(conn, SIZE, events)
         t0 = time.perf_counter()
         conn.execute(sql.SQL("VACUUM {}.job_events").format(sql.Identifier(schema)))
         out["vacuum_job_events_seconds"] = round(time.perf_counter() - t0, 2)
-        out["job_events_bytes_after_vacuum"] = scalar(conn, SIZE, table)
+        out["job_events_bytes_after_vacuum"] = scalar(conn, SIZE, events)
     return out
 
 
