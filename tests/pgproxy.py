@@ -42,7 +42,8 @@ class _Link:
 class PgProxy:
     """`dsn` reaches the server through the proxy; `lose_next_reply(app)` makes the next
     request of a link whose application_name contains `app` reach the server (and run there),
-    while its reply never comes back: the link is cut instead."""
+    while its reply never comes back: the link is cut instead. `lose_next_rows(app)` does the
+    same to the next reply that carries rows (a claim that found jobs, not an idle poll)."""
 
     def __init__(self, upstream_dsn: str) -> None:
         params = conninfo_to_dict(upstream_dsn)
@@ -62,6 +63,7 @@ class PgProxy:
         self._links: list[_Link] = []
         self._lock = threading.Lock()
         self._armed: list[str] = []
+        self._armed_rows: list[str] = []
         self.lost_replies = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -69,6 +71,10 @@ class PgProxy:
     def lose_next_reply(self, app: str) -> None:
         with self._lock:
             self._armed.append(app)
+
+    def lose_next_rows(self, app: str) -> None:
+        with self._lock:
+            self._armed_rows.append(app)
 
     def cut(self, app: str = "") -> None:
         """Close every link whose application_name contains `app` (all, by default)."""
@@ -107,32 +113,62 @@ class PgProxy:
         with self._lock:
             self._links.append(link)
         server.sendall(head + rest)
-        threading.Thread(target=self._pump, args=(link, True), daemon=True).start()
-        self._pump(link, False)
+        threading.Thread(target=self._pump_requests, args=(link,), daemon=True).start()
+        self._pump_replies(link)
 
-    def _pump(self, link: _Link, upstream: bool) -> None:
-        src, dst = (link.client, link.server) if upstream else (link.server, link.client)
+    def _pump_requests(self, link: _Link) -> None:
+        """Client to server; an armed `lose_next_reply` lets one request through, then the
+        link's replies stop and the link is cut."""
         try:
-            while data := src.recv(65536):
-                if upstream and self._arm_matches(link):
+            while data := link.client.recv(65536):
+                if link.dropping:
+                    return
+                if self._arm_matches(link):
                     link.dropping = True
-                    dst.sendall(data)
+                    link.server.sendall(data)
                     self.lost_replies += 1
                     threading.Timer(0.2, link.close).start()
                     return
-                if link.dropping:
-                    return
-                dst.sendall(data)
+                link.server.sendall(data)
         except OSError:
             pass
         finally:
             if not link.dropping:
                 link.close()
 
-    def _arm_matches(self, link: _Link) -> bool:
+    def _pump_replies(self, link: _Link) -> None:
+        """Server to client, a whole protocol message at a time (type byte, then a length
+        that counts itself), so that a reply with rows can be told and lost."""
+        pending = b""
+        try:
+            while data := link.server.recv(65536):
+                if link.dropping:
+                    return
+                pending += data
+                out = bytearray()
+                while len(pending) >= 5:
+                    (length,) = struct.unpack("!i", pending[1:5])
+                    if len(pending) < 1 + length:
+                        break
+                    message, pending = pending[: 1 + length], pending[1 + length :]
+                    if message[:1] == b"D" and self._arm_matches(link, rows=True):
+                        link.dropping = True
+                        self.lost_replies += 1
+                        threading.Timer(0.2, link.close).start()
+                        return
+                    out += message
+                link.client.sendall(out)
+        except OSError:
+            pass
+        finally:
+            if not link.dropping:
+                link.close()
+
+    def _arm_matches(self, link: _Link, rows: bool = False) -> bool:
         with self._lock:
-            for app in self._armed:
+            armed = self._armed_rows if rows else self._armed
+            for app in armed:
                 if app in link.app:
-                    self._armed.remove(app)
+                    armed.remove(app)
                     return True
         return False
