@@ -50,6 +50,7 @@ from .models import (
 )
 from .ops import JobSpec, Op
 from .queries import query_with, statement
+from .text import has_surrogate
 
 T = TypeVar("T")
 ENQUEUE_CHUNK = 5000
@@ -78,13 +79,19 @@ def operator_id() -> str:
 
 
 def result_json(result: Any) -> str | None:
-    """A handler's result as JSON text (None stays None); ValueError if it is not JSON."""
+    """A handler's result as JSON text (None stays None); ValueError if it is not JSON or its
+    text cannot be sent as UTF-8 (a lone surrogate in a string or a key)."""
     if result is None:
         return None
     try:
-        return json.dumps(result, allow_nan=False, ensure_ascii=False)
+        text = json.dumps(result, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
+    if has_surrogate(text):
+        raise ValueError(
+            "result is not storable: it holds a lone surrogate, which UTF-8 cannot carry"
+        )
+    return text
 
 
 def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:

@@ -42,6 +42,12 @@ def printable(text: str, *, multiline: bool = False) -> str:
     return pattern.sub(_visible, _SURROGATE.sub("\ufffd", text))
 
 
+def has_surrogate(text: str) -> bool:
+    """True if `text` holds a surrogate code point, which no UTF-8 (so no database text) can
+    carry."""
+    return _SURROGATE.search(text) is not None
+
+
 def storable(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
     """`text` fit for a PostgreSQL text column: NUL removed, lone surrogates replaced by
     U+FFFD, cut to `limit` characters with a mark saying how long it was."""

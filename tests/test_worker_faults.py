@@ -109,6 +109,28 @@ async def test_a_huge_error_text_is_cut_and_marked(dsn: str, schema: str, queue:
     assert job.last_error.endswith("characters in all]")
 
 
+async def test_a_result_holding_a_lone_surrogate_fails_its_job_alone(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A result no UTF-8 can carry fails its job with a clear error; the jobs finishing in the
+    same batch are completed once and the worker goes on."""
+    bad = queue.enqueue("q", {"poison": True}, max_attempts=1)
+    good = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    together = threading.Barrier(4, timeout=TIMEOUT)
+
+    def handler(ctx: JobContext) -> Any:
+        together.wait()
+        return {"text": "lone \ud800"} if ctx.payload.get("poison") else {"ok": True}
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(bad)
+    assert (job.status, job.result) == ("dead", None)
+    assert job.last_error is not None and "surrogate" in job.last_error, job.last_error
+    for job_id in good:
+        assert (queue.job(job_id).status, claims(queue, job_id)) == ("done", 1)
+
+
 # -- every way a handler can end -------------------------------------------------------------
 
 
