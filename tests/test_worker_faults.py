@@ -131,6 +131,48 @@ async def test_a_result_holding_a_lone_surrogate_fails_its_job_alone(
         assert (queue.job(job_id).status, claims(queue, job_id)) == ("done", 1)
 
 
+# -- payloads Python cannot read -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["repeat('[', 5000) || repeat(']', 5000)", "'{\"n\": ' || repeat('9', 5000) || '}'"],
+    ids=["deep", "long-number"],
+)
+async def test_a_payload_python_cannot_read_fails_its_job_without_running_it(
+    dsn: str, schema: str, queue: Queue, payload: str
+) -> None:
+    """PostgreSQL stores JSON that Python's json cannot load (nesting past the recursion
+    limit, integers past its digit limit). Claimed with other jobs, it fails with a clear
+    error without reaching the handler; the others run once and the worker goes on."""
+    good = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    bad = queue.enqueue("q", {}, max_attempts=1)
+    queue.conn.execute(
+        sql.SQL("UPDATE {}.jobs SET payload = ({})::jsonb WHERE id = %s").format(
+            sql.Identifier(schema), sql.SQL(payload)
+        ),
+        [bad],
+    )
+    ran: list[int] = []
+
+    def handler(ctx: JobContext) -> None:
+        ran.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert sorted(ran) == good
+    for job_id in good:
+        assert (queue.job(job_id).status, claims(queue, job_id)) == ("done", 1)
+    status, error = queue.conn.execute(
+        sql.SQL("SELECT status, last_error FROM {}.jobs WHERE id = %s").format(
+            sql.Identifier(schema)
+        ),
+        [bad],
+    ).fetchone() or (None, None)
+    assert status == "dead"
+    assert error is not None and error.startswith("the payload cannot be read"), error
+
+
 # -- every way a handler can end -------------------------------------------------------------
 
 

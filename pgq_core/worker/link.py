@@ -8,12 +8,15 @@ Invariants:
   failure, deadlock, lock or statement timeout, too many connections), `DataFault` (this
   statement fails for its data: retrying it as-is cannot help), or `SchemaMissing`.
 - Error texts never carry the DSN's password.
+- Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
+  `UnreadablePayload` (the statement, a claim, has committed by then).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +24,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import set_json_loads
 
 from .. import ops
 from ..config import connect_options, first_line, pooled, scrub
@@ -48,6 +52,23 @@ class DataFault(Exception):
     def __init__(self, message: str, sqlstate: str | None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+@dataclass(frozen=True)
+class UnreadablePayload:
+    """A payload PostgreSQL stores but Python's json cannot load (nested past the recursion
+    limit, an integer past the digit limit): its job fails without reaching the handler."""
+
+    reason: str
+
+
+def load_payload(data: str | bytes) -> Any:
+    """`json.loads` that never raises for JSON PostgreSQL produced: what it cannot load comes
+    back as `UnreadablePayload`, so one job's payload never breaks the reply it arrives in."""
+    try:
+        return json.loads(data)
+    except (RecursionError, ValueError) as exc:
+        return UnreadablePayload(f"{type(exc).__name__}: {exc}")
 
 
 def is_transient(sqlstate: str | None) -> bool:
@@ -175,7 +196,12 @@ class Link:
         return self._conn is not None
 
     async def open(self) -> None:
-        self._conn = await open_connection(self._dsn, self._timeouts, self._app)
+        self._conn = await self._connect()
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        conn = await open_connection(self._dsn, self._timeouts, self._app)
+        set_json_loads(load_payload, conn)
+        return conn
 
     async def call(self, *step: Op[Any]) -> list[Any]:
         """Run the ops in order; several run in one transaction, pipelined in one round trip."""
@@ -238,7 +264,7 @@ class Link:
         while not self._closed:
             await asyncio.sleep(backoff.next())
             try:
-                fresh = await open_connection(self._dsn, self._timeouts, self._app)
+                fresh = await self._connect()
             except psycopg.Error:
                 continue
             if self._closed:

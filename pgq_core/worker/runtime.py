@@ -41,10 +41,18 @@ from ..errors import PgqError, SchemaMissing
 from ..models import Job, Settled
 from ..ops import Op
 from ..queue import make_worker_id
-from ..text import printable
+from ..text import printable, storable
 from .context import JobContext
 from .heartbeater import Heartbeater
-from .link import DataFault, Disconnected, Link, Timeouts, Transient, application_name
+from .link import (
+    DataFault,
+    Disconnected,
+    Link,
+    Timeouts,
+    Transient,
+    UnreadablePayload,
+    application_name,
+)
 from .listener import listen
 from .policy import Backoff, ClaimRound, FlushPolicy
 from .reaper import reap_forever
@@ -729,6 +737,10 @@ class Worker:
         self._held[job.id] = held
         if self._heart is not None:
             self._heart.track(job.id, job.fence)
+        if isinstance(job.payload, UnreadablePayload):
+            error = f"the payload cannot be read: {job.payload.reason}"
+            self._on_outcome(held, Outcome("raised", storable(error)))
+            return
         assert self._runner is not None
         self._runner.start(ctx, self.timeout, lambda outcome: self._on_outcome(held, outcome))
 
