@@ -103,7 +103,7 @@ def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
 
 
-def _is_missing(exc: psycopg.Error, schema: str) -> bool:
+def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
     """True when the error is about the queue's own tables, functions or schema (not, say, a
     user's trigger)."""
     message = exc.diag.message_primary or ""
@@ -191,7 +191,7 @@ class Queue:
                 cur.execute(*_statement(op, self.schema))
                 rows = cur.fetchall() if cur.rownumber is not None else []
         except _MISSING as exc:
-            if not _is_missing(exc, self.schema):
+            if not is_schema_missing(exc, self.schema):
                 raise
             raise _missing(self.schema, exc) from exc
         return op.read(rows)
@@ -517,7 +517,7 @@ class AsyncQueue:
                 await cur.execute(*_statement(op, self.schema))
                 rows = await cur.fetchall() if cur.rownumber is not None else []
         except _MISSING as exc:
-            if not _is_missing(exc, self.schema):
+            if not is_schema_missing(exc, self.schema):
                 raise
             raise _missing(self.schema, exc) from exc
         return op.read(rows)

@@ -531,6 +531,48 @@ async def test_a_statement_refused_for_one_jobs_data_settles_the_rest_alone(
     assert "settling them one by one" in caplog.text
 
 
+async def test_a_missing_table_of_the_users_is_a_data_fault_not_a_missing_schema(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A trigger of the user's that writes to a table that does not exist refuses one job's
+    failure: that is the job's data, not pgq's schema. The worker settles the others and the
+    refused job, and goes on."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                """
+                CREATE FUNCTION {schema}.audit_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF NEW.detail LIKE '%poison%' THEN
+                    INSERT INTO no_such_audit_table VALUES (NEW.job_id);
+                  END IF;
+                  RETURN NEW;
+                END $$;
+                CREATE TRIGGER audit_poison BEFORE INSERT ON {schema}.job_events
+                  FOR EACH ROW EXECUTE FUNCTION {schema}.audit_poison();
+                """
+            ).format(schema=sql.Identifier(schema))
+        )
+    bad = queue.enqueue("q", {"poison": True}, max_attempts=1)
+    good = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+    together = threading.Barrier(4, timeout=TIMEOUT)
+
+    def handler(ctx: JobContext) -> None:
+        together.wait()
+        if ctx.payload.get("poison"):
+            raise ValueError("poison")
+
+    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    for job_id in good:
+        assert (queue.job(job_id).status, claims(queue, job_id)) == ("done", 1)
+    job = queue.job(bad)
+    assert (job.status, job.last_error) == (
+        "dead",
+        "raised: the error text was refused by the database",
+    )
+
+
 def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:
     from pgq_core import PgqError
 

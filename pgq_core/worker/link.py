@@ -6,7 +6,8 @@ Invariants:
 - A failure is exactly one of: `Disconnected` (the connection is gone; the link reconnects by
   itself with bounded backoff), `Transient` (retry the same statement later: serialization
   failure, deadlock, lock or statement timeout, too many connections), `DataFault` (this
-  statement fails for its data: retrying it as-is cannot help), or `SchemaMissing`.
+  statement fails for its data: retrying it as-is cannot help), or `SchemaMissing` (a table of
+  pgq's own is missing; a missing table a user's trigger names is the statement's data).
 - Error texts never carry the DSN's password.
 - Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
   `UnreadablePayload` (the statement, a claim, has committed by then).
@@ -31,6 +32,7 @@ from ..config import connect_options, first_line, pooled, scrub
 from ..errors import SchemaMissing
 from ..ops import Op
 from ..queries import statement
+from ..queue import is_schema_missing
 from .policy import Backoff
 
 #: SQLSTATE classes and codes worth retrying unchanged.
@@ -211,11 +213,13 @@ class Link:
                 raise Disconnected
             try:
                 return await self._run(conn, step)
-            except psycopg.errors.UndefinedTable:
-                raise SchemaMissing(
-                    f"schema {self._schema!r} has no pgq tables: run `pgq migrate` first"
-                ) from None
             except psycopg.Error as exc:
+                if isinstance(exc, psycopg.errors.UndefinedTable) and is_schema_missing(
+                    exc, self._schema
+                ):
+                    raise SchemaMissing(
+                        f"schema {self._schema!r} has no pgq tables: run `pgq migrate` first"
+                    ) from None
                 reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
                 if conn.broken or conn.closed:
                     self._down(conn, reason)
