@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import secrets
 import threading
 import time
 from datetime import timedelta
@@ -18,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from test_worker import TIMEOUT, events, make_worker, running, status_counts, until
 
 from pgq_core import JobSpec, Queue
@@ -571,6 +573,67 @@ async def test_a_missing_table_of_the_users_is_a_data_fault_not_a_missing_schema
         "dead",
         "raised: the error text was refused by the database",
     )
+
+
+async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a failover the worker may reconnect to a server that refuses writes for a while
+    (SQLSTATE 25006: a standby, or default_transaction_read_only). Its connections are opened
+    again until one takes writes: heartbeats resume before the lease runs out, and the finished
+    job is completed once, not given up to its lease."""
+    role = f"pgq_ro_{secrets.token_hex(4)}"
+    names = {"r": sql.Identifier(role), "s": sql.Identifier(schema)}
+    lease = timedelta(seconds=6)
+    job_id = queue.enqueue("q", {})
+    finish = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        await finish.wait()
+
+    def lease_until() -> Any:
+        return queue.job(job_id).lease_until
+
+    caplog.set_level("INFO", logger="pgq.worker")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {r} LOGIN").format(**names))
+        try:
+            admin.execute(
+                sql.SQL(
+                    "GRANT USAGE ON SCHEMA {s} TO {r};"
+                    " GRANT ALL ON ALL TABLES IN SCHEMA {s} TO {r};"
+                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r}"
+                ).format(**names)
+            )
+            worker = make_worker(make_conninfo(dsn, user=role), schema, handler, lease=lease)
+            async with running(worker):
+                await until(lambda: worker.snapshot().running, what="the job running")
+                admin.execute(
+                    sql.SQL("ALTER ROLE {r} SET default_transaction_read_only = on").format(**names)
+                )
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = ANY(%s)",
+                    ([f"pgq main {worker.id}", f"pgq heartbeat {worker.id}"],),
+                )
+                await until(
+                    lambda: "heartbeat failed" in caplog.text and "read-only" in caplog.text,
+                    what="read-only sessions",
+                )
+                admin.execute(sql.SQL("ALTER ROLE {r} RESET ALL").format(**names))
+                (now,) = admin.execute("SELECT now()").fetchone() or (None,)
+                await until(
+                    lambda: lease_until() > now + lease,
+                    timeout=lease.total_seconds(),
+                    what="a heartbeat after the server took writes again",
+                )
+                finish.set()
+                await until(lambda: worker.snapshot().done == 1, what="the completion")
+        finally:
+            admin.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(**names))
+    assert queue.job(job_id).status == "done"
+    assert claims(queue, job_id) == 1
+    assert "refused every settlement" not in caplog.text
 
 
 def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:

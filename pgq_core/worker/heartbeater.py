@@ -5,7 +5,8 @@ Invariants:
   connection nor an async handler that blocks the loop delays a heartbeat, because heartbeats
   run on a thread of their own over a connection of their own.
 - A heartbeat never waits on a row lock (`extend_leases` skips rows another session holds and
-  reports them busy); after a failed heartbeat the next try comes within `RETRY` seconds.
+  reports them busy); after a failed heartbeat the next try comes within `RETRY` seconds, on a
+  new connection if the session could not write (a failover's read-only server).
 - Only a job the statement reports lost (its fence is stale) is reported to the worker, on the
   worker's event loop; busy jobs are simply tried again at the next beat.
 - It also watches the event loop: a loop that does not answer for `BLOCKED_AFTER` seconds is
@@ -28,7 +29,7 @@ import psycopg
 from .. import ops
 from ..config import first_line, scrub
 from ..queue import channel
-from .link import Timeouts, application_name, open_sync_connection, run_sync
+from .link import READ_ONLY, Timeouts, application_name, open_sync_connection, run_sync
 from .runner import call_async
 
 log = logging.getLogger("pgq.worker")
@@ -141,6 +142,9 @@ class Heartbeater:
                 )
             settled = run_sync(self._conn, self._schema, self._timeouts, op)
         except psycopg.Error as exc:
+            if exc.sqlstate == READ_ONLY and self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
             log.info(
                 "worker %s: heartbeat failed, retrying within %gs: %s",
                 self._worker_id,

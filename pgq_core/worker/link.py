@@ -8,6 +8,8 @@ Invariants:
   failure, deadlock, lock or statement timeout, too many connections), `DataFault` (this
   statement fails for its data: retrying it as-is cannot help), or `SchemaMissing` (a table of
   pgq's own is missing; a missing table a user's trigger names is the statement's data).
+- A session that cannot write (`READ_ONLY`, as after a failover) is dropped: the statement is
+  `Transient` and the link reconnects until a session takes writes.
 - Error texts never carry the DSN's password.
 - Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
   `UnreadablePayload` (the statement, a claim, has committed by then).
@@ -38,6 +40,8 @@ from .policy import Backoff
 #: SQLSTATE classes and codes worth retrying unchanged.
 TRANSIENT_CLASSES = ("08", "40", "53", "57P")
 TRANSIENT_CODES = ("55P03", "57014", "55006")
+#: The session cannot write (a standby, or default_transaction_read_only): a new one may.
+READ_ONLY = "25006"
 
 
 class Disconnected(Exception):
@@ -224,6 +228,9 @@ class Link:
                 if conn.broken or conn.closed:
                     self._down(conn, reason)
                     raise Disconnected(reason) from None
+                if exc.sqlstate == READ_ONLY:
+                    self._down(conn, reason)
+                    raise Transient(reason) from None
                 if is_transient(exc.sqlstate):
                     raise Transient(reason) from None
                 raise DataFault(reason, exc.sqlstate) from None
