@@ -636,6 +636,61 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
     assert "refused every settlement" not in caplog.text
 
 
+async def test_a_job_the_database_refuses_to_settle_is_not_handed_back_as_an_orphan(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job whose every settlement (completion or failure: a rule of the user's, here a
+    trigger) the database refuses is left to its lease, still `running` under the worker's id.
+    A reconnect's orphan check (for claims whose reply was lost) must not hand it back with its
+    attempt refunded: it ran, so it runs again only after the reaper has counted the attempt,
+    and with one attempt it ends dead, run once."""
+    names = {"s": sql.Identifier(schema)}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                """
+                CREATE TABLE {s}.refuse (job_id bigint PRIMARY KEY);
+                CREATE FUNCTION {s}.refuse_settle() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF EXISTS (SELECT 1 FROM {s}.refuse r WHERE r.job_id = OLD.id) THEN
+                    RAISE EXCEPTION 'settling job % refused', OLD.id USING ERRCODE = '22023';
+                  END IF;
+                  RETURN NEW;
+                END $$;
+                CREATE TRIGGER refuse_settle BEFORE UPDATE ON {s}.jobs FOR EACH ROW
+                  WHEN (OLD.status = 'running' AND (NEW.status = 'done'
+                        OR NEW.last_error IS DISTINCT FROM OLD.last_error))
+                  EXECUTE FUNCTION {s}.refuse_settle();
+                """
+            ).format(**names)
+        )
+        poison = queue.enqueue("q", {"poison": True}, max_attempts=1)
+        conn.execute(sql.SQL("INSERT INTO {s}.refuse VALUES (%s)").format(**names), (poison,))
+    ran: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        ran.append(ctx.id)
+
+    caplog.set_level("INFO", logger="pgq.worker")
+    worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=4))
+    async with running(worker):
+        await until(lambda: "refused every settlement" in caplog.text, what="the refusal")
+        queue.conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"pgq main {worker.id}",),
+        )
+        await until(lambda: "reachable again" in caplog.text, what="the reconnect")
+        later = queue.enqueue("q", {})
+        await until(lambda: later in ran, what="a job claimed after the orphan check")
+        job = queue.job(poison)
+        assert (job.status, job.attempts) == ("running", 1)
+        queue.conn.execute(sql.SQL("DELETE FROM {s}.refuse").format(**names))
+        await until(lambda: queue.job(poison).status == "dead", what="the reaper")
+    assert [e.event for e in queue.history(poison)] == ["enqueued", "claimed", "dead"]
+    assert ran.count(poison) == 1
+    assert "lease expired on attempt 1 of 1" in (queue.job(poison).last_error or "")
+
+
 def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:
     from pgq_core import PgqError
 

@@ -181,6 +181,7 @@ class Worker:
         self._failed = 0
         self._lost = 0
         self._held: dict[int, Held] = {}
+        self._left_to_lease: dict[int, float] = {}
         self._pending: list[Held] = []
         self._first_pending_at = 0.0
         self._stopping = False
@@ -694,6 +695,7 @@ class Worker:
         self._requeue_pending(result.busy + result.retry, uncertain=False)
         for h in result.refused:
             if self._release(h):
+                self._leave_to_lease(h, now)
                 log.error(
                     "job %d: the database refused every settlement; left to its lease (the "
                     "reaper will retry it)",
@@ -717,6 +719,14 @@ class Worker:
             if not self._pending:
                 self._first_pending_at = time.monotonic()
             self._pending[:0] = live
+
+    def _leave_to_lease(self, h: Held, now: float) -> None:
+        """A job that ran and could not be settled stays `running` under our id until its
+        lease runs out: the orphan check must not take it for an unstarted claim and hand it
+        back with its attempt refunded (it would run again, its attempts never used up). It is
+        remembered until well after its lease, when the reaper has taken it."""
+        self._left_to_lease = {i: t for i, t in self._left_to_lease.items() if t > now}
+        self._left_to_lease[h.job.id] = now + 2 * self.lease.total_seconds() + 60
 
     def _release(self, h: Held) -> bool:
         """Forget a settled job; False if it was no longer held."""
@@ -816,7 +826,9 @@ class Worker:
     async def _hand_back_orphans(self) -> None:
         """Jobs claimed under our id by a statement whose reply never arrived go back now."""
         try:
-            (orphans,) = await self._call(ops.hand_back_orphans(list(self._held), self.id))
+            now = time.monotonic()
+            ours = [*self._held, *(i for i, t in self._left_to_lease.items() if t > now)]
+            (orphans,) = await self._call(ops.hand_back_orphans(ours, self.id))
         except (Disconnected, Transient):
             return
         except DataFault as exc:
