@@ -2,6 +2,8 @@
 
 - `policy`: when to claim and from which queue, when to settle, how long to back off (no I/O);
 - `link`: the statement connection and what a failed statement means;
+- `settler`: finished handlers to one settlement each, with the next claim, split per job
+  when the database refuses one job's data;
 - `runner`: running handlers (threads, async tasks, the ones given up) to one outcome each;
 - `heartbeater`: leases kept alive from a thread and a connection of their own;
 - `reaper`: expired leases back to ready or dead;

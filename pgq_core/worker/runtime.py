@@ -1,7 +1,8 @@
 """The `Worker`: the state machine that composes the named parts.
 
 Parts: `ClaimRound` and `FlushPolicy` (policy.py) decide when to claim and settle; `Link`
-(link.py) runs statements; `Runner` (runner.py) runs handlers; `Heartbeater`
+(link.py) runs statements; `Settler` (settler.py) turns finished handlers into settlements and
+the next claim; `Runner` (runner.py) runs handlers; `Heartbeater`
 (heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
 `schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them.
 
@@ -29,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ import psycopg
 from .. import ops
 from ..config import check_concurrency, check_lease, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
-from ..models import Job, Settled
+from ..models import Job
 from ..ops import Op
 from ..queue import make_worker_id
 from ..text import printable, storable
@@ -58,6 +59,7 @@ from .policy import Backoff, ClaimRound, FlushPolicy
 from .reaper import reap_forever
 from .runner import Handler, Outcome, Runner
 from .scheduler import schedule_forever
+from .settler import Held, Settler, StepResult
 
 if TYPE_CHECKING:
     from .metrics import WorkerMetrics
@@ -87,33 +89,6 @@ class WorkerSnapshot:
     failed: int
     lost: int
     running: tuple[RunningJob, ...]
-
-
-@dataclass(eq=False)
-class Held:
-    """A job this worker holds, with what is known of its handler and its settlement."""
-
-    job: Job
-    ctx: JobContext
-    started_at: float
-    outcome: Outcome | None = None
-    #: its settlement was in flight when the connection broke: it may have committed unseen
-    uncertain: bool = False
-    #: a busy row (locked by another session) is not tried again before this time
-    not_before: float = 0.0
-    #: how many settlements in a row found its row locked by another session
-    busy: int = 0
-
-
-@dataclass
-class StepResult:
-    claimed: list[Job] = field(default_factory=list)
-    done: list[Held] = field(default_factory=list)
-    failed: list[Held] = field(default_factory=list)
-    busy: list[Held] = field(default_factory=list)
-    lost: list[tuple[Held, str]] = field(default_factory=list)
-    retry: list[Held] = field(default_factory=list)
-    refused: list[Held] = field(default_factory=list)
 
 
 class Worker:
@@ -198,6 +173,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._link: Link | None = None
+        self._settler = Settler(self._call, self.id, lease, retry_base)
         self._runner: Runner | None = None
         self._heart: Heartbeater | None = None
         self._chores: set[asyncio.Task[None]] = set()
@@ -532,12 +508,18 @@ class Worker:
         queue = self._claims.next_queue() if claim and free > 0 else None
         started = time.monotonic()
         try:
-            result = await self._settle_and_claim(batch, queue, free)
+            result = await self._settler.step(batch, queue, free)
         except (Disconnected, Transient) as exc:
             self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
             return 0
-        except DataFault as exc:
-            result = await self._settle_apart(batch, queue, free, exc)
+        if queue is not None and result.claim_refused is not None:
+            self._claims_paused_until = time.monotonic() + 5.0
+            log.warning(
+                "worker %s: claiming from %s refused (%s); pausing claims for 5s",
+                self.id,
+                printable(queue),
+                printable(result.claim_refused),
+            )
         claimed = len(result.claimed)
         if queue is not None:
             for job in result.claimed:
@@ -550,125 +532,6 @@ class Worker:
             took = time.monotonic() - started
             self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
         return claimed
-
-    async def _settle_and_claim(
-        self, batch: list[Held], queue: str | None, free: int
-    ) -> StepResult:
-        completes = [h for h in batch if h.outcome is not None and h.outcome.succeeded]
-        fails = [h for h in batch if h.outcome is not None and not h.outcome.succeeded]
-        step: list[Op[Any]] = []
-        if fails:
-            step.append(self._fail_op(fails))
-        pairs = [(h.job.id, h.job.fence) for h in completes]
-        values = [h.outcome.result if h.outcome else None for h in completes]
-        if queue is not None or completes:
-            step.append(
-                ops.complete_and_claim(
-                    pairs, queue or "", free if queue else 0, self.lease, self.id, values
-                )
-            )
-        if not step:
-            return StepResult()
-        results = await self._call(*step)
-        result = StepResult()
-        if fails:
-            self._read_fails(fails, results.pop(0), result)
-        if results:
-            settled, result.claimed = results.pop(0)
-            self._read_completes(completes, settled, result)
-        return result
-
-    def _fail_op(self, fails: list[Held], replace_text: bool = False) -> Op[Settled]:
-        triples = []
-        for h in fails:
-            assert h.outcome is not None
-            error = h.outcome.error or h.outcome.kind
-            if replace_text:
-                error = f"{h.outcome.kind}: the error text was refused by the database"
-            triples.append((h.job.id, h.job.fence, error))
-        return ops.settle_fail(triples, self.id, base=self.retry_base)
-
-    @staticmethod
-    def _read_completes(completes: list[Held], settled: Settled, result: StepResult) -> None:
-        by_id = {h.job.id: h for h in completes}
-        result.done += [by_id[i] for i in settled.applied + settled.already_done]
-        result.busy += [by_id[i] for i in settled.busy]
-        result.lost += [(by_id[i], "complete") for i in settled.lost]
-
-    @staticmethod
-    def _read_fails(fails: list[Held], settled: Settled, result: StepResult) -> None:
-        by_id = {h.job.id: h for h in fails}
-        result.failed += [by_id[i] for i in settled.applied]
-        result.busy += [by_id[i] for i in settled.busy]
-        for i in settled.already_done:  # it completed itself in its own transaction, then raised
-            log.info("job %d: failed after completing itself; kept done", i)
-            result.done.append(by_id[i])
-        for i in settled.lost:  # a completion of its own that did not commit is no help here
-            h = by_id[i]
-            if h.uncertain:  # our failure committed before the connection broke
-                result.failed.append(h)
-            else:
-                result.lost.append((h, "fail"))
-
-    async def _settle_apart(
-        self, batch: list[Held], queue: str | None, free: int, fault: DataFault
-    ) -> StepResult:
-        """A statement of the step failed for its data: settle each part on its own, so one
-        job's data never holds back another's settlement."""
-        log.warning(
-            "worker %s: settlement of %d job(s) refused (%s: %s); settling them one by one",
-            self.id,
-            len(batch),
-            fault.sqlstate,
-            printable(str(fault)),
-        )
-        result = StepResult()
-        pending = list(batch)
-        try:
-            if queue is not None:
-                try:
-                    (claimed,) = await self._call(ops.claim(queue, free, self.lease, self.id))
-                    result.claimed = claimed
-                except DataFault as exc:
-                    self._claims_paused_until = time.monotonic() + 5.0
-                    log.warning(
-                        "worker %s: claiming from %s refused (%s); pausing claims for 5s",
-                        self.id,
-                        printable(queue),
-                        printable(str(exc)),
-                    )
-            for h in batch:
-                await self._settle_alone(h, result)
-                pending.remove(h)
-        except (Disconnected, Transient) as exc:
-            result.retry += pending
-            for h in pending:
-                h.uncertain = h.uncertain or isinstance(exc, Disconnected)
-        return result
-
-    async def _settle_alone(self, h: Held, result: StepResult) -> None:
-        """One job: complete, fail, or fail with a text the database accepts; a job that still
-        cannot be settled is refused (its lease runs out and the reaper retries it)."""
-        assert h.outcome is not None
-        if h.outcome.succeeded:
-            try:
-                (out,) = await self._call(
-                    ops.complete_and_claim(
-                        [(h.job.id, h.job.fence)], "", 0, self.lease, self.id, [h.outcome.result]
-                    )
-                )
-                self._read_completes([h], out[0], result)
-                return
-            except DataFault as exc:
-                h.outcome = Outcome("raised", f"completion refused by the database: {exc}")
-        for replace in (False, True):
-            try:
-                (settled,) = await self._call(self._fail_op([h], replace_text=replace))
-                self._read_fails([h], settled, result)
-                return
-            except DataFault:
-                continue
-        result.refused.append(h)
 
     def _apply(self, result: StepResult) -> None:
         """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
