@@ -20,6 +20,7 @@ from typing import Any
 from .. import ops
 from ..models import PartitionDay
 from ..ops import Op
+from ..text import printable
 from .link import DataFault, Disconnected, Transient
 
 log = logging.getLogger("pgq.worker")
@@ -62,7 +63,9 @@ async def ensure_partitions(call: Call, worker_id: str, warned: set[object]) -> 
     except (Disconnected, Transient):
         return PARTITIONS_RETRY
     except DataFault as exc:
-        log.warning("worker %s: could not create history partitions: %s", worker_id, exc)
+        log.warning(
+            "worker %s: could not create history partitions: %s", worker_id, printable(str(exc))
+        )
         return PARTITIONS_EVERY
     return _report(days, worker_id, warned)
 

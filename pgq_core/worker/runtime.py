@@ -695,7 +695,9 @@ class Worker:
         except (Disconnected, Transient):
             return
         except DataFault as exc:
-            log.warning("worker %s: could not look for orphaned claims: %s", self.id, exc)
+            log.warning(
+                "worker %s: could not look for orphaned claims: %s", self.id, printable(str(exc))
+            )
             orphans = []
         self._recover_orphans = False
         if orphans:
