@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from pgq_core import JobSpec, Queue
+from pgq_core import JobSpec, Queue, migrate
 from pgq_core.exporter import QueueCollector
 from pgq_core.worker import Worker
 from pgq_core.worker.metrics import WorkerMetrics
@@ -156,6 +156,36 @@ def test_exporter_reports_down_and_recovers(queue: Queue, dsn: str, schema: str)
         got = scrape(port)
         assert got[("pgq_up", ())] == 1
         assert got[("pgq_jobs", (("queue", "q"), ("status", "ready")))] == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
+
+
+def test_exporter_reports_down_for_a_schema_not_migrated_yet(
+    dsn: str, schema: str, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scrape of a schema that is not (or no longer) migrated is `pgq_up 0` and one log
+    line: before, SchemaMissing escaped into the HTTP server (a 500 and a traceback on every
+    scrape, e.g. while a deploy has not run `pgq migrate` yet)."""
+    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, autocommit=True)
+
+    collector = QueueCollector(connect, schema)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+    try:
+        got = scrape(int(server.server_port))
+        assert got[("pgq_up", ())] == 0
+        assert not [k for k in got if k[0] == "pgq_jobs"]
+        failed = [r.getMessage() for r in caplog.records if r.name == "pgq.metrics"]
+        assert len(failed) == 1 and "pgq migrate" in failed[0], failed
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            migrate(admin, schema)
+        assert scrape(int(server.server_port))[("pgq_up", ())] == 1
     finally:
         server.shutdown()
         server.server_close()
