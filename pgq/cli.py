@@ -37,6 +37,7 @@ from pgq_core.text import printable
 from .context import (
     PgqGroup,
     Settings,
+    at_most,
     duration,
     echo_json,
     fail,
@@ -66,6 +67,9 @@ SHOW_CHARS = 64 * 1024
 #: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
 RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+#: The longest --statement-timeout, as for a worker's (PostgreSQL itself refuses more than
+#: 2^31 - 1 ms, 24.8 days, with a bare "invalid value").
+STATEMENT_TIMEOUT_MAX = timedelta(days=1)
 #: The longest --delay: 100 years.
 DELAY_MAX = timedelta(days=36525)
 
@@ -155,7 +159,7 @@ class LazyGroup(PgqGroup):
 @click.option(
     "--statement-timeout",
     envvar="PGQ_STATEMENT_TIMEOUT",
-    callback=duration,
+    callback=at_most(STATEMENT_TIMEOUT_MAX),
     help="Longest any one statement may run, e.g. 30s; 0 for none (or PGQ_STATEMENT_TIMEOUT). "
     "Default: the role's own, else 30s.",
 )

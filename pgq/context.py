@@ -45,8 +45,8 @@ class Settings:
 
     dsn: str | None
     schema: str | None
-    #: the operator's --statement-timeout (wins over the role's); None: ours unless the role
-    #: or database sets one
+    #: the operator's --statement-timeout (wins over the role's; 0: none); None: ours unless
+    #: the role or database sets one
     statement_timeout: timedelta | None = None
     _target: Target | None = field(default=None, repr=False)
 
@@ -67,7 +67,9 @@ class Settings:
         try:
             Queue(conn, target.schema).run(
                 ops.session_limits(
-                    self.statement_timeout or DEFAULT_STATEMENT_TIMEOUT,
+                    DEFAULT_STATEMENT_TIMEOUT
+                    if self.statement_timeout is None
+                    else self.statement_timeout,
                     DEFAULT_LOCK_TIMEOUT,
                     force=self.statement_timeout is not None,
                 )

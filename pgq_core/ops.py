@@ -591,15 +591,22 @@ def history(job_id: int) -> Op[list[JobEvent]]:
     return Op("history", {"id": job_id}, lambda rows: [JobEvent(*r) for r in rows])
 
 
+def milliseconds(timeout: timedelta) -> int:
+    """`timeout` in whole milliseconds, rounded up: a positive timeout is at least 1 ms, never
+    0 (which PostgreSQL reads as no timeout at all)."""
+    return -(-timeout // timedelta(milliseconds=1))
+
+
 def session_limits(
     statement_timeout: timedelta, lock_timeout: timedelta, *, force: bool
 ) -> Op[None]:
-    """Timeouts in whole milliseconds (0 disables); see `session_limits` in queries.sql."""
+    """Timeouts in whole milliseconds (`milliseconds`; only 0 disables); see `session_limits`
+    in queries.sql."""
     return Op(
         "session_limits",
         {
-            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
-            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+            "statement_timeout": str(milliseconds(statement_timeout)),
+            "lock_timeout": str(milliseconds(lock_timeout)),
             "force": force,
         },
         lambda rows: None,
@@ -936,8 +943,8 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
     return Op(
         "local_limits",
         {
-            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
-            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+            "statement_timeout": str(milliseconds(statement_timeout)),
+            "lock_timeout": str(milliseconds(lock_timeout)),
         },
         lambda rows: None,
     )

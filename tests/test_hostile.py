@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgq import cli
 from pgq.cli import main
-from pgq_core import Queue
+from pgq_core import Queue, parse_duration
 from pgq_core.config import (
     CONCURRENCY_MAX,
     HIDDEN,
@@ -35,6 +35,8 @@ from pgq_core.config import (
     check_lease,
     scrub,
 )
+from pgq_core.exporter import QueueCollector
+from pgq_core.worker.link import Timeouts, open_sync_connection
 
 ENV = {"PGQ_DSN": None, "PGQ_SCHEMA": None, "PGQ_DEBUG": None, "COLUMNS": "160"}
 HOSTILE = "mk[/]x\x1b]0;pwned\x07\x1b[2J\x1b[6n[link=file:///etc/passwd]y"
@@ -328,6 +330,72 @@ def test_our_statement_timeout_bounds_a_blocked_command(dsn: str, schema: str) -
     finally:
         holder.close()
     one_error_line(result, 1, "statement timeout")
+
+
+def test_a_sub_millisecond_statement_timeout_still_bounds_a_blocked_command(
+    dsn: str, schema: str
+) -> None:
+    """0.5ms is a (short) timeout, not none: it was truncated to 0 ms, which PostgreSQL reads
+    as no statement timeout at all (the command then waited out the lock timeout, 10 s)."""
+    holder = _lock_jobs(dsn, schema)
+    try:
+        started = time.monotonic()
+        result = run("--dsn", dsn, "--schema", schema, "--statement-timeout", "0.5ms", "jobs")
+        took = time.monotonic() - started
+    finally:
+        holder.close()
+    one_error_line(result, 1, "statement timeout")
+    assert took < 5, took
+
+
+@pytest.mark.parametrize(("given", "shown"), [("0", "0"), ("0.0004", "1ms"), ("1.5ms", "2ms")])
+def test_the_statement_timeout_given_is_the_one_the_session_gets(
+    dsn: str, schema: str, given: str, shown: str
+) -> None:
+    """`--statement-timeout 0` is none, as its help says (it was 30 s); a positive value is at
+    least 1 ms (it was truncated to 0: none)."""
+    group = cli.Settings(dsn, schema, parse_duration(given))
+    with group.connect() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == (shown,)
+
+
+def test_worker_and_exporter_timeouts_under_a_millisecond_are_not_none(
+    dsn: str, schema: str
+) -> None:
+    """The worker's session bounds and the exporter's (and pooled transactions') local ones:
+    a positive timeout never becomes 0 ms (none)."""
+    short = Timeouts(statement=0.0005, lock=0.0001)
+    conn = open_sync_connection(dsn, short)
+    try:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
+        with Queue(conn, schema) as q, conn.transaction():
+            q.run(short.local_limits())
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
+    finally:
+        conn.close()
+    collector = QueueCollector(
+        lambda: psycopg.connect(dsn, autocommit=True), schema, timeout=timedelta(microseconds=300)
+    )
+    try:
+        q = collector._open()
+        assert q.conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("1e12", "at most"), ("nan", "not a duration"), ("inf", "too long")],
+)
+def test_a_statement_timeout_postgresql_cannot_take_is_a_usage_error(
+    dsn: str, schema: str, value: str, fragment: str
+) -> None:
+    """Before: 1e12 reached the server ("database error: invalid value for parameter", exit
+    1) and nan read "cannot convert float NaN to integer"."""
+    result = run("--dsn", dsn, "--schema", schema, "--statement-timeout", value, "stats")
+    one_error_line(result, 2, "--statement-timeout", fragment)
 
 
 def test_permission_is_named(
