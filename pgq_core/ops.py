@@ -750,8 +750,9 @@ def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | Non
 
 
 def _check_queue(queue: str) -> None:
-    if not queue:
-        raise ValueError("queue name must not be empty")
+    """ValueError unless `queue` is a name a job can have (`config.check_queue_name`): a
+    longer one could be paused but never resumed (its NOTIFY payload is too long)."""
+    check_queue_name(queue)
 
 
 # ---------------------------------------------------------------------------- filters
