@@ -42,6 +42,7 @@ from .context import (
     echo_json,
     fail,
     queue_option,
+    raw_byte,
     settings,
     unique,
     when,
@@ -271,8 +272,12 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite
 def parse_payload(text: str) -> Any:
     """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
 
-    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked.
+    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked;
+    a raw lone surrogate is a command-line byte that is not UTF-8.
     """
+    problem = raw_byte(text)
+    if problem:
+        raise ValueError(problem)
     try:
         value = _DECODER.decode(text.rstrip())
     except json.JSONDecodeError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from pgq_core.config import (
 from pgq_core.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
 EXIT_RUNTIME = 1
@@ -156,8 +159,21 @@ class PgqGroup(click.Group):
         except Exception as exc:
             if os.environ.get("PGQ_DEBUG"):
                 raise
+            if isinstance(exc, UnicodeEncodeError) and (problem := raw_byte(exc.object)):
+                fail(f"a value given is {problem}", EXIT_USAGE)
             detail = _clean(ctx, first_line(str(exc)))
             fail(f"unexpected {type(exc).__name__}: {detail} (PGQ_DEBUG=1 shows the traceback)")
+
+
+def raw_byte(text: str) -> str | None:
+    """What is wrong with `text` holding a lone surrogate (how Python hands over a command-line
+    byte that is not UTF-8, which no PostgreSQL text can hold), or None."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    byte = f" \\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else ""
+    return f"not valid UTF-8 text (a raw byte{byte})"
 
 
 def _dsn(ctx: click.Context) -> str | None:

@@ -459,6 +459,39 @@ def test_queue_names_that_cannot_work(
     assert count_jobs(conn, schema) == 0
 
 
+RAW_BYTE = "\udcff"  # how Python hands over a command-line byte that is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enqueue", "q", f'"{RAW_BYTE}"'],
+        ["enqueue", "q", f'{{"{RAW_BYTE}": 1}}'],
+        ["schedule", "add", "s", "--queue", "q", "--cron", "* * * * *", "--payload",
+         f'"{RAW_BYTE}"'],
+        ["pause", "q", "--reason", f"r{RAW_BYTE}"],
+        ["kill", "{id}", "--reason", f"r{RAW_BYTE}"],
+        ["errors", "--queue", f"q{RAW_BYTE}"],
+    ],
+    ids=["payload", "payload-key", "schedule-payload", "pause-reason", "kill-reason", "errors"],
+)
+def test_text_that_is_not_utf8_is_a_usage_error(
+    dsn: str, schema: str, conn: psycopg.Connection[Any], queue: Queue, args: list[str]
+) -> None:
+    """A raw byte that is not UTF-8 on the command line is named, exit 2, and nothing changes.
+    Before: "unexpected UnicodeEncodeError" (exit 1), or for a payload "database error:
+    invalid input syntax for type json" (exit 1)."""
+    job_id = queue.enqueue("q", {})
+    args = [a.replace("{id}", str(job_id)) for a in args]
+    result = run("--dsn", dsn, "--schema", schema, *args)
+    one_error_line(result, 2, "not valid UTF-8")
+    assert "UnicodeEncodeError" not in result.stderr
+    assert count_jobs(conn, schema) == 1
+    assert queue.job(job_id).status == "ready"
+    assert queue.stats()[0].paused is False
+    assert queue.list_schedules() == []
+
+
 def test_the_longest_queue_name_allowed_works(queue: Queue) -> None:
     name = secrets.token_hex(QUEUE_NAME_MAX_BYTES // 2)
     assert queue.job(queue.enqueue(name, {})).queue == name
