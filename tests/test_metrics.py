@@ -243,6 +243,32 @@ def test_pgq_metrics_rejects_a_bad_listen_address(dsn: str, schema: str) -> None
     assert done.stderr.startswith("pgq: error:") and len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("listen", [":\u00b2", ":\u0663", "[::1:9187", "::1]:9187", "[::1]x:1"])
+def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) -> None:
+    """Before: a superscript digit was "unexpected ValueError" (exit 1); an Arabic-Indic 3 was
+    read as port 3 on every address; an unclosed bracket was served as if closed. (The option's
+    own check: a value it lets through would start serving.)"""
+    import click
+
+    from pgq.prod_cli import _listen_address
+
+    with pytest.raises(click.BadParameter, match="not HOST:PORT"):
+        _listen_address(click.Context(click.Command("metrics")), click.Option(["--listen"]), listen)
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [(":0", ("0.0.0.0", 0)), ("[::1]:9187", ("::1", 9187)), ("h.example:80", ("h.example", 80))],
+)
+def test_pgq_metrics_listen_forms(listen: str, expected: tuple[str, int]) -> None:
+    import click
+
+    from pgq.prod_cli import _listen_address
+
+    ctx = click.Context(click.Command("metrics"))
+    assert _listen_address(ctx, click.Option(["--listen"]), listen) == expected
+
+
 async def test_worker_metrics_match_sql(queue: Queue, dsn: str, schema: str) -> None:
     queue.enqueue_many(JobSpec("wm", {"n": i}) for i in range(30))
     queue.enqueue_many(JobSpec("wm", {"fail": True}, max_attempts=1) for _ in range(5))
