@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgq import cli
 from pgq.cli import main
-from pgq_core import Queue, parse_duration
+from pgq_core import PgqError, Queue, migrate, parse_duration
 from pgq_core.config import (
     CONCURRENCY_MAX,
     HIDDEN,
@@ -33,6 +33,7 @@ from pgq_core.config import (
     check_concurrency,
     check_dsn,
     check_lease,
+    check_schema,
     scrub,
 )
 from pgq_core.exporter import QueueCollector
@@ -490,6 +491,41 @@ def test_text_that_is_not_utf8_is_a_usage_error(
     assert queue.job(job_id).status == "ready"
     assert queue.stats()[0].paused is False
     assert queue.list_schedules() == []
+
+
+def _schema_exists(conn: psycopg.Connection[Any], name: str) -> bool:
+    found = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", [f'"{name}"']).fetchone()
+    return bool(found and found[0])
+
+
+@pytest.mark.parametrize("name", ["information_schema", "pg_catalog", "pg_pgq"])
+def test_a_system_schema_is_refused_by_name(
+    dsn: str, conn: psycopg.Connection[Any], name: str
+) -> None:
+    """Before: `--schema information_schema migrate` installed the queue among the system
+    views (pg_dump leaves that schema out: backups lost the queue), and `stats` there said
+    "run `pgq migrate` first"; a pg_ name was "database error: unacceptable schema name"."""
+    result = run("--dsn", dsn, "--schema", name, "stats")
+    one_error_line(result, 1, "invalid schema name", "reserved")
+    with pytest.raises(PgqError, match="reserved"):
+        check_schema(name)
+    assert check_schema("PG_upper") == "PG_upper"  # PostgreSQL reserves lower-case pg_ only
+
+
+def test_migrate_refuses_a_schema_name_it_would_have_to_quote(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The migrations put the schema inside string literals (regclass casts in function
+    bodies): the core `migrate` checks the name itself, before anything is created. Before, it
+    relied on its callers, so `migrate(conn, "x'y")` created schema x'y and failed half-way
+    with a syntax error (a crafted name would have written SQL into those functions)."""
+    name = f"t_{secrets.token_hex(3)}'y"
+    try:
+        with pytest.raises(PgqError, match="invalid schema name"):
+            migrate(conn, name)
+        assert not _schema_exists(conn, name)
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_the_longest_queue_name_allowed_works(queue: Queue) -> None:
