@@ -37,10 +37,12 @@ from pgq_core.text import printable
 from .context import (
     PgqGroup,
     Settings,
+    at_most,
     duration,
     echo_json,
     fail,
     queue_option,
+    raw_byte,
     settings,
     unique,
     when,
@@ -66,6 +68,9 @@ SHOW_CHARS = 64 * 1024
 #: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
 RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+#: The longest --statement-timeout, as for a worker's (PostgreSQL itself refuses more than
+#: 2^31 - 1 ms, 24.8 days, with a bare "invalid value").
+STATEMENT_TIMEOUT_MAX = timedelta(days=1)
 #: The longest --delay: 100 years.
 DELAY_MAX = timedelta(days=36525)
 
@@ -155,7 +160,7 @@ class LazyGroup(PgqGroup):
 @click.option(
     "--statement-timeout",
     envvar="PGQ_STATEMENT_TIMEOUT",
-    callback=duration,
+    callback=at_most(STATEMENT_TIMEOUT_MAX),
     help="Longest any one statement may run, e.g. 30s; 0 for none (or PGQ_STATEMENT_TIMEOUT). "
     "Default: the role's own, else 30s.",
 )
@@ -267,8 +272,12 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite
 def parse_payload(text: str) -> Any:
     """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
 
-    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked.
+    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked;
+    a raw lone surrogate is a command-line byte that is not UTF-8.
     """
+    problem = raw_byte(text)
+    if problem:
+        raise ValueError(problem)
     try:
         value = _DECODER.decode(text.rstrip())
     except json.JSONDecodeError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from pgq_core.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 #: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -45,8 +48,8 @@ class Settings:
 
     dsn: str | None
     schema: str | None
-    #: the operator's --statement-timeout (wins over the role's); None: ours unless the role
-    #: or database sets one
+    #: the operator's --statement-timeout (wins over the role's; 0: none); None: ours unless
+    #: the role or database sets one
     statement_timeout: timedelta | None = None
     _target: Target | None = field(default=None, repr=False)
 
@@ -67,7 +70,9 @@ class Settings:
         try:
             Queue(conn, target.schema).run(
                 ops.session_limits(
-                    self.statement_timeout or DEFAULT_STATEMENT_TIMEOUT,
+                    DEFAULT_STATEMENT_TIMEOUT
+                    if self.statement_timeout is None
+                    else self.statement_timeout,
                     DEFAULT_LOCK_TIMEOUT,
                     force=self.statement_timeout is not None,
                 )
@@ -154,8 +159,21 @@ class PgqGroup(click.Group):
         except Exception as exc:
             if os.environ.get("PGQ_DEBUG"):
                 raise
+            if isinstance(exc, UnicodeEncodeError) and (problem := raw_byte(exc.object)):
+                fail(f"a value given is {problem}", EXIT_USAGE)
             detail = _clean(ctx, first_line(str(exc)))
             fail(f"unexpected {type(exc).__name__}: {detail} (PGQ_DEBUG=1 shows the traceback)")
+
+
+def raw_byte(text: str) -> str | None:
+    """What is wrong with `text` holding a lone surrogate (how Python hands over a command-line
+    byte that is not UTF-8, which no PostgreSQL text can hold), or None."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    byte = f" \\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else ""
+    return f"not valid UTF-8 text (a raw byte{byte})"
 
 
 def _dsn(ctx: click.Context) -> str | None:

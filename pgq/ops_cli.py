@@ -37,7 +37,7 @@ from pgq_core.models import ErrorGroup, Health, JobRow
 from pgq_core.ops import BULK_BATCH
 from pgq_core.text import printable
 
-from .context import duration, echo_json, settings, when
+from .context import duration, echo_json, queue_option, settings, when
 
 INT4_MAX = 2**31 - 1
 #: Options that make `jobs`, `requeue` or `kill` a filtered command (the rest are the plain
@@ -65,11 +65,10 @@ def _console() -> Console:
 
 
 def _queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not value.strip():
-        raise click.BadParameter("queue name must not be empty", ctx, param)
-    if "\x00" in value:
-        raise click.BadParameter("queue name must not contain NUL", ctx, param)
-    return value
+    """A queue name a job can have (`context.queue_option`), as `pgq enqueue` takes."""
+    name = queue_option(ctx, param, value)
+    assert name is not None
+    return name
 
 
 # ---------------------------------------------------------------------------- queue control

@@ -3,6 +3,7 @@ run, so prometheus_client is never imported by `pgq --help` or any other command
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
@@ -20,14 +21,17 @@ from pgq_core.text import printable
 
 from .context import at_most, echo_json, settings
 
+_LISTEN = re.compile(r"(?:\[(?P<bracketed>[^\[\]]*)\]|(?P<host>[^\[\]]*)):(?P<port>[0-9]{1,5})")
+
 
 def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all addresses); port 0 picks a free one."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+    """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all addresses); port 0 picks a free one. The
+    port is ASCII digits (`str.isdigit` also takes ² and ٣), brackets come in whole pairs."""
+    found = _LISTEN.fullmatch(value)
+    if found is None or int(found["port"]) > 65535:
         raise click.BadParameter(f"not HOST:PORT: {value!r}", ctx, param)
-    host = host.removeprefix("[").removesuffix("]") or "0.0.0.0"
-    return host, int(port_text)
+    host = found["bracketed"] if found["bracketed"] is not None else found["host"]
+    return host or "0.0.0.0", int(found["port"])
 
 
 @click.command("metrics")

@@ -55,10 +55,17 @@ class Target:
 
 
 def check_schema(schema: str) -> str:
-    """Schema names are identifiers; the NOTIFY channel `<schema>_jobs` must fit in 63 bytes."""
+    """Schema names are identifiers; the NOTIFY channel `<schema>_jobs` must fit in 63 bytes.
+    PostgreSQL's own schemas are refused: it reserves `pg_*`, and `information_schema` holds
+    the system views (pg_dump leaves it out, so a queue there would miss every backup)."""
     if not _SCHEMA.match(schema):
         raise PgqError(
             f"invalid schema name {schema!r}: use letters, digits and _, at most 58 characters"
+        )
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise PgqError(
+            f"invalid schema name {schema!r}: reserved for PostgreSQL's own schemas "
+            "(pg_* and information_schema)"
         )
     return schema
 

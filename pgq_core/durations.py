@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -19,6 +20,8 @@ def parse_duration(text: str) -> timedelta:
         if not parts or "".join(n + u for n, u in parts) != cleaned:
             raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)") from None
         seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if math.isnan(seconds):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)")
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")
     try:

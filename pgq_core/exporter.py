@@ -5,8 +5,9 @@ Invariants:
 - Every figure is read at scrape time (nothing cached between scrapes) through the named
   statements of queries.sql, on one connection whose statements are bounded by a statement
   timeout; scrapes are serialized (one at a time on that connection).
-- A failed scrape never raises into the HTTP server: it reports `pgq_up 0` (and only that,
-  besides the scrape duration), drops the connection and reconnects on the next scrape.
+- A failed scrape never raises into the HTTP server: a database error or a pgq one (the
+  schema not migrated yet) reports `pgq_up 0` (and only that, besides the scrape duration)
+  with one log line, drops the connection and reconnects on the next scrape.
 - Not imported by `pgq_core` itself, so only the commands that export load prometheus_client.
 """
 
@@ -26,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from . import ops
 from .config import first_line, pooled, scrub
+from .errors import PgqError
 from .queue import Queue
 from .text import printable
 
@@ -89,7 +91,7 @@ class QueueCollector(Collector):
             try:
                 metrics = list(self._read(self._open()))
                 up = 1.0
-            except psycopg.Error as exc:
+            except (psycopg.Error, PgqError) as exc:
                 log.warning(
                     "scrape failed: %s", printable(scrub(first_line(str(exc)), self._dsn))
                 )

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .config import check_schema
 from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD
 from .queries import statement
 
@@ -38,8 +39,10 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     number than one already applied (branches developed in parallel) is still applied. Then,
     from version 9 on, the history's daily partitions ahead are made sure of (a day whose lock
     is busy is left to the workers' reapers).
+    `schema` must pass `config.check_schema` (PgqError otherwise, before anything is created):
+    the migrations put it inside string literals as well as identifiers.
     """
-    ident = sql.Identifier(schema)
+    ident = sql.Identifier(check_schema(schema))
     applied: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgq migrate ' || %s))", [schema])

@@ -591,15 +591,22 @@ def history(job_id: int) -> Op[list[JobEvent]]:
     return Op("history", {"id": job_id}, lambda rows: [JobEvent(*r) for r in rows])
 
 
+def milliseconds(timeout: timedelta) -> int:
+    """`timeout` in whole milliseconds, rounded up: a positive timeout is at least 1 ms, never
+    0 (which PostgreSQL reads as no timeout at all)."""
+    return -(-timeout // timedelta(milliseconds=1))
+
+
 def session_limits(
     statement_timeout: timedelta, lock_timeout: timedelta, *, force: bool
 ) -> Op[None]:
-    """Timeouts in whole milliseconds (0 disables); see `session_limits` in queries.sql."""
+    """Timeouts in whole milliseconds (`milliseconds`; only 0 disables); see `session_limits`
+    in queries.sql."""
     return Op(
         "session_limits",
         {
-            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
-            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+            "statement_timeout": str(milliseconds(statement_timeout)),
+            "lock_timeout": str(milliseconds(lock_timeout)),
             "force": force,
         },
         lambda rows: None,
@@ -743,8 +750,9 @@ def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | Non
 
 
 def _check_queue(queue: str) -> None:
-    if not queue:
-        raise ValueError("queue name must not be empty")
+    """ValueError unless `queue` is a name a job can have (`config.check_queue_name`): a
+    longer one could be paused but never resumed (its NOTIFY payload is too long)."""
+    check_queue_name(queue)
 
 
 # ---------------------------------------------------------------------------- filters
@@ -936,8 +944,8 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
     return Op(
         "local_limits",
         {
-            "statement_timeout": str(int(statement_timeout.total_seconds() * 1000)),
-            "lock_timeout": str(int(lock_timeout.total_seconds() * 1000)),
+            "statement_timeout": str(milliseconds(statement_timeout)),
+            "lock_timeout": str(milliseconds(lock_timeout)),
         },
         lambda rows: None,
     )

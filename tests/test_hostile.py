@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgq import cli
 from pgq.cli import main
-from pgq_core import Queue
+from pgq_core import PgqError, Queue, migrate, parse_duration
 from pgq_core.config import (
     CONCURRENCY_MAX,
     HIDDEN,
@@ -33,8 +33,11 @@ from pgq_core.config import (
     check_concurrency,
     check_dsn,
     check_lease,
+    check_schema,
     scrub,
 )
+from pgq_core.exporter import QueueCollector
+from pgq_core.worker.link import Timeouts, open_sync_connection
 
 ENV = {"PGQ_DSN": None, "PGQ_SCHEMA": None, "PGQ_DEBUG": None, "COLUMNS": "160"}
 HOSTILE = "mk[/]x\x1b]0;pwned\x07\x1b[2J\x1b[6n[link=file:///etc/passwd]y"
@@ -330,6 +333,72 @@ def test_our_statement_timeout_bounds_a_blocked_command(dsn: str, schema: str) -
     one_error_line(result, 1, "statement timeout")
 
 
+def test_a_sub_millisecond_statement_timeout_still_bounds_a_blocked_command(
+    dsn: str, schema: str
+) -> None:
+    """0.5ms is a (short) timeout, not none: it was truncated to 0 ms, which PostgreSQL reads
+    as no statement timeout at all (the command then waited out the lock timeout, 10 s)."""
+    holder = _lock_jobs(dsn, schema)
+    try:
+        started = time.monotonic()
+        result = run("--dsn", dsn, "--schema", schema, "--statement-timeout", "0.5ms", "jobs")
+        took = time.monotonic() - started
+    finally:
+        holder.close()
+    one_error_line(result, 1, "statement timeout")
+    assert took < 5, took
+
+
+@pytest.mark.parametrize(("given", "shown"), [("0", "0"), ("0.0004", "1ms"), ("1.5ms", "2ms")])
+def test_the_statement_timeout_given_is_the_one_the_session_gets(
+    dsn: str, schema: str, given: str, shown: str
+) -> None:
+    """`--statement-timeout 0` is none, as its help says (it was 30 s); a positive value is at
+    least 1 ms (it was truncated to 0: none)."""
+    group = cli.Settings(dsn, schema, parse_duration(given))
+    with group.connect() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == (shown,)
+
+
+def test_worker_and_exporter_timeouts_under_a_millisecond_are_not_none(
+    dsn: str, schema: str
+) -> None:
+    """The worker's session bounds and the exporter's (and pooled transactions') local ones:
+    a positive timeout never becomes 0 ms (none)."""
+    short = Timeouts(statement=0.0005, lock=0.0001)
+    conn = open_sync_connection(dsn, short)
+    try:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
+        with Queue(conn, schema) as q, conn.transaction():
+            q.run(short.local_limits())
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
+    finally:
+        conn.close()
+    collector = QueueCollector(
+        lambda: psycopg.connect(dsn, autocommit=True), schema, timeout=timedelta(microseconds=300)
+    )
+    try:
+        q = collector._open()
+        assert q.conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("1e12", "at most"), ("nan", "not a duration"), ("inf", "too long")],
+)
+def test_a_statement_timeout_postgresql_cannot_take_is_a_usage_error(
+    dsn: str, schema: str, value: str, fragment: str
+) -> None:
+    """Before: 1e12 reached the server ("database error: invalid value for parameter", exit
+    1) and nan read "cannot convert float NaN to integer"."""
+    result = run("--dsn", dsn, "--schema", schema, "--statement-timeout", value, "stats")
+    one_error_line(result, 2, "--statement-timeout", fragment)
+
+
 def test_permission_is_named(
     dsn: str, schema: str, throwaway_role: tuple[str, psycopg.Connection[Any]]
 ) -> None:
@@ -389,6 +458,74 @@ def test_queue_names_that_cannot_work(
         with pytest.raises(ValueError, match=fragment):
             queue.enqueue(name, {})
     assert count_jobs(conn, schema) == 0
+
+
+RAW_BYTE = "\udcff"  # how Python hands over a command-line byte that is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enqueue", "q", f'"{RAW_BYTE}"'],
+        ["enqueue", "q", f'{{"{RAW_BYTE}": 1}}'],
+        ["schedule", "add", "s", "--queue", "q", "--cron", "* * * * *", "--payload",
+         f'"{RAW_BYTE}"'],
+        ["pause", "q", "--reason", f"r{RAW_BYTE}"],
+        ["kill", "{id}", "--reason", f"r{RAW_BYTE}"],
+        ["errors", "--queue", f"q{RAW_BYTE}"],
+    ],
+    ids=["payload", "payload-key", "schedule-payload", "pause-reason", "kill-reason", "errors"],
+)
+def test_text_that_is_not_utf8_is_a_usage_error(
+    dsn: str, schema: str, conn: psycopg.Connection[Any], queue: Queue, args: list[str]
+) -> None:
+    """A raw byte that is not UTF-8 on the command line is named, exit 2, and nothing changes.
+    Before: "unexpected UnicodeEncodeError" (exit 1), or for a payload "database error:
+    invalid input syntax for type json" (exit 1)."""
+    job_id = queue.enqueue("q", {})
+    args = [a.replace("{id}", str(job_id)) for a in args]
+    result = run("--dsn", dsn, "--schema", schema, *args)
+    one_error_line(result, 2, "not valid UTF-8")
+    assert "UnicodeEncodeError" not in result.stderr
+    assert count_jobs(conn, schema) == 1
+    assert queue.job(job_id).status == "ready"
+    assert queue.stats()[0].paused is False
+    assert queue.list_schedules() == []
+
+
+def _schema_exists(conn: psycopg.Connection[Any], name: str) -> bool:
+    found = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", [f'"{name}"']).fetchone()
+    return bool(found and found[0])
+
+
+@pytest.mark.parametrize("name", ["information_schema", "pg_catalog", "pg_pgq"])
+def test_a_system_schema_is_refused_by_name(
+    dsn: str, conn: psycopg.Connection[Any], name: str
+) -> None:
+    """Before: `--schema information_schema migrate` installed the queue among the system
+    views (pg_dump leaves that schema out: backups lost the queue), and `stats` there said
+    "run `pgq migrate` first"; a pg_ name was "database error: unacceptable schema name"."""
+    result = run("--dsn", dsn, "--schema", name, "stats")
+    one_error_line(result, 1, "invalid schema name", "reserved")
+    with pytest.raises(PgqError, match="reserved"):
+        check_schema(name)
+    assert check_schema("PG_upper") == "PG_upper"  # PostgreSQL reserves lower-case pg_ only
+
+
+def test_migrate_refuses_a_schema_name_it_would_have_to_quote(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The migrations put the schema inside string literals (regclass casts in function
+    bodies): the core `migrate` checks the name itself, before anything is created. Before, it
+    relied on its callers, so `migrate(conn, "x'y")` created schema x'y and failed half-way
+    with a syntax error (a crafted name would have written SQL into those functions)."""
+    name = f"t_{secrets.token_hex(3)}'y"
+    try:
+        with pytest.raises(PgqError, match="invalid schema name"):
+            migrate(conn, name)
+        assert not _schema_exists(conn, name)
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_the_longest_queue_name_allowed_works(queue: Queue) -> None:

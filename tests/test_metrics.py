@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from pgq_core import JobSpec, Queue
+from pgq_core import JobSpec, Queue, migrate
 from pgq_core.exporter import QueueCollector
 from pgq_core.worker import Worker
 from pgq_core.worker.metrics import WorkerMetrics
@@ -162,6 +162,36 @@ def test_exporter_reports_down_and_recovers(queue: Queue, dsn: str, schema: str)
         collector.close()
 
 
+def test_exporter_reports_down_for_a_schema_not_migrated_yet(
+    dsn: str, schema: str, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scrape of a schema that is not (or no longer) migrated is `pgq_up 0` and one log
+    line: before, SchemaMissing escaped into the HTTP server (a 500 and a traceback on every
+    scrape, e.g. while a deploy has not run `pgq migrate` yet)."""
+    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, autocommit=True)
+
+    collector = QueueCollector(connect, schema)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+    try:
+        got = scrape(int(server.server_port))
+        assert got[("pgq_up", ())] == 0
+        assert not [k for k in got if k[0] == "pgq_jobs"]
+        failed = [r.getMessage() for r in caplog.records if r.name == "pgq.metrics"]
+        assert len(failed) == 1 and "pgq migrate" in failed[0], failed
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            migrate(admin, schema)
+        assert scrape(int(server.server_port))[("pgq_up", ())] == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
+
+
 def _stderr_port(proc: subprocess.Popen[bytes], log: Path, pattern: str) -> int:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -211,6 +241,32 @@ def test_pgq_metrics_rejects_a_bad_listen_address(dsn: str, schema: str) -> None
     )
     assert done.returncode == 2
     assert done.stderr.startswith("pgq: error:") and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("listen", [":\u00b2", ":\u0663", "[::1:9187", "::1]:9187", "[::1]x:1"])
+def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) -> None:
+    """Before: a superscript digit was "unexpected ValueError" (exit 1); an Arabic-Indic 3 was
+    read as port 3 on every address; an unclosed bracket was served as if closed. (The option's
+    own check: a value it lets through would start serving.)"""
+    import click
+
+    from pgq.prod_cli import _listen_address
+
+    with pytest.raises(click.BadParameter, match="not HOST:PORT"):
+        _listen_address(click.Context(click.Command("metrics")), click.Option(["--listen"]), listen)
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [(":0", ("0.0.0.0", 0)), ("[::1]:9187", ("::1", 9187)), ("h.example:80", ("h.example", 80))],
+)
+def test_pgq_metrics_listen_forms(listen: str, expected: tuple[str, int]) -> None:
+    import click
+
+    from pgq.prod_cli import _listen_address
+
+    ctx = click.Context(click.Command("metrics"))
+    assert _listen_address(ctx, click.Option(["--listen"]), listen) == expected
 
 
 async def test_worker_metrics_match_sql(queue: Queue, dsn: str, schema: str) -> None:

@@ -16,6 +16,7 @@ from psycopg import sql
 from test_cli import ENV, Pgq, error_line, ok
 
 from pgq_core import Queue, ops
+from pgq_core.config import QUEUE_NAME_MAX_BYTES
 from pgq_core.filters import JobFilter, parse_payload_match
 from pgq_core.queries import query_with
 
@@ -125,6 +126,41 @@ def test_pause_resume_limit_and_stats(pgq: Pgq, queue: Queue) -> None:
 )
 def test_queue_control_usage_errors(pgq: Pgq, args: list[str], fragment: str) -> None:
     error_line(pgq(*args), 2, fragment)
+
+
+@pytest.mark.parametrize("command", ["pause", "resume", "limit"])
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("x" * (QUEUE_NAME_MAX_BYTES + 1), "bytes long"),
+        ("x" * 8000, "bytes long"),
+        ("q\udcff", "not valid UTF-8"),
+    ],
+    ids=["too-long", "over-notify-payload", "not-utf8"],
+)
+def test_queue_control_refuses_names_no_job_can_have(
+    pgq: Pgq, queue: Queue, command: str, name: str, fragment: str
+) -> None:
+    """The names `pgq enqueue` refuses are refused here too, before anything is written.
+    Before: a name over 7999 bytes was paused, and then could not be resumed (its NOTIFY
+    payload is too long): a queue in `pgq stats` for good; a name that is not UTF-8 (a raw
+    byte on the command line) was "unexpected UnicodeEncodeError" (exit 1)."""
+    args = [command, name, *(["3"] if command == "limit" else [])]
+    error_line(pgq(*args), 2, fragment)
+    assert queue.stats() == []
+    with pytest.raises(ValueError, match=fragment):
+        getattr(queue, "set_limit" if command == "limit" else command)(
+            name, *([3] if command == "limit" else [])
+        )
+    assert queue.stats() == []
+
+
+def test_a_paused_queue_with_the_longest_name_resumes(pgq: Pgq, queue: Queue) -> None:
+    name = "é" * (QUEUE_NAME_MAX_BYTES // 2)
+    ok(pgq("pause", name))
+    assert [s.paused for s in queue.stats()] == [True]
+    ok(pgq("resume", name))
+    assert not [s for s in queue.stats() if s.paused]
 
 
 def test_hostile_pause_reason_is_printed_inert(pgq: Pgq) -> None:

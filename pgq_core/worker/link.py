@@ -100,8 +100,8 @@ class Timeouts:
             "SET statement_timeout = {}; SET lock_timeout = {};"
             " SET plan_cache_mode = force_generic_plan"
         ).format(
-            sql.Literal(f"{int(self.statement * 1000)}ms"),
-            sql.Literal(f"{int(self.lock * 1000)}ms"),
+            sql.Literal(f"{ops.milliseconds(timedelta(seconds=self.statement))}ms"),
+            sql.Literal(f"{ops.milliseconds(timedelta(seconds=self.lock))}ms"),
         )
 
     def local_limits(self) -> Op[None]:
