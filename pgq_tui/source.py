@@ -12,12 +12,20 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from typing import Any, Protocol
 
 import psycopg
 
-from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement
-from pgq_core.config import connect_options, listen_dsn, scrub
+from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement, ops
+from pgq_core.config import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    connect_options,
+    listen_dsn,
+    pooled,
+    scrub,
+)
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health
 
@@ -75,11 +83,22 @@ class Source(Protocol):
 class PgSource:
     """pgq_core's AsyncQueue on a dedicated autocommit connection, reconnected on demand."""
 
-    def __init__(self, dsn: str, schema: str, connect_timeout: float | None = 3) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        connect_timeout: float | None = 3,
+        statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
+        lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
         #: None: the DSN's or PGCONNECT_TIMEOUT or pgq's default (`config.connect_options`)
         self.connect_timeout = connect_timeout
+        #: bound every statement and lock wait of the session (a limit the role or server
+        #: sets is kept), so a locked table never hangs a poll or an action
+        self.statement_timeout = statement_timeout
+        self.lock_timeout = lock_timeout
         #: names this dashboard's connections in pg_stat_activity
         self.application_name = f"{APPLICATION_NAME} {secrets.token_hex(3)}"
         self._queue: AsyncQueue | None = None
@@ -101,7 +120,17 @@ class PgSource:
                     conn = await self._connect()
                 except psycopg.Error as exc:
                     raise self._disconnected(exc) from None
-                self._queue = AsyncQueue(conn, self.schema, owns=True)
+                queue = AsyncQueue(conn, self.schema, owns=True)
+                if not pooled():  # a session setting would stay on a server session others get
+                    limits = ops.session_limits(
+                        self.statement_timeout, self.lock_timeout, force=False
+                    )
+                    try:
+                        await queue.run(limits)
+                    except psycopg.Error as exc:
+                        await queue.close()
+                        raise self._disconnected(exc) from None
+                self._queue = queue
             return self._queue
 
     def _disconnected(self, exc: BaseException) -> Disconnected:

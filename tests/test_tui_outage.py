@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from textual.pilot import Pilot
 
 from pgq_core import Queue
 from pgq_tui.launch import make_app
+from pgq_tui.source import Disconnected, PgSource
 from pgq_tui.testing import wait_for as wait_until
 from pgq_tui.widgets.queues_table import QueuesTable
 from pgq_tui.widgets.status_header import StatusHeader
@@ -176,3 +180,26 @@ async def test_during_an_outage_the_old_data_is_marked_stale_and_the_clock_stays
         await wait_for(pilot, lambda: app.dashboard.stale_for is None, "fresh again")
         assert not app.dashboard.has_class("-stale")
         assert "stale" not in header.render().plain
+
+
+async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeout(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """An operator's `LOCK TABLE` (a migration, a long `VACUUM FULL`) never hangs the
+    dashboard's connection: every statement it sends is bounded by a lock and a statement
+    timeout, so the poll fails (and is retried) instead of waiting for the lock."""
+    source = PgSource(dsn, schema, lock_timeout=timedelta(milliseconds=200))
+    try:
+        await source.stats()
+        with psycopg.connect(dsn) as holder:
+            holder.execute(
+                sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(schema)
+                )
+            )
+            with pytest.raises(Disconnected, match="lock timeout"):
+                await asyncio.wait_for(source.stats(), 5)
+            holder.rollback()
+        assert await source.stats() == []
+    finally:
+        await source.close()
