@@ -4,6 +4,7 @@ scraped over real HTTP and checked against SQL counts on the real database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -52,12 +53,9 @@ def sql_counts(queue: Queue) -> dict[tuple[str, str], int]:
     return {(r[0], r[1]): int(r[2]) for r in queue.conn.execute(q).fetchall()}
 
 
-@pytest.fixture
-def exporter(dsn: str, schema: str) -> Iterator[int]:
-    def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(dsn, autocommit=True)
-
-    collector = QueueCollector(connect, schema, timeout=timedelta(seconds=5))
+@contextlib.contextmanager
+def served(collector: QueueCollector) -> Iterator[int]:
+    """`collector` behind a real HTTP endpoint on a free port (yielded), closed afterwards."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     server, _ = start_http_server(0, "127.0.0.1", registry=registry)
@@ -67,6 +65,15 @@ def exporter(dsn: str, schema: str) -> Iterator[int]:
         server.shutdown()
         server.server_close()
         collector.close()
+
+
+@pytest.fixture
+def exporter(dsn: str, schema: str) -> Iterator[int]:
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, autocommit=True)
+
+    with served(QueueCollector(connect, schema, timeout=timedelta(seconds=5))) as port:
+        yield port
 
 
 def make_mix(queue: Queue) -> None:
@@ -142,12 +149,7 @@ def test_exporter_reports_down_and_recovers(queue: Queue, dsn: str, schema: str)
             return psycopg.connect("host=127.0.0.1 port=1 connect_timeout=1")
         return psycopg.connect(dsn, autocommit=True)
 
-    collector = QueueCollector(connect, schema)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
-    try:
-        port = int(server.server_port)
+    with served(QueueCollector(connect, schema)) as port:
         got = scrape(port)
         assert got[("pgq_up", ())] == 0
         assert not [k for k in got if k[0] == "pgq_jobs"]
@@ -156,10 +158,6 @@ def test_exporter_reports_down_and_recovers(queue: Queue, dsn: str, schema: str)
         got = scrape(port)
         assert got[("pgq_up", ())] == 1
         assert got[("pgq_jobs", (("queue", "q"), ("status", "ready")))] == 1
-    finally:
-        server.shutdown()
-        server.server_close()
-        collector.close()
 
 
 def test_exporter_reports_down_for_a_schema_not_migrated_yet(
@@ -173,23 +171,15 @@ def test_exporter_reports_down_for_a_schema_not_migrated_yet(
     def connect() -> psycopg.Connection[Any]:
         return psycopg.connect(dsn, autocommit=True)
 
-    collector = QueueCollector(connect, schema)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
-    try:
-        got = scrape(int(server.server_port))
+    with served(QueueCollector(connect, schema)) as port:
+        got = scrape(port)
         assert got[("pgq_up", ())] == 0
         assert not [k for k in got if k[0] == "pgq_jobs"]
         failed = [r.getMessage() for r in caplog.records if r.name == "pgq.metrics"]
         assert len(failed) == 1 and "pgq migrate" in failed[0], failed
         with psycopg.connect(dsn, autocommit=True) as admin:
             migrate(admin, schema)
-        assert scrape(int(server.server_port))[("pgq_up", ())] == 1
-    finally:
-        server.shutdown()
-        server.server_close()
-        collector.close()
+        assert scrape(port)[("pgq_up", ())] == 1
 
 
 def _stderr_port(proc: subprocess.Popen[bytes], log: Path, pattern: str) -> int:
