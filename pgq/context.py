@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,11 +30,9 @@ from pgq_core.config import (
     pooled,
     scrub,
 )
-from pgq_core.text import printable
+from pgq_core.text import first_surrogate, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
 EXIT_RUNTIME = 1
@@ -168,10 +165,10 @@ class PgqGroup(click.Group):
 def raw_byte(text: str) -> str | None:
     """What is wrong with `text` holding a lone surrogate (how Python hands over a command-line
     byte that is not UTF-8, which no PostgreSQL text can hold), or None."""
-    found = _SURROGATE.search(text)
+    found = first_surrogate(text)
     if found is None:
         return None
-    code = ord(found.group())
+    code = ord(found)
     byte = f" \\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else ""
     return f"not valid UTF-8 text (a raw byte{byte})"
 

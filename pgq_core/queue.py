@@ -50,7 +50,7 @@ from .models import (
 )
 from .ops import JobSpec, Op
 from .queries import query_with, statement
-from .text import has_surrogate
+from .text import first_surrogate
 
 T = TypeVar("T")
 ENQUEUE_CHUNK = 5000
@@ -87,7 +87,7 @@ def result_json(result: Any) -> str | None:
         text = json.dumps(result, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
-    if has_surrogate(text):
+    if first_surrogate(text) is not None:
         raise ValueError(
             "result is not storable: it holds a lone surrogate, which UTF-8 cannot carry"
         )

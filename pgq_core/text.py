@@ -42,10 +42,11 @@ def printable(text: str, *, multiline: bool = False) -> str:
     return pattern.sub(_visible, _SURROGATE.sub("\ufffd", text))
 
 
-def has_surrogate(text: str) -> bool:
-    """True if `text` holds a surrogate code point, which no UTF-8 (so no database text) can
-    carry."""
-    return _SURROGATE.search(text) is not None
+def first_surrogate(text: str) -> str | None:
+    """The first surrogate code point in `text` (which no UTF-8, so no database text, can
+    carry: a lone one in a handler's text, or a command-line byte that is not UTF-8), or None."""
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
 
 
 def storable(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
