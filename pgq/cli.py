@@ -646,7 +646,7 @@ def _payload(preview: PayloadPreview) -> Text:
         return _text(preview.text, multiline=True)
     try:
         pretty = json.dumps(json.loads(preview.text), indent=2, ensure_ascii=False)
-    except RecursionError:  # stored by plain SQL deeper than Python's JSON reads
+    except (RecursionError, ValueError):  # plain SQL stored what Python cannot read
         pretty = preview.text
     if len(pretty) > 4 * SHOW_CHARS:  # deep nesting: indentation would dwarf the payload
         pretty = preview.text

@@ -28,3 +28,15 @@ class JobNotFound(PgqError):
 
 class SchemaMissing(PgqError):
     """The schema has not been migrated (run `pgq migrate`)."""
+
+
+class UnreadableValue(PgqError):
+    """A value PostgreSQL stores that Python cannot load: JSON nested past the recursion limit,
+    an integer of more digits than Python converts. pgq never writes one; plain SQL can."""
+
+    def __init__(self, exc: BaseException) -> None:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        super().__init__(
+            f"a stored JSON value cannot be read by Python ({reason.split(';')[0]}); "
+            "was it written by plain SQL?"
+        )

@@ -30,7 +30,7 @@ from psycopg import sql
 
 from . import ops
 from .config import connect_options
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing
+from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
 from .filters import JobFilter
 from .health import assess
 from .models import (
@@ -189,7 +189,10 @@ class Queue:
         try:
             with (conn or self.conn).cursor() as cur:
                 cur.execute(*_statement(op, self.schema))
-                rows = cur.fetchall() if cur.rownumber is not None else []
+                try:
+                    rows = cur.fetchall() if cur.rownumber is not None else []
+                except (RecursionError, ValueError) as exc:
+                    raise UnreadableValue(exc) from None
         except _MISSING as exc:
             if not is_schema_missing(exc, self.schema):
                 raise
@@ -515,7 +518,10 @@ class AsyncQueue:
         try:
             async with (conn or self.conn).cursor() as cur:
                 await cur.execute(*_statement(op, self.schema))
-                rows = await cur.fetchall() if cur.rownumber is not None else []
+                try:
+                    rows = await cur.fetchall() if cur.rownumber is not None else []
+                except (RecursionError, ValueError) as exc:
+                    raise UnreadableValue(exc) from None
         except _MISSING as exc:
             if not is_schema_missing(exc, self.schema):
                 raise

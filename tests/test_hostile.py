@@ -549,6 +549,35 @@ def test_a_deep_line_is_named(dsn: str, schema: str, conn: psycopg.Connection[An
     assert count_jobs(conn, schema) == 0
 
 
+#: (SQL for the payload, a piece of it `pgq show` prints as stored)
+UNREADABLE = {
+    "deep": ("('{\"a\":' || repeat('[', 5000) || repeat(']', 5000) || '}')::jsonb", "[" * 40),
+    "long-number": ("('{\"n\":' || repeat('9', 5000) || '}')::jsonb", "9" * 40),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNREADABLE))
+def test_a_payload_python_cannot_read_is_one_clear_error_never_a_traceback(
+    dsn: str, schema: str, conn: psycopg.Connection[Any], queue: Queue, kind: str
+) -> None:
+    """Plain SQL can store JSON that Python's json cannot load (nested 5,000 deep, an integer
+    of 5,000 digits). Reading that job is one clear error (PgqError), `pgq show` still shows
+    every column and the payload as stored, and `pgq show --json` says why in one line."""
+    (job_id,) = conn.execute(
+        sql.SQL("INSERT INTO {}.jobs (queue, payload) VALUES ('q', {}) RETURNING id").format(
+            sql.Identifier(schema), sql.SQL(UNREADABLE[kind][0])
+        )
+    ).fetchone() or (0,)
+    with pytest.raises(PgqError, match="cannot be read by Python"):
+        queue.job(job_id)
+    shown = run("--dsn", dsn, "--schema", schema, "show", str(job_id))
+    assert shown.exit_code == 0, shown.output
+    assert "Traceback" not in shown.output and "unexpected" not in shown.output
+    assert UNREADABLE[kind][1] in shown.stdout
+    as_json = run("--dsn", dsn, "--schema", schema, "show", str(job_id), "--json")
+    one_error_line(as_json, 1, "cannot be read by Python", "plain SQL")
+
+
 def test_a_too_large_line_is_named(
     dsn: str, schema: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -148,3 +148,33 @@ async def _browse(pilot: Pilot[Any], app: DashboardApp, name: str) -> None:
     await wait_for(pilot, lambda: app.screen is app.dashboard, "confirmed")
     await pilot.pause(0.5)  # the notification naming the queue
     assert_inert(app, "requeued 1 dead job")
+
+
+async def test_a_job_whose_payload_python_cannot_read_says_so_in_its_detail(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A payload stored by plain SQL nested past what Python's JSON reads: the job detail says
+    why it cannot show the job (before, the read failed silently in its worker and the screen
+    stayed empty)."""
+    queue.conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload)"
+            " VALUES ('q', ('{{\"a\":' || repeat('[', 5000) || repeat(']', 5000) || '}}')::jsonb)"
+        ).format(sql.Identifier(schema))
+    )
+    app = make_app(dsn, schema, "db", refresh=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        queues = app.dashboard.query_one(QueuesTable)
+        await wait_for(pilot, lambda: queues.row_count == 1, "the queue")
+        queues.focus()
+        await pilot.press("enter")
+        jobs = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: jobs.row_count == 1, "the job")
+        await pilot.press("enter")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen)
+            and "cannot be read by Python" in app.screen.message.plain,
+            "the reason on the job detail",
+        )
+        assert app.is_running
