@@ -2,7 +2,7 @@
 
 from .config import Target, mask, resolve
 from .durations import parse_duration
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing
+from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
 from .fenced import fenced_write
 from .integrations import driver_connection, enqueue_in
 from .migrate import migrate
@@ -33,6 +33,7 @@ __all__ = [
     "TaskArgumentError",
     "TaskError",
     "Tasks",
+    "UnreadableValue",
     "channel",
     "current_job",
     "driver_connection",
