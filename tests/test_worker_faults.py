@@ -582,7 +582,7 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
     (SQLSTATE 25006: a standby, or default_transaction_read_only). Its connections are opened
     again until one takes writes: heartbeats resume before the lease runs out, and the finished
     job is completed once, not given up to its lease."""
-    role = f"pgq_ro_{secrets.token_hex(4)}"
+    role, password = f"pgq_ro_{secrets.token_hex(4)}", secrets.token_hex(8)
     names = {"r": sql.Identifier(role), "s": sql.Identifier(schema)}
     lease = timedelta(seconds=6)
     job_id = queue.enqueue("q", {})
@@ -596,7 +596,9 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
 
     caplog.set_level("INFO", logger="pgq.worker")
     with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {r} LOGIN").format(**names))
+        admin.execute(  # a password: the embedded server takes no login without one
+            sql.SQL("CREATE ROLE {r} LOGIN PASSWORD {p}").format(p=sql.Literal(password), **names)
+        )
         try:
             admin.execute(
                 sql.SQL(
@@ -605,7 +607,9 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
                     " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r}"
                 ).format(**names)
             )
-            worker = make_worker(make_conninfo(dsn, user=role), schema, handler, lease=lease)
+            worker = make_worker(
+                make_conninfo(dsn, user=role, password=password), schema, handler, lease=lease
+            )
             async with running(worker):
                 await until(lambda: worker.snapshot().running, what="the job running")
                 admin.execute(
