@@ -35,8 +35,14 @@ class UnreadableValue(PgqError):
     an integer of more digits than Python converts. pgq never writes one; plain SQL can."""
 
     def __init__(self, exc: BaseException) -> None:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         super().__init__(
-            f"a stored JSON value cannot be read by Python ({reason.split(';')[0]}); "
+            f"a stored JSON value cannot be read by Python ({why_unreadable(exc)}); "
             "was it written by plain SQL?"
         )
+
+
+def why_unreadable(exc: BaseException) -> str:
+    """Why Python's json could not load a value (`exc` from `json.loads`), in a few words."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).split(";")[0]

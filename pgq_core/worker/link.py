@@ -31,7 +31,7 @@ from psycopg.types.json import set_json_loads
 
 from .. import ops
 from ..config import connect_options, first_line, pooled, scrub
-from ..errors import SchemaMissing
+from ..errors import SchemaMissing, why_unreadable
 from ..ops import Op
 from ..queries import statement
 from ..queue import is_schema_missing
@@ -74,7 +74,7 @@ def load_payload(data: str | bytes) -> Any:
     try:
         return json.loads(data)
     except (RecursionError, ValueError) as exc:
-        return UnreadablePayload(f"{type(exc).__name__}: {exc}")
+        return UnreadablePayload(why_unreadable(exc))
 
 
 def is_transient(sqlstate: str | None) -> bool:
