@@ -73,7 +73,12 @@ async def test_hostile_queue_names_render_as_text(dsn: str, schema: str, queue: 
         leases = app.dashboard.query_one(LeasesTable)
         await wait_for(pilot, lambda: queues.row_count == 3, "three queues")
         await wait_for(pilot, lambda: leases.row_count == 3, "three leases")
-        assert_inert(app, "mk[/]x", "mk[link=file:///etc/passwd]x", "\\x1b[2J")
+        names = ("mk[/]x", "mk[link=file:///etc/passwd]x", "\\x1b[2J")
+        # the rows are in the tables before the next frame draws them
+        await wait_for(
+            pilot, lambda: all(n in screen_output(app)[0] for n in names), "the names drawn"
+        )
+        assert_inert(app, *names)
 
         for name in QUEUES:
             await _browse(pilot, app, name)
