@@ -1,5 +1,5 @@
 """What `pgq bench` runs once its options are parsed: pick the mode, run it on a throwaway
-server, print tables or JSON. The click command itself lives in `pgq.cli` and imports this
+server, print tables or JSON. The click command itself lives in `pgq_cli.cli` and imports this
 package only when it runs, so no other `pgq` command loads the bench."""
 
 from __future__ import annotations

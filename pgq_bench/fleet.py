@@ -283,7 +283,7 @@ class Fleet:
         slot.started_at = time.monotonic()
         log_path = self.logs / f"{slot.worker_id}.{slot.starts}.log"
         slot.logs.append(log_path)
-        argv = [sys.executable, "-m", "pgq", "worker", QUEUE_NAME, *self.args,
+        argv = [sys.executable, "-m", "pgq_cli", "worker", QUEUE_NAME, *self.args,
                 "--worker-id", slot.worker_id]  # fmt: skip
         with log_path.open("wb") as log:
             slot.proc = subprocess.Popen(

@@ -94,7 +94,7 @@ def _start_workers(dsn: str, schema: str, n: int, logs: Path) -> list[subprocess
     for i in range(n):
         with (logs / f"worker-{i}.log").open("wb") as log:
             argv = [
-                sys.executable, "-m", "pgq", "worker", QUEUE_NAME,
+                sys.executable, "-m", "pgq_cli", "worker", QUEUE_NAME,
                 "--handler", HANDLER_SPECS["sync"],
                 "--concurrency", str(WORKER_CONCURRENCY), "--log-level", "warning",
             ]  # fmt: skip

@@ -27,7 +27,7 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 
-from pgq.demo_jobs import DEMO_QUEUES, DemoProducer, handle
+from pgq_cli.demo_jobs import DEMO_QUEUES, DemoProducer, handle
 from pgq_core import migrate, resolve
 from pgq_tui.app import DashboardApp
 from pgq_tui.launch import make_app

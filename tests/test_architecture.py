@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_importing_pgq_core_loads_no_tui_or_textual() -> None:
     code = (
         "import sys, pgq_core, pgq_core.queue, pgq_core.migrate;"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pgq_tui', 'pgq')];"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pgq_tui', 'pgq_cli')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -62,9 +62,9 @@ def test_no_sql_outside_the_sql_home_in_pgq_core() -> None:
 
 
 def test_the_command_line_loads_the_bench_only_for_pgq_bench() -> None:
-    """`pgq_bench` is imported inside the `bench` command: not by `pgq.cli`, nor its help."""
+    """`pgq_bench` is imported inside the `bench` command: not by `pgq_cli.cli`, nor its help."""
     code = (
-        "import sys, pgq.cli;"
+        "import sys, pgq_cli.cli;"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'pgq_bench'];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -72,7 +72,7 @@ def test_the_command_line_loads_the_bench_only_for_pgq_bench() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     code = (
         "import sys\n"
-        "from pgq.cli import main\n"
+        "from pgq_cli.cli import main\n"
         "try:\n"
         "    main(['bench', '--help'])\n"
         "except SystemExit:\n"

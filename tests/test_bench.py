@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq.cli import main
+from pgq_cli.cli import main
 from pgq_core import JobSpec, Queue
 
 SIDE_FIGURES = (

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from pgq.cli import main
 from pgq_bench import handlers
 from pgq_bench.fleet import check
+from pgq_cli.cli import main
 from pgq_core import LeaseLost, Queue
 from pgq_core.worker import JobContext
 

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from pgq.cli import main
 from pgq_bench.soak import verdict
+from pgq_cli.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

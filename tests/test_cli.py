@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from psycopg import sql
 
-from pgq.cli import main
+from pgq_cli.cli import main
 from pgq_core import Queue
 from pgq_core.migrate import migrations
 
@@ -585,7 +585,8 @@ def test_help_still_shows_usage() -> None:
 def test_console_script_bad_input_has_no_traceback(dsn: str, schema: str) -> None:
     env = {"PATH": "/usr/bin:/bin", "PGQ_HOME": "/nonexistent-pgq-home"}
     bad_json = subprocess.run(
-        [sys.executable, "-m", "pgq", "--dsn", dsn, "--schema", schema, "enqueue", "m", "{oops"],
+        [sys.executable, "-m", "pgq_cli", "--dsn", dsn, "--schema", schema,
+         "enqueue", "m", "{oops"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -597,7 +598,7 @@ def test_console_script_bad_input_has_no_traceback(dsn: str, schema: str) -> Non
     assert bad_json.stderr.count("\n") == 1 and "Traceback" not in bad_json.stderr
 
     unreachable = subprocess.run(
-        [sys.executable, "-m", "pgq", "--dsn", UNREACHABLE, "stats"],
+        [sys.executable, "-m", "pgq_cli", "--dsn", UNREACHABLE, "stats"],
         capture_output=True,
         text=True,
         timeout=60,

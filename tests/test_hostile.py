@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgq import cli
-from pgq.cli import main
+from pgq_cli import cli
+from pgq_cli.cli import main
 from pgq_core import PgqError, Queue, migrate, parse_duration
 from pgq_core.config import (
     CONCURRENCY_MAX,
@@ -65,7 +65,7 @@ def pgq_process(*args: str, timeout: float = 60, **env: str) -> subprocess.Compl
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PGQ_")}
     environ.update(COLUMNS="200", PYTHONPATH=str(ROOT), **env)
     return subprocess.run(
-        [sys.executable, "-m", "pgq", *args],
+        [sys.executable, "-m", "pgq_cli", *args],
         capture_output=True,
         timeout=timeout,
         env=environ,
@@ -631,8 +631,8 @@ def test_help_lists_lazy_commands_as_they_describe_themselves() -> None:
 
 def test_help_imports_no_heavy_module() -> None:
     code = (
-        "import sys; from pgq.cli import main\n"
-        "heavy = [m for m in ('textual', 'pgq_tui', 'pgq.bench', 'pgq_core.worker',"
+        "import sys; from pgq_cli.cli import main\n"
+        "heavy = [m for m in ('textual', 'pgq_tui', 'pgq_bench', 'pgq_core.worker',"
         " 'rich.progress') if m in sys.modules]\n"
         "print(heavy)"
     )

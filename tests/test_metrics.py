@@ -207,7 +207,7 @@ def test_pgq_metrics_command_serves_the_figures(
     log = tmp_path / "metrics.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgq", "metrics", "--listen", "127.0.0.1:0"],
+            [sys.executable, "-m", "pgq_cli", "metrics", "--listen", "127.0.0.1:0"],
             env=_env(dsn, schema),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -224,7 +224,7 @@ def test_pgq_metrics_command_serves_the_figures(
 
 def test_pgq_metrics_rejects_a_bad_listen_address(dsn: str, schema: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pgq", "metrics", "--listen", "nowhere"],
+        [sys.executable, "-m", "pgq_cli", "metrics", "--listen", "nowhere"],
         env=_env(dsn, schema),
         capture_output=True,
         text=True,
@@ -240,7 +240,7 @@ def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) ->
     own check: a value it lets through would start serving.)"""
     import click
 
-    from pgq.prod_cli import _listen_address
+    from pgq_cli.prod_cli import _listen_address
 
     with pytest.raises(click.BadParameter, match="not HOST:PORT"):
         _listen_address(click.Context(click.Command("metrics")), click.Option(["--listen"]), listen)
@@ -253,7 +253,7 @@ def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) ->
 def test_pgq_metrics_listen_forms(listen: str, expected: tuple[str, int]) -> None:
     import click
 
-    from pgq.prod_cli import _listen_address
+    from pgq_cli.prod_cli import _listen_address
 
     ctx = click.Context(click.Command("metrics"))
     assert _listen_address(ctx, click.Option(["--listen"]), listen) == expected
@@ -303,7 +303,7 @@ def test_worker_cli_metrics_port(queue: Queue, dsn: str, schema: str, tmp_path: 
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "pgq", "worker", "wc",
+                sys.executable, "-m", "pgq_cli", "worker", "wc",
                 "--handler", "handlers_for_tests:noop", "--metrics-port", "0",
             ],
             env=_env(dsn, schema),
@@ -350,7 +350,7 @@ def test_help_and_worker_import_do_not_load_prometheus_client() -> None:
     code = (
         "import sys\n"
         "import pgq_core.worker\n"
-        "from pgq.cli import main\n"
+        "from pgq_cli.cli import main\n"
         "try:\n"
         "    main(['--help'])\n"
         "except SystemExit:\n"

@@ -126,7 +126,7 @@ def test_pgq_config_notify_command(queue: Queue, dsn: str, schema: str) -> None:
 
     def pgq(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pgq", *args], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "pgq_cli", *args], env=env, capture_output=True, text=True
         )
 
     assert pgq("config", "notify").stdout == "notify = always\n"

@@ -27,7 +27,7 @@ LEASE = timedelta(seconds=30)
 def pgq(dsn: str, schema: str) -> Pgq:
     from click.testing import CliRunner, Result
 
-    from pgq.cli import main
+    from pgq_cli.cli import main
 
     runner = CliRunner(env=ENV)
 

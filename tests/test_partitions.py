@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq.cli import main
+from pgq_cli.cli import main
 from pgq_core import JobSpec, Queue, migrate, ops
 from pgq_core.migrate import migrations
 from pgq_core.models import PartitionDay

@@ -109,7 +109,8 @@ def _env(dsn: str, schema: str, **extra: str) -> dict[str, str]:
 
 def _pgq(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "pgq", *args], env=env, capture_output=True, text=True, input=stdin
+        [sys.executable, "-m", "pgq_cli", *args],
+        env=env, capture_output=True, text=True, input=stdin,
     )
     assert done.returncode == 0, done.stderr
     for bad in BAD:
@@ -155,7 +156,7 @@ def test_queue_api_repeats_statements_through_the_pool(
 def _worker(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "pgq", "worker", *args],
+            [sys.executable, "-m", "pgq_cli", "worker", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

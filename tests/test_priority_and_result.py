@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from psycopg import sql
 from test_worker import TIMEOUT, make_worker
 
-from pgq.cli import main
+from pgq_cli.cli import main
 from pgq_core import JobSpec, LeaseLost, Queue, ops
 from pgq_core.queries import query
 from pgq_core.worker import JobContext
@@ -149,7 +149,7 @@ def test_cli_priority_and_result(dsn: str, schema: str, queue: Queue) -> None:
 def test_the_demo_fills_a_priority_queue() -> None:
     import random
 
-    from pgq.demo_jobs import EMAIL_PRIORITY, initial_jobs
+    from pgq_cli.demo_jobs import EMAIL_PRIORITY, initial_jobs
 
     emails = [s for s in initial_jobs(random.Random(1)) if s.queue == "emails"]
     assert emails and {s.priority for s in emails} > {0}

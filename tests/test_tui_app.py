@@ -480,7 +480,7 @@ async def test_command_palette_offers_the_actions(dsn: str, schema: str) -> None
 async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue) -> None:
     """The demo's mix on a real server: fast jobs finish, slow ones run, doomed ones die, and
     the frozen worker's late write is rejected as stale."""
-    from pgq.demo_jobs import DEMO_QUEUES, FROZEN_WORKER, DemoProducer, handle
+    from pgq_cli.demo_jobs import DEMO_QUEUES, FROZEN_WORKER, DemoProducer, handle
 
     producer = DemoProducer(
         dsn, schema, tick=0.5, freeze_every=1000,
@@ -593,7 +593,7 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
     and the CLI is told, so it can leave without joining that thread."""
     import threading
 
-    from pgq.tui_cli import leave_stuck_handlers
+    from pgq_cli.tui_cli import leave_stuck_handlers
     from pgq_core.config import Target
 
     release = threading.Event()

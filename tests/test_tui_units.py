@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from rich.text import Text
 
-from pgq.context import PgqGroup, Settings
-from pgq.tui_cli import dashboard_command, demo_command
+from pgq_cli.context import PgqGroup, Settings
+from pgq_cli.tui_cli import dashboard_command, demo_command
 from pgq_tui import humanize
 from pgq_tui.throughput import Throughput
 from pgq_tui.widgets.leases_table import urgency

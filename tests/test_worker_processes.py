@@ -40,7 +40,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = TIMEOUT, what: str =
 
 
 def worker_argv(dsn: str, schema: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pgq", "--dsn", dsn, "--schema", schema, "worker", *args]
+    return [sys.executable, "-m", "pgq_cli", "--dsn", dsn, "--schema", schema, "worker", *args]
 
 
 class Workers:

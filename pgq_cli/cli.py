@@ -82,35 +82,37 @@ class LazyGroup(PgqGroup):
     #: name -> (module, attribute, short help)
     LAZY: dict[str, tuple[str, str, str]] = {
         "worker": (
-            "pgq.worker_cli", "worker_command", "Run a handler on the jobs of QUEUES until stopped."
+            "pgq_cli.worker_cli",
+            "worker_command",
+            "Run a handler on the jobs of QUEUES until stopped.",
         ),
         "dashboard": (
-            "pgq.tui_cli",
+            "pgq_cli.tui_cli",
             "dashboard_command",
             "Live view of queues, leases, jobs and workers, with operator actions (? for keys).",
         ),
         "demo": (
-            "pgq.tui_cli",
+            "pgq_cli.tui_cli",
             "demo_command",
             "Fill demo queues with a realistic mix and open the dashboard with workers running.",
         ),
         "bench": (
-            "pgq.bench_cli",
+            "pgq_cli.bench_cli",
             "bench_command",
             "Benchmark pgq against the seed's plain SQL on a throwaway server.",
         ),
         "schedule": (
-            "pgq.app_cli",
+            "pgq_cli.app_cli",
             "schedule_group",
             "Periodic jobs: add, list, remove or run a cron schedule.",
         ),
         "metrics": (
-            "pgq.prod_cli",
+            "pgq_cli.prod_cli",
             "metrics_command",
             "Serve Prometheus metrics of the queue, read from the database on every scrape.",
         ),
         "config": (
-            "pgq.prod_cli",
+            "pgq_cli.prod_cli",
             "config_group",
             "Show the schema's settings, or change one (`pgq config notify edge`).",
         ),
@@ -177,7 +179,7 @@ class LazyGroup(PgqGroup):
     help="A direct connection (not pooled) for LISTEN, or PGQ_LISTEN_DSN. Pooled without one, "
     "workers and the dashboard poll alone.",
 )
-@click.version_option(package_name="pgq")
+@click.version_option(package_name="pgq-fence")
 @click.pass_context
 def main(
     ctx: click.Context,
