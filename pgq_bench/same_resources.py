@@ -229,7 +229,7 @@ def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "pgq",
+        "pgq_cli",
         "--schema",
         schema,
         "worker",
