@@ -61,6 +61,8 @@ def run_command(
     same_resources: bool,
     concurrency_levels: tuple[int, ...],
     handler_kind: str,
+    peers: bool = False,
+    db_work: bool = False,
     producers: int | None = None,
     soak: timedelta | None = None,
     rate: float | None = None,
@@ -77,7 +79,8 @@ def run_command(
     --producers, --soak or --fleet.
 
     `schema` is only checked: every run uses throwaway schemas of its own. A --fleet whose
-    checks fail exits 1 after its report."""
+    checks fail exits 1 after its report. --peers and --db-work imply --same-resources."""
+    same_resources = same_resources or peers or db_work
     modes = [stats_scale, same_resources, producers is not None, soak is not None,
              fleet is not None]  # fmt: skip
     if sum(modes) > 1:
@@ -102,7 +105,7 @@ def run_command(
         console.print(f"[dim]· {message}[/dim]")
 
     result: dict[str, Any]
-    with server(dsn) as (target, embedded):
+    with server(dsn, statement_stats=same_resources and db_work) as (target, embedded):
         if fleet is not None:
             fleet_opts = FleetOptions(
                 fleet.total_seconds(),
@@ -135,6 +138,8 @@ def run_command(
                 handlers=HANDLER_KINDS[handler_kind],
                 batch=batch,
                 payload_bytes=payload_bytes,
+                peers=peers,
+                db_work=db_work,
             )
             result = run_same_resources(target, embedded, opts, say)
         else:

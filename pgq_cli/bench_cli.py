@@ -136,6 +136,19 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
 )
 @click.option(
+    "--peers",
+    is_flag=True,
+    help="--same-resources (implied): add PgQueuer at every C, one process with C consumers "
+    "on asyncpg (needs the bench extra: pip install 'pgq-fence[bench]'; skipped without).",
+)
+@click.option(
+    "--db-work",
+    is_flag=True,
+    help="--same-resources (implied): database work per job of every drain, in a throwaway "
+    "database: statement time from pg_stat_statements (the embedded server is restarted with "
+    "it; a --dsn server needs it preloaded) and WAL bytes.",
+)
+@click.option(
     "--producers",
     type=click.IntRange(1, 256),
     default=None,
