@@ -61,7 +61,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     default=200,
     show_default=True,
     type=click.IntRange(1),
-    help="Jobs enqueued one at a time for pickup latency.",
+    help="Jobs enqueued one at a time for pickup latency (the default run, --pickup).",
 )
 @click.option(
     "--rounds",
@@ -133,7 +133,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     type=click.Choice(["sync", "async", "both"]),
     default="both",
     show_default=True,
-    help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
+    help="--same-resources, --pickup: pgq's handler, a plain function, an async def, or each.",
 )
 @click.option(
     "--peers",
@@ -147,6 +147,13 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="--same-resources (implied): database work per job of every drain, in a throwaway "
     "database: statement time from pg_stat_statements (the embedded server is restarted with "
     "it; a --dsn server needs it preloaded) and WAL bytes.",
+)
+@click.option(
+    "--pickup",
+    is_flag=True,
+    help="Instead: one idle `pgq worker` (--concurrency, default 10): pickup latency over "
+    "--latency-samples jobs enqueued one at a time, and claimed-to-start times, idle and "
+    "over a burst of --jobs (default 2,000); --handler sync|async|both.",
 )
 @click.option(
     "--producers",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from pgq_cli.cli import main
-from pgq_core import JobSpec, Queue
+from pgq_core import JobSpec, PgqError, Queue
 
 SIDE_FIGURES = (
     "claim_size",
@@ -429,3 +429,73 @@ def test_peers_and_db_work_are_same_resources_runs() -> None:
         result = CliRunner().invoke(main, ["bench", *args])
         assert result.exit_code == 2, (args, result.output)
         assert "pick one" in result.output and "Traceback" not in result.output
+
+
+PERCENTILE_FIGURES = ("n", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+
+
+@pytest.mark.slow
+def test_pickup_tiny_has_idle_and_busy_figures(dsn: str) -> None:
+    """A real `pgq worker` process whose handler records its start; every figure is there
+    and ordered, and the throwaway schema is gone."""
+    data = _run_json(
+        dsn, "--pickup", "--latency-samples", "5", "--jobs", "40", "--concurrency", "2",
+        "--handler", "async",
+    )  # fmt: skip
+    assert data["mode"] == "pickup"
+    assert data["params"]["samples"] == 5 and data["params"]["busy_jobs"] == 40
+    [(kind, run)] = data["runs"].items()
+    assert kind == run["handler"] == "async" and run["concurrency"] == 2
+    assert run["command"].endswith(
+        "worker bench --concurrency 2 --handler pgq_bench.handlers:record_start_async"
+    )
+    figures = {
+        "idle pickup": (run["idle"]["pickup"], 5),
+        "idle claimed to start": (run["idle"]["claimed_to_start"], 5),
+        "busy claimed to start": (run["busy"]["claimed_to_start"], 40),
+    }
+    for name, (fig, n) in figures.items():
+        assert set(fig) == set(PERCENTILE_FIGURES), name
+        assert fig["n"] == n, name
+        assert fig["p50_ms"] <= fig["p95_ms"] <= fig["p99_ms"] <= fig["max_ms"], name
+        assert fig["max_ms"] > 0, name
+    # A job starts after its enqueue committed and after it was claimed (one clock here).
+    assert run["idle"]["pickup"]["p50_ms"] > 0
+    assert run["busy"]["jobs"] == 40 and run["busy"]["started_rate"] > 0
+    assert run["schema"] not in _bench_schemas(dsn)
+
+
+@pytest.mark.slow
+def test_pickup_human_output_names_every_figure(dsn: str) -> None:
+    args = ["--dsn", dsn, "bench", "--pickup", "--latency-samples", "3", "--jobs", "10",
+            "--handler", "sync"]  # fmt: skip
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for text in ("idle: pickup", "idle: claimed to start", "busy: claimed to start", "sync"):
+        assert text in result.output, text
+    assert "async" not in result.output
+
+
+def test_pickup_reads_the_starts_file_as_it_grows(tmp_path: Any) -> None:
+    from pgq_bench.pickup import Starts
+
+    path = tmp_path / "starts"
+    starts = Starts(path)
+    starts.poll()  # no file yet
+    assert starts.seen == {}
+    with open(path, "ab") as f:
+        f.write(b"7 100.5\n8 101")
+    starts.poll()
+    assert starts.seen == {7: 100.5}
+    with open(path, "ab") as f:
+        f.write(b".25\n")
+    starts.poll()
+    assert starts.seen == {7: 100.5, 8: 101.25}
+    with pytest.raises(PgqError, match="1 job"):
+        starts.wait([7, 9], 0.01, lambda: None)
+
+
+def test_pickup_is_a_run_of_its_own() -> None:
+    result = CliRunner().invoke(main, ["bench", "--pickup", "--peers"])
+    assert result.exit_code == 2, result.output
+    assert "pick one" in result.output and "Traceback" not in result.output
