@@ -15,6 +15,10 @@ from the database afterwards (`max(finished_at) - min(claimed_at)`). The total w
 reported too: for pgq from starting the worker process to its exit (Python start-up, imports,
 connecting and the burst exit included), for the seed from starting its threads to joining
 them (connecting included). Every job must end `done`, or the run fails.
+
+With `--peers` a third side runs at every C in the same run: PgQueuer, one process with C
+consumers (`peers.py`). With `--db-work` the whole run happens in a throwaway database and
+every drain's database work per job is read around it (`dbwork.py`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "--jobs",
     type=click.IntRange(1),
     default=None,
-    help="Jobs per side (default 20,000; with --same-resources 10,000 per run).",
+    help="Jobs per side (default 20,000; with --same-resources 10,000 per run; --pickup: the "
+    "burst, 2,000).",
 )
 @click.option(
     "--workers",
@@ -47,7 +48,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     type=click.IntRange(1, 1000),
     help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
     "(ratio), its pickup latency and the variants (default 50); --fleet: each worker's "
-    "(default 25).",
+    "(default 25); --pickup: the worker's (default 10).",
 )
 @click.option(
     "--payload-bytes",
@@ -234,7 +235,13 @@ def bench_command(ctx: click.Context, /, **options: Any) -> None:
     --same-resources: for each C, each side gets one process and C-way concurrency:
       seed  the seed's SQL, C threads in one process, claim LIMIT 10
       pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
-    ratio = pgq drain / seed drain at the same C, per handler."""
+    ratio = pgq drain / seed drain at the same C, per handler.
+      --peers    adds PgQueuer: one process, C consumers on asyncpg, batch 10
+      --db-work  adds each drain's statement time and WAL per job
+
+    \b
+    --pickup: one idle `pgq worker`: enqueue commit to handler start, and claimed_at to
+    handler start, idle and over a burst."""
     from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
 
     obj = settings(ctx)
