@@ -36,8 +36,9 @@ DROP_DATABASE = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
 #: A row when this server's installation has pg_stat_statements (its control file).
 STATEMENT_STATS_SHIPPED = "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements'"
 PRELOAD_STATEMENT_STATS = "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
-#: Seconds the bench waits to connect.
+#: Seconds the bench waits to connect, and the longest one of its own readings may run.
 CONNECT_TIMEOUT = 10
+BOOKKEEPING_TIMEOUT = "SET statement_timeout = '60s'"
 #: The queue every bench run enqueues to and drains.
 QUEUE_NAME = "bench"
 

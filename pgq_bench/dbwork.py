@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .common import CONNECT_TIMEOUT
+from .common import BOOKKEEPING_TIMEOUT, CONNECT_TIMEOUT
 
 CREATE_STATEMENT_STATS = "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 #: WAL position and this database's statement totals, less the meter's own statements.
@@ -58,6 +58,7 @@ class DbWork:
 
     def __init__(self, dsn: str) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        self.conn.execute(BOOKKEEPING_TIMEOUT)
         self.statement_stats_missing: str | None = None
         try:
             self.conn.execute(CREATE_STATEMENT_STATS)

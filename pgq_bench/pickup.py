@@ -41,6 +41,7 @@ from psycopg import sql
 from pgq_core import JobSpec, PgqError, Queue
 
 from .common import (
+    BOOKKEEPING_TIMEOUT,
     CONNECT_TIMEOUT,
     QUEUE_NAME,
     load_average,
@@ -203,6 +204,7 @@ def measure(
         Queue.connect(dsn, schema) as q,
         psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn,
     ):
+        conn.execute(BOOKKEEPING_TIMEOUT)
         command = worker_command(schema, opts.concurrency, kind)
         starts = Starts(Path(tmp) / "starts")
         committed: dict[int, float] = {}

@@ -39,9 +39,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pgq_core import JobSpec, PgqError, Queue
+from pgq_core.text import printable
 
 from .common import (
     QUEUE_NAME,
@@ -378,7 +380,7 @@ def run_same_resources(
             dsn = stack.enter_context(throwaway_database(dsn, "bench_dbw"))
             meter = stack.enter_context(DbWork(dsn))
             if meter.statement_stats_missing:
-                say(meter.statement_stats_missing)
+                say(escape(printable(meter.statement_stats_missing)))
             result["db_work"] = {
                 "database": conninfo_to_dict(dsn)["dbname"],
                 "statement_stats_missing": meter.statement_stats_missing,
@@ -549,7 +551,7 @@ def _print_db_work(result: dict[str, Any], console: Console) -> None:
     missing = result["db_work"]["statement_stats_missing"]
     table = Table(
         title="database work per job, each drain",
-        caption=f"{result['db_work']['how']}.\n{missing or ''}".rstrip(),
+        caption=f"{result['db_work']['how']}.\n{escape(printable(missing or ''))}".rstrip(),
         caption_justify="left",
     )
     for col in (
