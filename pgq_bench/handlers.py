@@ -21,6 +21,13 @@ HANDLER_SPECS = {
     "async": "pgq_bench.handlers:noop_async",
 }
 FENCED_EFFECT_SPEC = "pgq_bench.handlers:fenced_effect"
+#: `--handler` specs of the handlers that record when they start (`pgq bench --pickup`).
+RECORD_START_SPECS = {
+    "sync": "pgq_bench.handlers:record_start_sync",
+    "async": "pgq_bench.handlers:record_start_async",
+}
+#: The file those handlers append `job_id unix_time` lines to.
+STARTS_FILE_ENV = "PGQ_BENCH_STARTS"
 
 #: The fleet's effects: one row per job, written in the transaction that completes the job.
 #: `fence` is the fence of the last application; `fences` lists every application that
@@ -44,6 +51,9 @@ ON CONFLICT (job_id) DO UPDATE
 """
 
 _local = threading.local()
+#: The starts file, opened once per worker process.
+_starts_fd: dict[str, int] = {}
+_starts_lock = threading.Lock()
 
 
 def noop_sync(ctx: Any) -> None:
@@ -54,6 +64,29 @@ def noop_sync(ctx: Any) -> None:
 async def noop_async(ctx: Any) -> None:
     """Completes the job at once (a coroutine)."""
     return None
+
+
+def _record_start(job_id: int) -> None:
+    """One `job_id unix_time` line, appended in one write (O_APPEND: lines never interleave)."""
+    line = f"{job_id} {time.time():.6f}\n".encode()
+    fd = _starts_fd.get("fd")
+    if fd is None:
+        with _starts_lock:
+            fd = _starts_fd.get("fd")
+            if fd is None:
+                path = os.environ[STARTS_FILE_ENV]
+                fd = _starts_fd["fd"] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.write(fd, line)
+
+
+def record_start_sync(ctx: Any) -> None:
+    """Records when it started, then completes the job (a plain function)."""
+    _record_start(ctx.id)
+
+
+async def record_start_async(ctx: Any) -> None:
+    """Records when it started, then completes the job (a coroutine)."""
+    _record_start(ctx.id)
 
 
 def _conn() -> psycopg.Connection[Any]:

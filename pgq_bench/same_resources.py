@@ -15,10 +15,15 @@ from the database afterwards (`max(finished_at) - min(claimed_at)`). The total w
 reported too: for pgq from starting the worker process to its exit (Python start-up, imports,
 connecting and the burst exit included), for the seed from starting its threads to joining
 them (connecting included). Every job must end `done`, or the run fails.
+
+With `--peers` a third side runs at every C in the same run: PgQueuer, one process with C
+consumers (`peers.py`). With `--db-work` the whole run happens in a throwaway database and
+every drain's database work per job is read around it (`dbwork.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -31,11 +36,14 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pgq_core import JobSpec, PgqError, Queue
+from pgq_core.text import printable
 
 from .common import (
     QUEUE_NAME,
@@ -43,9 +51,12 @@ from .common import (
     machine,
     payload,
     server_version,
+    throwaway_database,
     throwaway_schema,
 )
+from .dbwork import DbWork
 from .handlers import HANDLER_SPECS
+from .peers import PEER_BATCH, PEER_NAME, drain_peer, fill_peer, missing_peer, peer_versions
 from .seed import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, SEED_LIMIT, seed_connection, setup_seed
 
 #: What each side gets, said in every output.
@@ -53,6 +64,17 @@ RESOURCES = (
     "both sides get one process and C-way concurrency: seed = C threads in one process, one "
     "connection each, the seed's SQL with LIMIT {limit}; pgq = one `pgq worker --concurrency C "
     "--burst` process with a no-op handler (sync: a plain function, async: an async def)"
+)
+#: What the peer side gets, said in every output that has it.
+PEER_RESOURCES = (
+    "PgQueuer = one process, C QueueManagers each on its own asyncpg connection, batch_size "
+    "{batch} (its default), drain mode, an async no-op entrypoint, uvloop (as its CLI runs)"
+)
+#: How database work is read, said in every output that has it.
+DB_WORK_HOW = (
+    "each drain in a throwaway database: statement time, calls and statement WAL from "
+    "pg_stat_statements filtered to that database; WAL from pg_current_wal_lsn() before and "
+    "after (server-wide: other sessions' WAL counts too on a shared server)"
 )
 #: The bench's own bookkeeping: done / all jobs and, for pgq, the drain's span by the server clock.
 PGQ_TALLY = """
@@ -76,6 +98,10 @@ class SameResourcesOptions:
     #: The seed's LIMIT (10 as the seed writes it).
     batch: int = SEED_LIMIT
     payload_bytes: int = 100
+    #: Add the peer side (PgQueuer, `peers.py`) at every level.
+    peers: bool = False
+    #: Meter every drain's database work (`dbwork.py`), in a throwaway database.
+    db_work: bool = False
 
 
 @dataclass
@@ -158,7 +184,13 @@ class _ThreadReport:
     lost: int = 0
 
 
-def drain_seed(dsn: str, schema: str, threads: int, opts: SameResourcesOptions) -> Run:
+def drain_seed(
+    dsn: str,
+    schema: str,
+    threads: int,
+    opts: SameResourcesOptions,
+    meter: DbWork | None = None,
+) -> Run:
     """C threads in this process, one autocommit connection each, the seed's loop as written.
 
     The threads connect, then start together; each reads `time.perf_counter()` just before its
@@ -190,12 +222,14 @@ def drain_seed(dsn: str, schema: str, threads: int, opts: SameResourcesOptions) 
         threading.Thread(target=loop, args=(r,), name=f"seed-{i}", daemon=True)
         for i, r in enumerate(reports)
     ]
+    metered = meter.read() if meter else None
     t0 = time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     wall = time.perf_counter() - t0
+    db_work = meter.per_job(metered, opts.jobs) if meter and metered else None
     if errors:
         raise errors[0]
     firsts = [r.first_claim for r in reports if r.first_claim is not None]
@@ -217,6 +251,7 @@ def drain_seed(dsn: str, schema: str, threads: int, opts: SameResourcesOptions) 
             "completed": sum(r.completed for r in reports),
             "lost": sum(r.lost for r in reports),
             "timed_by": "client clock: first claim sent to last completion returned",
+            **({"db_work": db_work} if db_work else {}),
         },
     )
 
@@ -229,7 +264,7 @@ def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "pgq",
+        "pgq_cli",
         "--schema",
         schema,
         "worker",
@@ -243,7 +278,12 @@ def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
 
 
 def drain_pgq(
-    dsn: str, schema: str, concurrency: int, kind: str, opts: SameResourcesOptions
+    dsn: str,
+    schema: str,
+    concurrency: int,
+    kind: str,
+    opts: SameResourcesOptions,
+    meter: DbWork | None = None,
 ) -> Run:
     """One `pgq worker --burst` subprocess drains the queue and exits.
 
@@ -252,6 +292,7 @@ def drain_pgq(
     clock. Wall: starting the process to its exit."""
     command = worker_command(schema, concurrency, kind)
     env = {**os.environ, "PGQ_DSN": dsn}
+    metered = meter.read() if meter else None
     with tempfile.TemporaryFile() as output:
         t0 = time.perf_counter()
         try:
@@ -269,6 +310,7 @@ def drain_pgq(
                 f"{PROCESS_TIMEOUT:.0f}s; killed"
             ) from None
         wall = time.perf_counter() - t0
+        db_work = meter.per_job(metered, opts.jobs) if meter and metered else None
         if exited.returncode != 0:
             output.seek(0)
             tail = output.read().decode(errors="replace").strip().splitlines()[-OUTPUT_TAIL:]
@@ -292,6 +334,7 @@ def drain_pgq(
             "claim": concurrency,
             "command": " ".join(shown),
             "timed_by": "server clock: min(claimed_at) to max(finished_at)",
+            **({"db_work": db_work} if db_work else {}),
         },
     )
 
@@ -312,33 +355,96 @@ def run_same_resources(
             "handlers": list(opts.handlers),
             "seed_limit": opts.batch,
             "payload_bytes": opts.payload_bytes,
+            "peers": opts.peers,
+            "db_work": opts.db_work,
         },
         "machine": machine(),
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
         result["server"] = {"version": server_version(conn), "embedded": embedded}
-    levels: list[dict[str, Any]] = []
-    for c in opts.levels:
-        with throwaway_schema(dsn, "bench_sr_seed", pgq=False) as schema:
-            say(f"C={c}: seed, enqueue {opts.jobs} jobs")
-            fill_seed(dsn, schema, opts)
-            say(f"C={c}: seed drain, {c} thread(s) in one process, LIMIT {opts.batch}")
-            seed = drain_seed(dsn, schema, c, opts)
-        level: dict[str, Any] = {"concurrency": c, "seed": seed.to_dict(), "pgq": {}}
-        level["ratio"], level["ratio_wall"] = {}, {}
-        for kind in opts.handlers:
-            with throwaway_schema(dsn, "bench_sr_pgq") as schema:
-                say(f"C={c}: pgq ({kind}), enqueue_many {opts.jobs} jobs")
-                fill_pgq(dsn, schema, opts)
-                say(f"C={c}: pgq drain, one `pgq worker --concurrency {c}` process, {kind} handler")
-                run = drain_pgq(dsn, schema, c, kind, opts)
-            level["pgq"][kind] = run.to_dict()
-            level["ratio"][kind] = run.drain_rate / seed.drain_rate if seed.drain_rate else None
-            level["ratio_wall"][kind] = run.wall_rate / seed.wall_rate if seed.wall_rate else None
-        levels.append(level)
-    result["levels"] = levels
+    peer = opts.peers
+    if opts.peers:
+        skipped = missing_peer()
+        if skipped:
+            say(skipped)
+            peer = False
+        result["peer"] = {
+            "name": PEER_NAME,
+            "skipped": skipped,
+            "resources": PEER_RESOURCES.format(batch=PEER_BATCH),
+            **({} if skipped else {"versions": peer_versions()}),
+        }
+    with contextlib.ExitStack() as stack:
+        meter: DbWork | None = None
+        if opts.db_work:
+            dsn = stack.enter_context(throwaway_database(dsn, "bench_dbw"))
+            meter = stack.enter_context(DbWork(dsn))
+            if meter.statement_stats_missing:
+                say(escape(printable(meter.statement_stats_missing)))
+            result["db_work"] = {
+                "database": conninfo_to_dict(dsn)["dbname"],
+                "statement_stats_missing": meter.statement_stats_missing,
+                "how": DB_WORK_HOW,
+            }
+        result["levels"] = [_level(dsn, c, opts, peer, meter, say) for c in opts.levels]
     result["machine"]["load_at_end"] = load_average()
     return result
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _level(
+    dsn: str,
+    c: int,
+    opts: SameResourcesOptions,
+    peer: bool,
+    meter: DbWork | None,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """One concurrency level: the seed, pgq with each handler, then the peer."""
+    with throwaway_schema(dsn, "bench_sr_seed", pgq=False) as schema:
+        say(f"C={c}: seed, enqueue {opts.jobs} jobs")
+        fill_seed(dsn, schema, opts)
+        say(f"C={c}: seed drain, {c} thread(s) in one process, LIMIT {opts.batch}")
+        seed = drain_seed(dsn, schema, c, opts, meter)
+    level: dict[str, Any] = {"concurrency": c, "seed": seed.to_dict(), "pgq": {}}
+    level["ratio"], level["ratio_wall"] = {}, {}
+    runs: dict[str, dict[str, Any]] = {}
+    for kind in opts.handlers:
+        with throwaway_schema(dsn, "bench_sr_pgq") as schema:
+            say(f"C={c}: pgq ({kind}), enqueue_many {opts.jobs} jobs")
+            fill_pgq(dsn, schema, opts)
+            say(f"C={c}: pgq drain, one `pgq worker --concurrency {c}` process, {kind} handler")
+            run = drain_pgq(dsn, schema, c, kind, opts, meter)
+        runs[kind] = level["pgq"][kind] = run.to_dict()
+        level["ratio"][kind] = _ratio(run.drain_rate, seed.drain_rate)
+        level["ratio_wall"][kind] = _ratio(run.wall_rate, seed.wall_rate)
+    if peer:
+        with throwaway_schema(dsn, "bench_sr_peer", pgq=False) as schema:
+            say(f"C={c}: PgQueuer, install its schema and enqueue {opts.jobs} jobs")
+            fill_peer(dsn, schema, opts.jobs, opts.payload_bytes)
+            say(f"C={c}: PgQueuer drain, one process, {c} consumers, batch {PEER_BATCH}")
+            peer_run = drain_peer(dsn, schema, c, opts.jobs, meter)
+        level[PEER_NAME] = peer_run
+        level["ratio_peer"] = {
+            k: _ratio(run["drain_rate"], peer_run["drain_rate"]) for k, run in runs.items()
+        }
+        level["ratio_peer_wall"] = {
+            k: _ratio(run["wall_rate"], peer_run["wall_rate"]) for k, run in runs.items()
+        }
+        runs[PEER_NAME] = peer_run
+    if meter:
+        base = level["seed"]["db_work"]
+        level["db_work_ratio"] = {
+            name: {
+                key: _ratio(run["db_work"][key], base[key])
+                for key in ("statement_us_per_job", "wal_bytes_per_job")
+            }
+            for name, run in runs.items()
+        }
+    return level
 
 
 # ---------------------------------------------------------------- output
@@ -388,6 +494,8 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
                     _x(level["ratio_wall"][kind]),
                 )
             )
+        if PEER_NAME in level:
+            rows.append((f"PgQueuer, {c} consumer{'s' if c > 1 else ''}", level[PEER_NAME], "", ""))
         for n, (label, run, ratio, ratio_wall) in enumerate(rows):
             table.add_row(
                 str(c) if n == 0 else "",
@@ -400,5 +508,80 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
                 ratio,
                 ratio_wall,
                 end_section=n == len(rows) - 1,
+            )
+    console.print(table)
+    if "peer" in result:
+        _print_peer(result, console)
+    if "db_work" in result:
+        _print_db_work(result, console)
+
+
+def _print_peer(result: dict[str, Any], console: Console) -> None:
+    peer = result["peer"]
+    if peer["skipped"]:
+        console.print(peer["skipped"])
+        return
+    versions = ", ".join(f"{k} {v}" for k, v in peer["versions"].items())
+    table = Table(
+        title=f"pgq / PgQueuer at equal resources ({versions})",
+        caption=(
+            f"{peer['resources']}.\nPgQueuer's drain: first 'picked' to last 'successful' row "
+            "of its log (server clock); wall: its process from start to exit. "
+            "ratio = pgq jobs/s / PgQueuer jobs/s at the same C, same run."
+        ),
+        caption_justify="left",
+    )
+    for col in ("C", "PgQueuer drain jobs/s", "PgQueuer wall jobs/s"):
+        table.add_column(col, justify="right")
+    kinds = list(result["params"]["handlers"])
+    for kind in kinds:
+        table.add_column(f"pgq {kind} / PgQueuer", justify="right")
+        table.add_column(f"pgq {kind} / PgQueuer (wall)", justify="right")
+    for level in result["levels"]:
+        run = level[PEER_NAME]
+        cells = [str(level["concurrency"]), _f(run["drain_rate"]), _f(run["wall_rate"])]
+        for kind in kinds:
+            cells.append(f"[bold]{_x(level['ratio_peer'][kind])}[/bold]")
+            cells.append(_x(level["ratio_peer_wall"][kind]))
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _print_db_work(result: dict[str, Any], console: Console) -> None:
+    missing = result["db_work"]["statement_stats_missing"]
+    table = Table(
+        title="database work per job, each drain",
+        caption=f"{result['db_work']['how']}.\n{escape(printable(missing or ''))}".rstrip(),
+        caption_justify="left",
+    )
+    for col in (
+        "C",
+        "side",
+        "statements",
+        "statement µs",
+        "statement WAL B",
+        "WAL B (server)",
+        "statement µs / seed",
+        "WAL / seed",
+    ):
+        table.add_column(col, justify="left" if col == "side" else "right")
+    for level in result["levels"]:
+        runs = {"seed": level["seed"], **{f"pgq {k}": r for k, r in level["pgq"].items()}}
+        if PEER_NAME in level:
+            runs["PgQueuer"] = level[PEER_NAME]
+        ratios = {f"pgq {k}": level["db_work_ratio"][k] for k in level["pgq"]}
+        ratios["PgQueuer"] = level["db_work_ratio"].get(PEER_NAME)
+        for n, (label, run) in enumerate(runs.items()):
+            work, ratio = run["db_work"], ratios.get(label)
+            table.add_row(
+                str(level["concurrency"]) if n == 0 else "",
+                label,
+                _f(work["statements_per_job"], 2),
+                _f(work["statement_us_per_job"], 1),
+                _f(work["statement_wal_bytes_per_job"]),
+                _f(work["wal_bytes_per_job"]),
+                _x(ratio["statement_us_per_job"]) if ratio else "",
+                _x(ratio["wal_bytes_per_job"]) if ratio else "",
+                end_section=n == len(runs) - 1,
             )
     console.print(table)

@@ -25,7 +25,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "--jobs",
     type=click.IntRange(1),
     default=None,
-    help="Jobs per side (default 20,000; with --same-resources 10,000 per run).",
+    help="Jobs per side (default 20,000; with --same-resources 10,000 per run; --pickup: the "
+    "burst, 2,000).",
 )
 @click.option(
     "--workers",
@@ -47,7 +48,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     type=click.IntRange(1, 1000),
     help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
     "(ratio), its pickup latency and the variants (default 50); --fleet: each worker's "
-    "(default 25).",
+    "(default 25); --pickup: the worker's (default 10).",
 )
 @click.option(
     "--payload-bytes",
@@ -61,7 +62,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     default=200,
     show_default=True,
     type=click.IntRange(1),
-    help="Jobs enqueued one at a time for pickup latency.",
+    help="Jobs enqueued one at a time for pickup latency (the default run, --pickup).",
 )
 @click.option(
     "--rounds",
@@ -133,7 +134,27 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     type=click.Choice(["sync", "async", "both"]),
     default="both",
     show_default=True,
-    help="--same-resources: pgq's no-op handler, a plain function, an async def, or each.",
+    help="--same-resources, --pickup: pgq's handler, a plain function, an async def, or each.",
+)
+@click.option(
+    "--peers",
+    is_flag=True,
+    help="--same-resources (implied): add PgQueuer at every C, one process with C consumers "
+    "on asyncpg (needs the bench extra: pip install 'pgq-fence[bench]'; skipped without).",
+)
+@click.option(
+    "--db-work",
+    is_flag=True,
+    help="--same-resources (implied): database work per job of every drain, in a throwaway "
+    "database: statement time from pg_stat_statements (the embedded server is restarted with "
+    "it; a --dsn server needs it preloaded) and WAL bytes.",
+)
+@click.option(
+    "--pickup",
+    is_flag=True,
+    help="Instead: one idle `pgq worker` (--concurrency, default 10): pickup latency over "
+    "--latency-samples jobs enqueued one at a time, and claimed-to-start times, idle and "
+    "over a burst of --jobs (default 2,000); --handler sync|async|both.",
 )
 @click.option(
     "--producers",
@@ -214,7 +235,13 @@ def bench_command(ctx: click.Context, /, **options: Any) -> None:
     --same-resources: for each C, each side gets one process and C-way concurrency:
       seed  the seed's SQL, C threads in one process, claim LIMIT 10
       pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
-    ratio = pgq drain / seed drain at the same C, per handler."""
+    ratio = pgq drain / seed drain at the same C, per handler.
+      --peers    adds PgQueuer: one process, C consumers on asyncpg, batch 10
+      --db-work  adds each drain's statement time and WAL per job
+
+    \b
+    --pickup: one idle `pgq worker`: enqueue commit to handler start, and claimed_at to
+    handler start, idle and over a burst."""
     from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
 
     obj = settings(ctx)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from pgq_cli.cli import main
-from pgq_core import JobSpec, Queue
+from pgq_core import JobSpec, PgqError, Queue
 
 SIDE_FIGURES = (
     "claim_size",
@@ -306,3 +306,196 @@ def test_same_resources_rejects_bad_levels_and_mixed_modes() -> None:
         result = CliRunner().invoke(main, ["bench", "--same-resources", *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def _bench_databases(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+DB_WORK_FIGURES = (
+    "statement_us_per_job",
+    "statements_per_job",
+    "statement_wal_bytes_per_job",
+    "wal_bytes_per_job",
+)
+
+
+def _check_db_work(data: dict[str, Any], runs: dict[str, dict[str, Any]]) -> None:
+    """Every drain has its database work per job; statement figures all there or all missing
+    (and then the run says why); the ratios are the sides' figures over the seed's."""
+    missing = data["db_work"]["statement_stats_missing"]
+    for name, run in runs.items():
+        work = run["db_work"]
+        assert set(work) == set(DB_WORK_FIGURES), name
+        assert work["wal_bytes_per_job"] > 0, name
+        statements = [work[k] for k in DB_WORK_FIGURES[:3]]
+        if missing:
+            assert statements == [None, None, None], name
+        else:
+            assert all(v > 0 for v in statements), (name, statements)
+    if not missing:
+        # The seed runs one UPDATE per job and one claim per ten: at least one statement each.
+        assert runs["seed"]["db_work"]["statements_per_job"] >= 1
+
+
+@pytest.mark.slow
+def test_same_resources_with_peers_and_db_work_tiny(dsn: str) -> None:
+    """PgQueuer drains its own copy of the jobs in a process of its own, in the same run, and
+    every drain's database work is metered in a throwaway database that is dropped after."""
+    pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
+    data = _run_json(
+        dsn,
+        "--peers",
+        "--db-work",
+        "--jobs",
+        "200",
+        "--concurrency-levels",
+        "2",
+        "--handler",
+        "async",
+    )
+    assert data["mode"] == "same_resources"
+    assert data["params"]["peers"] is True and data["params"]["db_work"] is True
+    assert data["peer"]["skipped"] is None
+    assert data["peer"]["versions"]["pgqueuer"] != "?"
+    assert "C QueueManagers each on its own asyncpg connection" in data["peer"]["resources"]
+    [level] = data["levels"]
+    peer, pgq = level["pgqueuer"], level["pgq"]["async"]
+    assert set(SAME_RESOURCES_FIGURES) <= set(peer)
+    assert peer["jobs"] == peer["done"] == 200
+    assert (peer["processes"], peer["consumers"], peer["claim"]) == (1, 2, 10)
+    assert 0 < peer["drain_seconds"] <= peer["wall_seconds"]
+    assert peer["loop"] in ("uvloop", "asyncio")
+    assert level["ratio_peer"]["async"] == pytest.approx(pgq["drain_rate"] / peer["drain_rate"])
+    assert level["ratio_peer_wall"]["async"] == pytest.approx(
+        pgq["wall_rate"] / peer["wall_rate"]
+    )
+    runs = {"seed": level["seed"], "async": pgq, "pgqueuer": peer}
+    _check_db_work(data, runs)
+    for name in ("async", "pgqueuer"):
+        ratio = level["db_work_ratio"][name]
+        wal = runs[name]["db_work"]["wal_bytes_per_job"]
+        assert ratio["wal_bytes_per_job"] == pytest.approx(
+            wal / level["seed"]["db_work"]["wal_bytes_per_job"]
+        )
+    # Every schema of the run lived in its throwaway database (named, as others' runs on a
+    # shared server make theirs too), and that is gone.
+    assert data["db_work"]["database"].startswith("bench_dbw_")
+    assert data["db_work"]["database"] not in _bench_databases(dsn)
+
+
+@pytest.mark.slow
+def test_db_work_has_statement_time_on_the_bench_own_server() -> None:
+    """Without --dsn the bench restarts its embedded server with pg_stat_statements loaded."""
+    result = CliRunner(env={"PGQ_DSN": None}).invoke(
+        main,
+        ["bench", "--db-work", "--jobs", "100", "--concurrency-levels", "1", "--handler",
+         "sync", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["server"]["embedded"] is True
+    assert data["db_work"]["statement_stats_missing"] is None
+    [level] = data["levels"]
+    _check_db_work(data, {"seed": level["seed"], "sync": level["pgq"]["sync"]})
+    assert "peer" not in data and "pgqueuer" not in level
+
+
+@pytest.mark.slow
+def test_peers_without_pgqueuer_is_one_line_and_the_run_goes_on(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgq_bench import peers
+
+    monkeypatch.setattr(peers, "PEER_MODULES", ("pgq_bench_no_such_module",))
+    args = ["--dsn", dsn, "bench", "--peers", "--jobs", "30", "--concurrency-levels", "1",
+            "--handler", "async"]  # fmt: skip
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    note = "PgQueuer side skipped: pgq_bench_no_such_module is not installed"
+    assert note in result.output
+    assert "30/30" in result.output and "PgQueuer, 1 consumer" not in result.output
+    data = _run_json(dsn, *args[3:])
+    assert data["peer"]["skipped"].startswith(note)
+    assert "pgqueuer" not in data["levels"][0] and "ratio_peer" not in data["levels"][0]
+
+
+def test_peers_and_db_work_are_same_resources_runs() -> None:
+    for args in (["--peers", "--stats-scale"], ["--db-work", "--producers", "2"]):
+        result = CliRunner().invoke(main, ["bench", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "pick one" in result.output and "Traceback" not in result.output
+
+
+PERCENTILE_FIGURES = ("n", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+
+
+@pytest.mark.slow
+def test_pickup_tiny_has_idle_and_busy_figures(dsn: str) -> None:
+    """A real `pgq worker` process whose handler records its start; every figure is there
+    and ordered, and the throwaway schema is gone."""
+    data = _run_json(
+        dsn, "--pickup", "--latency-samples", "5", "--jobs", "40", "--concurrency", "2",
+        "--handler", "async",
+    )  # fmt: skip
+    assert data["mode"] == "pickup"
+    assert data["params"]["samples"] == 5 and data["params"]["busy_jobs"] == 40
+    [(kind, run)] = data["runs"].items()
+    assert kind == run["handler"] == "async" and run["concurrency"] == 2
+    assert run["command"].endswith(
+        "worker bench --concurrency 2 --handler pgq_bench.handlers:record_start_async"
+    )
+    figures = {
+        "idle pickup": (run["idle"]["pickup"], 5),
+        "idle claimed to start": (run["idle"]["claimed_to_start"], 5),
+        "busy claimed to start": (run["busy"]["claimed_to_start"], 40),
+    }
+    for name, (fig, n) in figures.items():
+        assert set(fig) == set(PERCENTILE_FIGURES), name
+        assert fig["n"] == n, name
+        assert fig["p50_ms"] <= fig["p95_ms"] <= fig["p99_ms"] <= fig["max_ms"], name
+        assert fig["max_ms"] > 0, name
+    # A job starts after its enqueue committed and after it was claimed (one clock here).
+    assert run["idle"]["pickup"]["p50_ms"] > 0
+    assert run["busy"]["jobs"] == 40 and run["busy"]["started_rate"] > 0
+    assert run["schema"] not in _bench_schemas(dsn)
+
+
+@pytest.mark.slow
+def test_pickup_human_output_names_every_figure(dsn: str) -> None:
+    args = ["--dsn", dsn, "bench", "--pickup", "--latency-samples", "3", "--jobs", "10",
+            "--handler", "sync"]  # fmt: skip
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for text in ("idle: pickup", "idle: claimed to start", "busy: claimed to start", "sync"):
+        assert text in result.output, text
+    assert "async" not in result.output
+
+
+def test_pickup_reads_the_starts_file_as_it_grows(tmp_path: Any) -> None:
+    from pgq_bench.pickup import Starts
+
+    path = tmp_path / "starts"
+    starts = Starts(path)
+    starts.poll()  # no file yet
+    assert starts.seen == {}
+    with open(path, "ab") as f:
+        f.write(b"7 100.5\n8 101")
+    starts.poll()
+    assert starts.seen == {7: 100.5}
+    with open(path, "ab") as f:
+        f.write(b".25\n")
+    starts.poll()
+    assert starts.seen == {7: 100.5, 8: 101.25}
+    with pytest.raises(PgqError, match="1 job"):
+        starts.wait([7, 9], 0.01, lambda: None)
+
+
+def test_pickup_is_a_run_of_its_own() -> None:
+    result = CliRunner().invoke(main, ["bench", "--pickup", "--peers"])
+    assert result.exit_code == 2, result.output
+    assert "pick one" in result.output and "Traceback" not in result.output
