@@ -6,12 +6,16 @@ import math
 import re
 from datetime import timedelta
 
+#: The longest duration: 100 years. A span PostgreSQL subtracts from now() must stay within its
+#: timestamps (4713 BC on): `prune --older-than 999999999d` reached the server as "timestamp out
+#: of range".
+DURATION_MAX = timedelta(days=36525)
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_duration(text: str) -> timedelta:
-    """Raises ValueError with a message fit for an operator."""
+    """At most DURATION_MAX; raises ValueError with a message fit for an operator."""
     cleaned = text.strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)
@@ -24,7 +28,6 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)")
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")
-    try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise ValueError(f"duration too long: {text!r}") from None
+    if seconds > DURATION_MAX.total_seconds():
+        raise ValueError(f"duration too long: {text!r} (at most 100 years)")
+    return timedelta(seconds=seconds)
