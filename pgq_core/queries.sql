@@ -648,6 +648,11 @@ SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_unt
 SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
   FROM {schema}.schedules ORDER BY name;
 
+-- name: database_clock
+-- The database's time now (not the transaction's): what a worker's scheduler computes slots
+-- from, whatever its own host's clock says.
+SELECT clock_timestamp();
+
 -- name: add_schedule
 -- A new periodic job; with `replace`, an existing one of that name is changed instead (its
 -- last slot kept). No row: the name exists and `replace` was not given.
