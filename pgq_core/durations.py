@@ -14,8 +14,9 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_duration(text: str) -> timedelta:
-    """At most DURATION_MAX; raises ValueError with a message fit for an operator."""
+def parse_duration(text: str, longest: timedelta | None = DURATION_MAX) -> timedelta:
+    """At most `longest` (None: a caller that checks a tighter bound itself); raises ValueError
+    with a message fit for an operator."""
     cleaned = text.strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)
@@ -28,6 +29,13 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)")
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")
-    if seconds > DURATION_MAX.total_seconds():
-        raise ValueError(f"duration too long: {text!r} (at most 100 years)")
-    return timedelta(seconds=seconds)
+    if longest is not None and seconds > longest.total_seconds():
+        raise ValueError(f"duration too long: {text!r} (at most {_span(longest)})")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration too long: {text!r}") from None
+
+
+def _span(limit: timedelta) -> str:
+    return "100 years" if limit == DURATION_MAX else f"{limit.total_seconds():g}s"
