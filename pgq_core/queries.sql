@@ -489,8 +489,8 @@ WITH victims AS (
 ), history AS (
   DELETE FROM {schema}.job_events
    WHERE job_id IN (SELECT id FROM gone)
-     AND at >= (SELECT greatest(min(began), %(dropping_before)s::timestamptz) FROM gone)
-     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
+     AND at >= (SELECT greatest(pg_catalog.min(began), %(dropping_before)s::timestamptz) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
 )
 SELECT count(*) FROM gone;
 
@@ -539,7 +539,7 @@ WITH ready AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now())  AS scheduled,
-         extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+         extract(epoch FROM now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_due_seconds
     FROM {schema}.jobs WHERE status = 'ready' GROUP BY queue
 ), running AS (
@@ -551,7 +551,7 @@ WITH ready AS (
 ), dead AS (
   SELECT queue, count(*) AS dead FROM {schema}.jobs WHERE status = 'dead' GROUP BY queue
 ), counts AS (
-  SELECT queue, sum(done)::bigint AS done, sum(completed)::bigint AS completed
+  SELECT queue, pg_catalog.sum(done)::bigint AS done, pg_catalog.sum(completed)::bigint AS completed
     FROM {schema}.queue_counts GROUP BY queue
 ), settings AS (
   SELECT queue, paused_at, paused_by, pause_reason, max_running FROM {schema}.queue_settings
@@ -637,7 +637,7 @@ SELECT pg_catalog.set_config('statement_timeout',
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
        extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
-       pg_catalog.left(p.text, %(chars)s::int), octet_length(p.text)
+       pg_catalog.left(p.text, %(chars)s::int), pg_catalog.octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
  WHERE id = %(id)s;
@@ -798,7 +798,7 @@ WITH victims AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, 'requeued', fence, %(actor)s, %(detail)s FROM requeued
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
 
 -- name: kill_filtered
 -- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
@@ -820,7 +820,7 @@ WITH victims AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, 'killed', fence, %(actor)s, %(detail)s FROM killed
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
 -- name: delete_filtered
 -- Operator: dead or done jobs matching a filter deleted with their history, one batch. As in
@@ -840,10 +840,10 @@ WITH victims AS (
 ), history AS (
   DELETE FROM {schema}.job_events
    WHERE job_id IN (SELECT id FROM gone)
-     AND at >= (SELECT min(began) FROM gone)
-     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
+     AND at >= (SELECT pg_catalog.min(began) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 
 -- ---------------------------------------------------------------------------- error groups
 
@@ -866,8 +866,9 @@ WITH failing AS (
   SELECT error_group,
          count(*) FILTER (WHERE status = 'dead') AS dead,
          count(*) FILTER (WHERE status = 'ready') AS failed,
-         min(seen) AS first_seen, max(seen) AS last_seen,
-         pg_catalog.array_agg(DISTINCT queue ORDER BY queue) AS queues, max(id) AS example
+         pg_catalog.min(seen) AS first_seen, pg_catalog.max(seen) AS last_seen,
+         pg_catalog.array_agg(DISTINCT queue ORDER BY queue) AS queues,
+         pg_catalog.max(id) AS example
     FROM failing GROUP BY 1
 )
 SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.first_seen,
@@ -882,11 +883,13 @@ SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.
 -- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
 -- job_events is partitioned: its figures are the sums over its partitions, its times the
 -- latest of any partition.
-SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
-       max(t.last_vacuum), max(t.last_autovacuum), max(t.last_analyze), max(t.last_autoanalyze),
-       sum(pg_catalog.pg_table_size(t.relid))::bigint,
-       sum(pg_catalog.pg_indexes_size(t.relid))::bigint,
-       sum(pg_catalog.pg_total_relation_size(t.relid))::bigint
+SELECT c.relname::text, pg_catalog.sum(t.n_live_tup)::bigint,
+       pg_catalog.sum(t.n_dead_tup)::bigint,
+       pg_catalog.max(t.last_vacuum), pg_catalog.max(t.last_autovacuum),
+       pg_catalog.max(t.last_analyze), pg_catalog.max(t.last_autoanalyze),
+       pg_catalog.sum(pg_catalog.pg_table_size(t.relid))::bigint,
+       pg_catalog.sum(pg_catalog.pg_indexes_size(t.relid))::bigint,
+       pg_catalog.sum(pg_catalog.pg_total_relation_size(t.relid))::bigint
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
  CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
@@ -901,8 +904,8 @@ SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
 -- The session holding back the xmin horizon longest (vacuum cannot remove rows it may still
 -- see): the oldest open transaction with an xid or snapshot, this session aside.
 SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, a.state, a.datname,
-       a.usename, a.application_name, left(a.query, 80),
-       greatest(age(a.backend_xmin), age(a.backend_xid))
+       a.usename, a.application_name, pg_catalog.left(a.query, 80),
+       greatest(pg_catalog.age(a.backend_xmin), pg_catalog.age(a.backend_xid))
   FROM pg_stat_activity a
  WHERE a.pid <> pg_backend_pid()
    AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
@@ -922,14 +925,15 @@ WITH jobs_rel AS (
    WHERE n.nspname = %(schema)s AND c.relname = 'jobs'
 ), waiting AS (
   SELECT l.pid, l.locktype, l.mode,
-         coalesce((pg_catalog.to_jsonb(l) ->> 'waitstart'::text)::timestamptz, a.state_change) AS since,
+         coalesce((pg_catalog.to_jsonb(l) ->> 'waitstart'::text)::timestamptz,
+                  a.state_change) AS since,
          a.query
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
    WHERE NOT l.granted
      AND l.pid IN (SELECT pid FROM pg_locks WHERE relation = (SELECT oid FROM jobs_rel))
 )
 SELECT pid, locktype, mode, extract(epoch FROM now() - since)::float8,
-       pg_blocking_pids(pid), left(query, 80)
+       pg_catalog.pg_blocking_pids(pid), pg_catalog.left(query, 80)
   FROM waiting
  ORDER BY since;
 
@@ -950,11 +954,11 @@ SELECT queue, pg_catalog.count(DISTINCT worker), count(*) FILTER (WHERE lease_un
 -- remove the dead rows every claim and completion leaves behind.
 SELECT (SELECT count(*) FROM pg_stat_activity
          WHERE datname = current_database()
-           AND starts_with(application_name, 'pgq main ')),
-       coalesce((SELECT extract(epoch FROM clock_timestamp() - min(xact_start))::float8
+           AND pg_catalog.starts_with(application_name, 'pgq main ')),
+       coalesce((SELECT extract(epoch FROM clock_timestamp() - pg_catalog.min(xact_start))::float8
                    FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0),
-       coalesce((SELECT max(age(backend_xmin)) FROM pg_stat_activity
+       coalesce((SELECT pg_catalog.max(pg_catalog.age(backend_xmin)) FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0)::bigint;
 
 -- name: claim_latency

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -84,6 +85,34 @@ def test_the_names_come_from_pgqs_sql() -> None:
     functions, operators = used_names(pgq_sql_texts())
     assert {"power", "generate_series", "pg_notify", "make_interval", "unnest"} <= functions
     assert {"||", "=", "<", "+", "-", "%", "~~*"} <= operators
+
+
+#: Words followed by "(" that are SQL syntax, not a function looked up on the search_path.
+SYNTAX = {
+    "all", "and", "any", "array", "as", "cast", "coalesce", "conflict", "exists", "extract",
+    "filter", "from", "greatest", "group", "in", "lateral", "least", "materialized", "not",
+    "nullif", "on", "or", "over", "rows", "select", "substring", "using", "values", "when",
+    "where", "with",
+}
+
+
+def test_every_call_with_arguments_in_pgqs_statements_is_qualified() -> None:
+    """The statements pgq's worker, queue and CLI run (queries.sql and the SQL of pgq_core's
+    modules; not the migrations, which run under a pinned search_path) name each function
+    with arguments by schema: pg_catalog's or pgq's. An unqualified call resolves through the
+    caller's search_path, where a look-alike with a closer type match wins (polymorphic ones
+    such as unnest(anyarray) or count("any") never match exactly)."""
+    texts = [t for t in pgq_sql_texts() if "-- pgq schema, version" not in t]
+    unqualified: set[str] = set()
+    for text in texts:
+        code = re.sub(r"--[^\n]*|'(?:[^']|'')*'", " ", text).lower()
+        for match in re.finditer(r'(?<![.\w"$%])([a-z_][a-z0-9_]*)\s*\((?!\s*\*?\s*\))', code):
+            name = match.group(1)
+            before = code[: match.start(1)].rstrip()
+            if name in SYNTAX or before.endswith((" as", "\nas")):
+                continue
+            unqualified.add(name)
+    assert unqualified == set()
 
 
 def test_no_planted_look_alike_runs(hostile: tuple[str, str], monkeypatch: Any) -> None:
