@@ -105,13 +105,7 @@ def test_every_call_with_arguments_in_pgqs_statements_is_qualified() -> None:
     texts = [t for t in pgq_sql_texts() if "-- pgq schema, version" not in t]
     unqualified: set[str] = set()
     for text in texts:
-        code = re.sub(r"--[^\n]*|'(?:[^']|'')*'", " ", text).lower()
-        for match in re.finditer(r'(?<![.\w"$%])([a-z_][a-z0-9_]*)\s*\((?!\s*\*?\s*\))', code):
-            name = match.group(1)
-            before = code[: match.start(1)].rstrip()
-            if name in SYNTAX or before.endswith((" as", "\nas")):
-                continue
-            unqualified.add(name)
+        unqualified |= _unqualified_names(text)
     assert unqualified == set()
 
 
@@ -335,15 +329,45 @@ async def _fails(ctx: JobContext) -> None:
     raise RuntimeError("fails")
 
 
-def test_every_function_pgq_creates_pins_search_path(schema: str, conn: Any) -> None:
+def test_every_function_pgq_creates_pins_search_path_or_qualifies_every_name(
+    schema: str, conn: Any
+) -> None:
+    """Procedural functions pin `pg_catalog, <schema>, pg_temp`; a SQL function may instead
+    name every function it calls by schema and use no operator (so it stays inlinable)."""
     rows = conn.execute(
-        "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p"
+        "SELECT p.oid::regprocedure::text, p.proconfig, l.lanname, p.prosrc FROM pg_proc p"
+        " JOIN pg_language l ON l.oid = p.prolang"
         " WHERE p.pronamespace = %s::regnamespace ORDER BY 1",
         [schema],
     ).fetchall()
     assert len(rows) >= 8
     pinned = f"search_path=pg_catalog, {schema}, pg_temp"
-    assert [(name, config) for name, config in rows if pinned not in (config or [])] == []
+    unsafe = [
+        name
+        for name, config, language, body in rows
+        if pinned not in (config or [])
+        and not (language == "sql" and not _unqualified_names(body) and not _operators(body))
+    ]
+    assert unsafe == []
+    assert sum(pinned in (config or []) for _, config, _, _ in rows) >= 6
+
+
+def _code(text: str) -> str:
+    return re.sub(r"--[^\n]*|E?'(?:[^']|'')*'", " ", text).lower()
+
+
+def _unqualified_names(text: str) -> set[str]:
+    code = _code(text)
+    found: set[str] = set()
+    for match in re.finditer(r'(?<![.\w"$%])([a-z_][a-z0-9_]*)\s*\((?!\s*\*?\s*\))', code):
+        before = code[: match.start(1)].rstrip()
+        if match.group(1) not in SYNTAX and not before.endswith((" as", "\nas")):
+            found.add(match.group(1))
+    return found
+
+
+def _operators(text: str) -> list[str]:
+    return re.findall(r"[-+*/<>=~!@#%^&|`?]+", _code(text))
 
 
 def test_the_database_is_the_tests_own(hostile: tuple[str, str], dsn: str) -> None:
