@@ -167,6 +167,16 @@ def _queue_steps(db: str, schema: str, attempt: Attempts) -> None:
             )
         for job in jobs[1:]:
             attempt("fail", lambda j=job: queue.fail(j.id, j.fence, "boom 42", worker="w"))
+        attempt("enqueue to hand back", lambda: queue.enqueue_many([JobSpec("h", {})] * 2))
+        handed = attempt("claim to hand back", lambda: queue.claim("h", 2, LEASE, "w2")) or []
+        pairs = [(j.id, j.fence) for j in handed]
+        attempt("extend_leases", lambda: queue.run(ops.extend_leases(pairs, "dash")))
+        attempt("hand_back", lambda: queue.run(ops.hand_back(pairs[:1], "w2", "bye")))
+        attempt("hand_back_orphans", lambda: queue.run(ops.hand_back_orphans([], "w2")))
+        attempt("record_stale", lambda: queue.run(ops.record_stale(pairs, "w2", "complete")))
+        attempt("job_preview", lambda: queue.run(ops.job_preview(pairs[0][0], 10)))
+        live = JobFilter(statuses=("ready", "dead"), payload=(parse_payload_match("n=2"),))
+        attempt("jobs_filtered_live", lambda: queue.jobs_matching(live))
         attempt("pause", lambda: queue.pause("lim", "why"))
         attempt("resume", lambda: queue.resume("lim"))
         attempt("set_limit", lambda: queue.set_limit("lim", 1))
