@@ -232,7 +232,7 @@ async def test_slots_run_on_the_databases_clock(dsn: str, schema: str, skew: int
     with Queue.connect(dsn, schema) as q:
         q.add_schedule("two", "other", "*/2 * * * * *")
         backdate(q, "two", 60)
-        await run_workers(dsn, schema, [timedelta(seconds=skew)], 7.0)
+        await run_workers(dsn, schema, [timedelta(seconds=skew)], 6.0)
         slots = slot_times(q, "two")
     assert len(slots) >= 3, slots
     gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(slots)]
@@ -248,7 +248,7 @@ async def test_workers_with_different_clocks_enqueue_each_slot_exactly_once(
     with Queue.connect(dsn, schema) as q:
         q.add_schedule("tick", "other", "* * * * * *")
         skews = [timedelta(seconds=s) for s in (75, -12, 0, 3)]
-        await run_workers(dsn, schema, skews, 6.0)
+        await run_workers(dsn, schema, skews, 5.0)
         jobs = slot_jobs(q, "tick")
         slots = slot_times(q, "tick")
     assert set(jobs.values()) == {1}, jobs

@@ -10,10 +10,11 @@ Invariants:
   schedule was created are never enqueued.
 - Slots are computed on the database's clock, in UTC, whatever this host's clock says: each
   pass reads the database's time with the schedules (one round trip) and takes the offset of
-  this host's clock (`wall_clock`) from it, measured at the middle of that round trip; the
-  pass's slots and its wake-up use the host's clock corrected by that offset. The database
-  still refuses a slot later than its own clock, so an error of the estimate delays a slot to
-  the next pass (at most `interval` later) and never runs it early.
+  this host's clock (`wall_clock`) from it when the reply arrives; the pass's slots and its
+  wake-up use the host's clock corrected by that offset. The reading is never later than the
+  reply, so the corrected clock runs behind the database's by at most the reply's way back
+  (a slot is that much late, never early); the database still refuses a slot later than its
+  own clock.
 - A pass wakes just after the next slot of any schedule, and at least every `interval`
   seconds, so new schedules are seen within one interval and a 1-second schedule loses no slot.
 """
@@ -56,9 +57,8 @@ async def schedule_forever(
     offset = timedelta(0)
     while True:
         try:
-            sent = wall_clock()
             rows, database_now = await call(ops.schedule_rows(), ops.database_clock())
-            offset = database_now - (sent + (wall_clock() - sent) / 2)
+            offset = database_now - wall_clock()
         except SchemaMissing:
             log.warning(
                 "worker %s: no schedules table (run `pgq migrate`); periodic jobs are not "
