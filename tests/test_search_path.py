@@ -174,7 +174,7 @@ def _queue_steps(db: str, schema: str, attempt: Attempts) -> None:
         attempt("hand_back", lambda: queue.run(ops.hand_back(pairs[:1], "w2", "bye")))
         attempt("hand_back_orphans", lambda: queue.run(ops.hand_back_orphans([], "w2")))
         attempt("record_stale", lambda: queue.run(ops.record_stale(pairs, "w2", "complete")))
-        attempt("job_preview", lambda: queue.run(ops.job_preview(pairs[0][0], 10)))
+        attempt("job_preview", lambda: queue.run(ops.job_preview(queue.enqueue("p", {}), 10)))
         live = JobFilter(statuses=("ready", "dead"), payload=(parse_payload_match("n=2"),))
         attempt("jobs_filtered_live", lambda: queue.jobs_matching(live))
         attempt("pause", lambda: queue.pause("lim", "why"))
