@@ -30,6 +30,7 @@ from pgq_core.config import (
     pooled,
     scrub,
 )
+from pgq_core.durations import DURATION_MAX
 from pgq_core.text import first_surrogate, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -260,11 +261,17 @@ def unique(ids: Sequence[int]) -> list[int]:
 
 
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
-    """click callback for durations (`30s`, `5m`, `7d`)."""
+    """click callback for durations (`30s`, `5m`, `7d`), at most `durations.DURATION_MAX`."""
+    return _parsed(ctx, param, value, DURATION_MAX)
+
+
+def _parsed(
+    ctx: click.Context, param: click.Parameter, value: str | None, longest: timedelta | None
+) -> timedelta | None:
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        return parse_duration(value, longest)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
 
@@ -273,7 +280,7 @@ def lease_duration(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> timedelta | None:
     """click callback for a worker's `--lease`: a duration within `config.check_lease`."""
-    parsed = duration(ctx, param, value)
+    parsed = _parsed(ctx, param, value, None)
     if parsed is None:
         return None
     try:
@@ -286,7 +293,7 @@ def at_most(limit: timedelta) -> Callable[[click.Context, click.Parameter, str |
     """click callback for a duration no longer than `limit`."""
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
-        parsed = duration(ctx, param, value)
+        parsed = _parsed(ctx, param, value, None)
         if parsed is not None and parsed > limit:
             raise click.BadParameter(f"must be at most {limit.total_seconds():g}s", ctx, param)
         return parsed

@@ -6,12 +6,17 @@ import math
 import re
 from datetime import timedelta
 
+#: The longest duration: 100 years. A span PostgreSQL subtracts from now() must stay within its
+#: timestamps (4713 BC on): `prune --older-than 999999999d` reached the server as "timestamp out
+#: of range".
+DURATION_MAX = timedelta(days=36525)
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_duration(text: str) -> timedelta:
-    """Raises ValueError with a message fit for an operator."""
+def parse_duration(text: str, longest: timedelta | None = DURATION_MAX) -> timedelta:
+    """At most `longest` (None: a caller that checks a tighter bound itself); raises ValueError
+    with a message fit for an operator."""
     cleaned = text.strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)
@@ -24,7 +29,13 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 7d)")
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {text!r}")
+    if longest is not None and seconds > longest.total_seconds():
+        raise ValueError(f"duration too long: {text!r} (at most {_span(longest)})")
     try:
         return timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError(f"duration too long: {text!r}") from None
+
+
+def _span(limit: timedelta) -> str:
+    return "100 years" if limit == DURATION_MAX else f"{limit.total_seconds():g}s"

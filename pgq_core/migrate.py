@@ -41,11 +41,24 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     is busy is left to the workers' reapers).
     `schema` must pass `config.check_schema` (PgqError otherwise, before anything is created):
     the migrations put it inside string literals as well as identifiers.
+    The migrations run with search_path `pg_catalog, <schema>, pg_temp` (the caller's is put
+    back at the end): an old migration's unqualified call never resolves to a look-alike a
+    user created in a schema on the caller's path.
     """
     ident = sql.Identifier(check_schema(schema))
     applied: list[int] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgq migrate ' || %s))", [schema])
+        caller_path = conn.execute(
+            "SELECT pg_catalog.current_setting('search_path'),"
+            " pg_catalog.set_config('search_path', 'pg_catalog, ' ||"
+            " pg_catalog.quote_ident(%s::text) || ', pg_temp', true)",
+            [schema],
+        ).fetchone()
+        conn.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock("
+            "pg_catalog.hashtext('pgq migrate ' || %s::text)::bigint)",
+            [schema],
+        )
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
         conn.execute(
             sql.SQL(
@@ -72,8 +85,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
             )
             applied.append(version)
         has_partitions = conn.execute(
-            "SELECT to_regprocedure(format('%%I.job_events_add_partitions(date, date, interval)',"
-            " %s::text)) IS NOT NULL",
+            "SELECT pg_catalog.to_regprocedure(pg_catalog.format("
+            "'%%I.job_events_add_partitions(date, date, interval)', %s::text)) IS NOT NULL",
             [schema],
         ).fetchone()
         if has_partitions and has_partitions[0]:
@@ -81,18 +94,24 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
                 statement("ensure_partitions", schema),
                 {"ahead": PARTITIONS_AHEAD, "lock_timeout": ENSURE_LOCK_TIMEOUT},
             )
+        if caller_path:
+            conn.execute(
+                "SELECT pg_catalog.set_config('search_path', %s::text, true)", [caller_path[0]]
+            )
     return applied
 
 
 def schema_version(conn: psycopg.Connection[Any], schema: str = "pgq") -> int:
     """0 when the schema has never been migrated."""
     row = conn.execute(
-        "SELECT to_regclass(format('%%I.schema_version', %s::text)) IS NOT NULL", [schema]
+        "SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.schema_version', %s::text))"
+        " IS NOT NULL",
+        [schema],
     ).fetchone()
     if not row or not row[0]:
         return 0
     found = conn.execute(
-        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(
+        sql.SQL("SELECT coalesce(pg_catalog.max(version), 0) FROM {}.schema_version").format(
             sql.Identifier(schema)
         )
     ).fetchone()

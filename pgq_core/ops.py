@@ -657,6 +657,11 @@ def schedule_rows() -> Op[list[Schedule]]:
     return Op("schedules", {}, lambda rows: [Schedule(*r) for r in rows])
 
 
+def database_clock() -> Op[datetime]:
+    """The database's time at the moment the statement runs."""
+    return Op("database_clock", {}, lambda rows: rows[0][0])
+
+
 def schedules() -> Op[list[Schedule]]:
     """Every schedule with its next slot (computed here from its cron expression)."""
     return Op("schedules", {}, lambda rows: [_schedule(r) for r in rows])

@@ -17,10 +17,13 @@
 -- kind; (holder id, false, key) per duplicate. The holder id is NULL when the holder committed
 -- after this statement's snapshot was taken: look it up again in a new statement.
 WITH input AS (
-  SELECT * FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
-                           unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
-                           unnest(%(max_attempts)s::int[]), unnest(%(unique_keys)s::text[]),
-                           unnest(%(priorities)s::int[]))
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
+                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
+                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
+                           pg_catalog.unnest(%(delays)s::interval[]),
+                           pg_catalog.unnest(%(max_attempts)s::int[]),
+                           pg_catalog.unnest(%(unique_keys)s::text[]),
+                           pg_catalog.unnest(%(priorities)s::int[]))
     WITH ORDINALITY AS t(q, p, r, d, m, k, pr, n)
 ), plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
@@ -113,7 +116,9 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claim
 -- Queue control as in `claim`; a limited queue's count of running jobs leaves out the jobs this
 -- statement completes, so a worker at the limit takes the next job as it settles one.
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[]),
+                           pg_catalog.unnest(%(results)s::jsonb[]))
     AS t(id, fence, result)
 ), mine AS (
   SELECT j.ctid AS row, j.id, j.fence, t.result
@@ -172,7 +177,9 @@ SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until
 -- handler that completed the job in its own transaction, which committed, then raised); one
 -- not reported is lost.
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[])
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[]),
+                           pg_catalog.unnest(%(errors)s::text[]))
     AS t(id, fence, error)
 ), mine AS (
   SELECT j.ctid AS row, j.id, j.fence, t.error
@@ -183,9 +190,10 @@ WITH held AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8 * power(2, j.attempts))
-                                   * (1 - %(jitter)s::float8 * random())) END,
+                            ELSE now() + pg_catalog.make_interval(secs => least(%(cap)s::float8,
+                                   %(base)s::float8
+                                     * pg_catalog.power(2::float8, j.attempts::float8))
+                                   * (1::float8 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = m.error,
          finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
@@ -195,7 +203,7 @@ WITH held AS (
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
-         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at || ')' END
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END
     FROM settled
 )
 SELECT 'failed', id, fence FROM settled
@@ -210,7 +218,8 @@ SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
 -- moved, `channel` (if given) gets a notification with an empty payload, delivered at commit,
 -- so a dashboard shows the new lease at once (no queue is named '', so workers ignore it).
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
 ), mine AS (
   SELECT j.ctid AS row, j.id, j.fence
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
@@ -229,7 +238,7 @@ SELECT 'busy', t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
   JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running'
 UNION ALL
-SELECT 'noted', 0, count(pg_notify(%(channel)s::text, ''))
+SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
   FROM (SELECT 1 FROM beat LIMIT 1) moved
  WHERE %(channel)s::text IS NOT NULL;
 
@@ -237,7 +246,8 @@ SELECT 'noted', 0, count(pg_notify(%(channel)s::text, ''))
 -- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never
 -- waits on a row lock. Rows: ('released' | 'busy', id, fence); one not reported is lost.
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
 ), mine AS (
   SELECT j.ctid AS row, j.id, j.fence
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
@@ -285,7 +295,8 @@ SELECT id FROM released ORDER BY id;
 -- Extend the leases of many held jobs; the rows not returned are lost.
 UPDATE {schema}.jobs j
    SET lease_until = now() + j.lease_length
-  FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+  FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                  pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
  WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
 RETURNING j.id, j.fence, j.lease_until;
 
@@ -294,7 +305,8 @@ RETURNING j.id, j.fence, j.lease_until;
 WITH settled AS (
   UPDATE {schema}.jobs j
      SET status = 'done', lease_until = NULL, finished_at = now(), result = t.result
-    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::jsonb[])
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
+                    pg_catalog.unnest(%(results)s::jsonb[]))
       AS t(id, fence, result)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
   RETURNING j.id, j.fence
@@ -311,19 +323,21 @@ WITH settled AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8 * power(2, j.attempts))
-                                   * (1 - %(jitter)s::float8 * random())) END,
+                            ELSE now() + pg_catalog.make_interval(secs => least(%(cap)s::float8,
+                                   %(base)s::float8
+                                     * pg_catalog.power(2::float8, j.attempts::float8))
+                                   * (1::float8 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = t.error,
          finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
-    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[]) AS t(id, fence, error)
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
+                    pg_catalog.unnest(%(errors)s::text[])) AS t(id, fence, error)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
   RETURNING j.id, j.fence, j.status, j.run_at, t.error
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
-         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at || ')' END
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END
     FROM settled
 )
 SELECT id, fence, status, run_at FROM settled;
@@ -334,7 +348,8 @@ WITH released AS (
   UPDATE {schema}.jobs j
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
-    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                    pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 ), history AS (
@@ -346,8 +361,11 @@ SELECT id, fence FROM released;
 -- name: record_stale
 -- A worker reports a write of its that matched nothing: its fence was stale.
 INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-SELECT * FROM unnest(%(ids)s::bigint[], %(events)s::text[], %(fences)s::bigint[],
-                     %(workers)s::text[], %(details)s::text[]);
+SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                         pg_catalog.unnest(%(events)s::text[]),
+                         pg_catalog.unnest(%(fences)s::bigint[]),
+                         pg_catalog.unnest(%(workers)s::text[]),
+                         pg_catalog.unnest(%(details)s::text[]));
 
 -- name: reap
 -- The seed's reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
@@ -358,7 +376,8 @@ WITH reaped AS (
          run_at      = now(),
          lease_until = NULL,
          last_error  = CASE WHEN attempts >= max_attempts
-                            THEN 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+                            THEN 'lease expired on attempt ' || attempts::text || ' of '
+                                 || max_attempts::text
                             ELSE last_error END,
          finished_at = CASE WHEN attempts >= max_attempts THEN now() END
    WHERE id IN (
@@ -470,8 +489,8 @@ WITH victims AS (
 ), history AS (
   DELETE FROM {schema}.job_events
    WHERE job_id IN (SELECT id FROM gone)
-     AND at >= (SELECT greatest(min(began), %(dropping_before)s::timestamptz) FROM gone)
-     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
+     AND at >= (SELECT greatest(pg_catalog.min(began), %(dropping_before)s::timestamptz) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
 )
 SELECT count(*) FROM gone;
 
@@ -520,18 +539,19 @@ WITH ready AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now())  AS scheduled,
-         extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+         extract(epoch FROM now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_due_seconds
     FROM {schema}.jobs WHERE status = 'ready' GROUP BY queue
 ), running AS (
   SELECT queue, count(*) AS running,
-         count(*) FILTER (WHERE lease_until < now() + coalesce(%(soon)s::interval, lease_length / 3))
+         count(*) FILTER (WHERE lease_until
+                                < now() + coalesce(%(soon)s::interval, lease_length / 3::float8))
            AS expiring
     FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
 ), dead AS (
   SELECT queue, count(*) AS dead FROM {schema}.jobs WHERE status = 'dead' GROUP BY queue
 ), counts AS (
-  SELECT queue, sum(done)::bigint AS done, sum(completed)::bigint AS completed
+  SELECT queue, pg_catalog.sum(done)::bigint AS done, pg_catalog.sum(completed)::bigint AS completed
     FROM {schema}.queue_counts GROUP BY queue
 ), settings AS (
   SELECT queue, paused_at, paused_by, pause_reason, max_running FROM {schema}.queue_settings
@@ -601,13 +621,14 @@ SELECT at, event, fence, worker, detail
 -- name: session_limits
 -- Bound every statement (and lock wait) of an operator's session. A limit the role, database
 -- or server already sets is kept unless `force` (the operator asked for one explicitly).
-SELECT set_config('statement_timeout',
-                  CASE WHEN %(force)s OR current_setting('statement_timeout') = '0'
-                       THEN %(statement_timeout)s ELSE current_setting('statement_timeout') END,
+SELECT pg_catalog.set_config('statement_timeout',
+                  CASE WHEN %(force)s OR pg_catalog.current_setting('statement_timeout') = '0'
+                       THEN %(statement_timeout)s
+                       ELSE pg_catalog.current_setting('statement_timeout') END,
                   false),
-       set_config('lock_timeout',
-                  CASE WHEN current_setting('lock_timeout') = '0'
-                       THEN %(lock_timeout)s ELSE current_setting('lock_timeout') END,
+       pg_catalog.set_config('lock_timeout',
+                  CASE WHEN pg_catalog.current_setting('lock_timeout') = '0'
+                       THEN %(lock_timeout)s ELSE pg_catalog.current_setting('lock_timeout') END,
                   false);
 
 -- name: job_preview
@@ -616,7 +637,7 @@ SELECT set_config('statement_timeout',
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
        extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
-       left(p.text, %(chars)s), octet_length(p.text)
+       pg_catalog.left(p.text, %(chars)s::int), pg_catalog.octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
  WHERE id = %(id)s;
@@ -626,6 +647,11 @@ SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_unt
 -- Every periodic job, by name.
 SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
   FROM {schema}.schedules ORDER BY name;
+
+-- name: database_clock
+-- The database's time now (not the transaction's): what a worker's scheduler computes slots
+-- from, whatever its own host's clock says.
+SELECT clock_timestamp();
 
 -- name: add_schedule
 -- A new periodic job; with `replace`, an existing one of that name is changed instead (its
@@ -678,7 +704,8 @@ WITH due AS (
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'enqueued', fence, %(worker)s::text, 'schedule ' || %(name)s::text || ' slot ' || %(slot)s::timestamptz
+  SELECT id, 'enqueued', fence, %(worker)s::text,
+         'schedule ' || %(name)s::text || ' slot ' || %(slot)s::timestamptz::text
     FROM new_jobs
 )
 SELECT id FROM new_jobs;
@@ -704,7 +731,8 @@ WITH was AS (
      SET paused_at = NULL, paused_by = NULL, pause_reason = NULL
    WHERE queue = %(queue)s
 )
-SELECT (SELECT paused_at FROM was), pg_notify(%(channel)s, %(queue)s) IS NULL;
+SELECT (SELECT paused_at FROM was),
+       pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
 
 -- name: set_limit
 -- Operator: at most `max_running` jobs of the queue run at once (NULL: no limit). Wakes the
@@ -716,7 +744,8 @@ WITH was AS (
   VALUES (%(queue)s, %(max_running)s)
   ON CONFLICT (queue) DO UPDATE SET max_running = excluded.max_running
 )
-SELECT (SELECT max_running FROM was), pg_notify(%(channel)s, %(queue)s) IS NULL;
+SELECT (SELECT max_running FROM was),
+       pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
 
 -- ---------------------------------------------------------------------------- filters
 -- {where} is a filter built by pgq_core/filters.py: a psycopg.sql composition over the alias
@@ -769,7 +798,7 @@ WITH victims AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, 'requeued', fence, %(actor)s, %(detail)s FROM requeued
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
 
 -- name: kill_filtered
 -- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
@@ -791,7 +820,7 @@ WITH victims AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
   SELECT id, 'killed', fence, %(actor)s, %(detail)s FROM killed
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
 -- name: delete_filtered
 -- Operator: dead or done jobs matching a filter deleted with their history, one batch. As in
@@ -811,10 +840,10 @@ WITH victims AS (
 ), history AS (
   DELETE FROM {schema}.job_events
    WHERE job_id IN (SELECT id FROM gone)
-     AND at >= (SELECT min(began) FROM gone)
-     AND at < (SELECT max(ended) + interval '1 day' FROM gone)
+     AND at >= (SELECT pg_catalog.min(began) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
 )
-SELECT (SELECT max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
 
 -- ---------------------------------------------------------------------------- error groups
 
@@ -837,8 +866,9 @@ WITH failing AS (
   SELECT error_group,
          count(*) FILTER (WHERE status = 'dead') AS dead,
          count(*) FILTER (WHERE status = 'ready') AS failed,
-         min(seen) AS first_seen, max(seen) AS last_seen,
-         array_agg(DISTINCT queue ORDER BY queue) AS queues, max(id) AS example
+         pg_catalog.min(seen) AS first_seen, pg_catalog.max(seen) AS last_seen,
+         pg_catalog.array_agg(DISTINCT queue ORDER BY queue) AS queues,
+         pg_catalog.max(id) AS example
     FROM failing GROUP BY 1
 )
 SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.first_seen,
@@ -853,15 +883,18 @@ SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.
 -- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
 -- job_events is partitioned: its figures are the sums over its partitions, its times the
 -- latest of any partition.
-SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
-       max(t.last_vacuum), max(t.last_autovacuum), max(t.last_analyze), max(t.last_autoanalyze),
-       sum(pg_table_size(t.relid))::bigint, sum(pg_indexes_size(t.relid))::bigint,
-       sum(pg_total_relation_size(t.relid))::bigint
+SELECT c.relname::text, pg_catalog.sum(t.n_live_tup)::bigint,
+       pg_catalog.sum(t.n_dead_tup)::bigint,
+       pg_catalog.max(t.last_vacuum), pg_catalog.max(t.last_autovacuum),
+       pg_catalog.max(t.last_analyze), pg_catalog.max(t.last_autoanalyze),
+       pg_catalog.sum(pg_catalog.pg_table_size(t.relid))::bigint,
+       pg_catalog.sum(pg_catalog.pg_indexes_size(t.relid))::bigint,
+       pg_catalog.sum(pg_catalog.pg_total_relation_size(t.relid))::bigint
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
  CROSS JOIN LATERAL (SELECT c.oid AS relid WHERE c.relkind = 'r'
                      UNION ALL
-                     SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p
+                     SELECT relid FROM pg_catalog.pg_partition_tree(c.oid) WHERE isleaf) p
   JOIN pg_stat_user_tables t ON t.relid = p.relid
  WHERE n.nspname = %(schema)s AND c.relname IN ('jobs', 'job_events')
  GROUP BY c.relname
@@ -871,8 +904,8 @@ SELECT c.relname::text, sum(t.n_live_tup)::bigint, sum(t.n_dead_tup)::bigint,
 -- The session holding back the xmin horizon longest (vacuum cannot remove rows it may still
 -- see): the oldest open transaction with an xid or snapshot, this session aside.
 SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, a.state, a.datname,
-       a.usename, a.application_name, left(a.query, 80),
-       greatest(age(a.backend_xmin), age(a.backend_xid))
+       a.usename, a.application_name, pg_catalog.left(a.query, 80),
+       greatest(pg_catalog.age(a.backend_xmin), pg_catalog.age(a.backend_xid))
   FROM pg_stat_activity a
  WHERE a.pid <> pg_backend_pid()
    AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
@@ -892,21 +925,22 @@ WITH jobs_rel AS (
    WHERE n.nspname = %(schema)s AND c.relname = 'jobs'
 ), waiting AS (
   SELECT l.pid, l.locktype, l.mode,
-         coalesce((to_jsonb(l) ->> 'waitstart')::timestamptz, a.state_change) AS since,
+         coalesce((pg_catalog.to_jsonb(l) ->> 'waitstart'::text)::timestamptz,
+                  a.state_change) AS since,
          a.query
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
    WHERE NOT l.granted
      AND l.pid IN (SELECT pid FROM pg_locks WHERE relation = (SELECT oid FROM jobs_rel))
 )
 SELECT pid, locktype, mode, extract(epoch FROM now() - since)::float8,
-       pg_blocking_pids(pid), left(query, 80)
+       pg_catalog.pg_blocking_pids(pid), pg_catalog.left(query, 80)
   FROM waiting
  ORDER BY since;
 
 -- name: metrics_leases
 -- For the exporter, per queue with running jobs: the distinct workers holding them and the
 -- leases already expired (awaiting the reaper). Reads the running rows only (jobs_running_idx).
-SELECT queue, count(DISTINCT worker), count(*) FILTER (WHERE lease_until < now())
+SELECT queue, pg_catalog.count(DISTINCT worker), count(*) FILTER (WHERE lease_until < now())
   FROM {schema}.jobs
  WHERE status = 'running'
  GROUP BY queue
@@ -920,11 +954,11 @@ SELECT queue, count(DISTINCT worker), count(*) FILTER (WHERE lease_until < now()
 -- remove the dead rows every claim and completion leaves behind.
 SELECT (SELECT count(*) FROM pg_stat_activity
          WHERE datname = current_database()
-           AND starts_with(application_name, 'pgq main ')),
-       coalesce((SELECT extract(epoch FROM clock_timestamp() - min(xact_start))::float8
+           AND pg_catalog.starts_with(application_name, 'pgq main ')),
+       coalesce((SELECT extract(epoch FROM clock_timestamp() - pg_catalog.min(xact_start))::float8
                    FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0),
-       coalesce((SELECT max(age(backend_xmin)) FROM pg_stat_activity
+       coalesce((SELECT pg_catalog.max(pg_catalog.age(backend_xmin)) FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0)::bigint;
 
 -- name: claim_latency
@@ -932,11 +966,15 @@ SELECT (SELECT count(*) FROM pg_stat_activity
 -- those already done, from enqueue to done (p50, p99); with the time to pass as the next
 -- `since`. Scans jobs: for benchmarks and soaks, whose table prune keeps small.
 SELECT count(*),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)),
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at))
+       pg_catalog.percentile_cont(0.5::float8)
+         WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)::float8),
+       pg_catalog.percentile_cont(0.99::float8)
+         WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - queued_at)::float8),
+       pg_catalog.percentile_cont(0.5::float8)
+         WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at)::float8)
          FILTER (WHERE status = 'done'),
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at))
+       pg_catalog.percentile_cont(0.99::float8)
+         WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - queued_at)::float8)
          FILTER (WHERE status = 'done'),
        clock_timestamp()
   FROM {schema}.jobs
@@ -958,5 +996,5 @@ RETURNING value;
 -- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
 -- as the worker's session settings do on a direct connection (a session setting would stay on
 -- a server session the pooler hands to other clients). Timeouts in milliseconds.
-SELECT set_config('statement_timeout', %(statement_timeout)s, true),
-       set_config('lock_timeout', %(lock_timeout)s, true);
+SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
+       pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);

@@ -518,12 +518,48 @@ def test_prune_deletes_old_done_jobs_in_batches(
         (["--older-than", "7 days"], "not a duration: '7 days'"),
         (["--older-than", "7d", "--batch", "0"], "--batch"),
         ([], "Missing option '--older-than'"),
+        (["--older-than", "999999999d"], "too long"),
+        (["--older-than", "36526d"], "at most 100 years"),
     ],
 )
 def test_prune_usage_errors(pgq: Pgq, queue: Queue, args: list[str], fragment: str) -> None:
+    """Before, --older-than 999999999d reached the server: 'timestamp out of range', exit 1."""
     done = done_job(queue)
     error_line(pgq("prune", *args), 2, fragment)
     assert status_of(queue, done) == "done"
+
+
+def test_prune_takes_a_hundred_years(pgq: Pgq, queue: Queue) -> None:
+    done = done_job(queue)
+    assert "pruned 0 done jobs" in ok(pgq("prune", "--older-than", "36525d"))
+    assert status_of(queue, done) == "done"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "--older-than", "999999999d"],
+        ["jobs", "--newer-than", "999999999d"],
+        ["requeue", "--all-queues", "--dead", "--older-than", "999999999d"],
+        ["requeue", "--all-queues", "--dead", "--newer-than", "999999999d"],
+        ["kill", "--all-queues", "--newer-than", "999999999d"],
+        ["delete", "--all-queues", "--newer-than", "999999999d"],
+        ["delete", "--all-queues", "--older-than", "999999999d"],
+        ["errors", "--since", "999999999d"],
+        ["enqueue", "mail", "{}", "--delay", "999999999d"],
+    ],
+)
+def test_a_duration_past_postgresqls_timestamps_is_a_usage_error(
+    pgq: Pgq, queue: Queue, args: list[str]
+) -> None:
+    """Before, each reached the server ('timestamp out of range' or 'interval out of range',
+    exit 1) or acted: an --older-than or --newer-than the database cannot subtract from now()
+    is a usage error, exit 2, and nothing changes."""
+    dead, done, ready = dead_job(queue), done_job(queue), queue.enqueue("mail", {})
+    option = next(a for a in args if a.startswith("--") and a not in ("--all-queues", "--dead"))
+    error_line(pgq(*args), 2, option, "too long")
+    assert [status_of(queue, j) for j in (dead, ready, done)] == ["dead", "ready", "done"]
+    assert len(queue.jobs(limit=10)) == 3
 
 
 # ---------------------------------------------------------------------------- servers, schemas

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from pgq_core import PgqError
@@ -51,6 +53,13 @@ def test_bad_schema_names_are_refused(name: str) -> None:
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text).total_seconds() == seconds
+
+
+def test_durations_stop_at_a_hundred_years() -> None:
+    assert parse_duration("36525d") == timedelta(days=36525)
+    for text in ("36525d1ms", "999999999d", "inf", "1e300"):
+        with pytest.raises(ValueError, match="too long"):
+            parse_duration(text)
 
 
 @pytest.mark.parametrize("text", ["", "abc", "5x", "-3", "1h 2q"])

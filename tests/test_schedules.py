@@ -4,6 +4,7 @@ workers enqueuing each slot of a 1-second schedule exactly once."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,7 @@ from test_worker import make_worker, until
 
 from pgq_core import PgqError, Queue, ops
 from pgq_core.cron import latest_slot, next_slot, slot_key
-from pgq_core.worker import JobContext
+from pgq_core.worker import JobContext, Worker, scheduler
 
 
 def slot_jobs(queue: Queue, name: str) -> Counter[str]:
@@ -158,3 +159,100 @@ async def test_three_workers_enqueue_each_slot_of_a_1s_schedule_exactly_once(
     assert set(gaps) == {1.0}, gaps  # every slot of the run, none skipped
     assert schedule.last_slot == slots[-1]
     assert len(done) >= len(slots) - 1  # and the workers ran them
+
+
+# ---------------------------------------------------------------------------- the database's clock
+
+#: The skew of the worker's clock, per worker task (each task copies the context it starts in).
+SKEW: contextvars.ContextVar[timedelta] = contextvars.ContextVar("skew", default=timedelta(0))
+
+
+@pytest.fixture
+def skewed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler's wall clock runs SKEW ahead of this host's (behind when negative)."""
+    monkeypatch.setattr(scheduler, "wall_clock", lambda: datetime.now(UTC) + SKEW.get())
+
+
+def start(worker: Worker, skew: timedelta) -> asyncio.Task[None]:
+    context = contextvars.copy_context()
+    context.run(SKEW.set, skew)
+    return asyncio.create_task(worker.run(), context=context)
+
+
+async def run_workers(dsn: str, schema: str, skews: list[timedelta], seconds: float) -> None:
+    workers = [make_worker(dsn, schema, lambda ctx: None, queues=["other"]) for _ in skews]
+    tasks = [start(w, skew) for w, skew in zip(workers, skews, strict=True)]
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        for w in workers:
+            w.stop(immediately=True)
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+
+
+def slot_times(queue: Queue, name: str) -> list[tuple[datetime, datetime]]:
+    """(slot, queued_at) of each slot job, by slot."""
+    rows = queue.conn.execute(
+        sql.SQL(
+            "SELECT unique_key, queued_at FROM {}.jobs WHERE unique_key LIKE %s ORDER BY 1"
+        ).format(sql.Identifier(queue.schema)),
+        [f"schedule:{name}:%"],
+    ).fetchall()
+    return [(datetime.fromisoformat(str(k).split(":", 2)[2]), at) for k, at in rows]
+
+
+def database_now(queue: Queue) -> datetime:
+    row = queue.conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.usefixtures("skewed_clock")
+async def test_a_worker_75s_ahead_enqueues_the_minutes_slot_once(dsn: str, schema: str) -> None:
+    """Before, every slot the worker computed lay past the database's clock and was refused:
+    no job, no log line."""
+    with Queue.connect(dsn, schema) as q:
+        q.add_schedule("minutely", "other", "* * * * *")
+        backdate(q, "minutely", 3600)
+        began = database_now(q)
+        await run_workers(dsn, schema, [timedelta(seconds=75)], 3.0)
+        ended = database_now(q)
+        slots = slot_times(q, "minutely")
+    minutes = {began.replace(second=0, microsecond=0), ended.replace(second=0, microsecond=0)}
+    assert slots, "no slot enqueued"
+    assert slots[0][0] == began.replace(second=0, microsecond=0)
+    assert {slot for slot, _ in slots} <= minutes and len(slots) == len({s for s, _ in slots})
+
+
+@pytest.mark.usefixtures("skewed_clock")
+@pytest.mark.parametrize("skew", [75, -12], ids=["ahead-75s", "behind-12s"])
+async def test_slots_run_on_the_databases_clock(dsn: str, schema: str, skew: int) -> None:
+    """Every 2-second slot once, none early and none late by the worker's skew (before: 75 s
+    ahead enqueued nothing, 12 s behind enqueued each slot 12 s late)."""
+    with Queue.connect(dsn, schema) as q:
+        q.add_schedule("two", "other", "*/2 * * * * *")
+        backdate(q, "two", 60)
+        await run_workers(dsn, schema, [timedelta(seconds=skew)], 6.0)
+        slots = slot_times(q, "two")
+    assert len(slots) >= 3, slots
+    gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(slots)]
+    assert set(gaps) == {2.0}, gaps
+    lateness = [(at - slot).total_seconds() for slot, at in slots[1:]]
+    assert all(0 <= late < 1.5 for late in lateness), lateness
+
+
+@pytest.mark.usefixtures("skewed_clock")
+async def test_workers_with_different_clocks_enqueue_each_slot_exactly_once(
+    dsn: str, schema: str
+) -> None:
+    with Queue.connect(dsn, schema) as q:
+        q.add_schedule("tick", "other", "* * * * * *")
+        skews = [timedelta(seconds=s) for s in (75, -12, 0, 3)]
+        await run_workers(dsn, schema, skews, 5.0)
+        jobs = slot_jobs(q, "tick")
+        slots = slot_times(q, "tick")
+    assert set(jobs.values()) == {1}, jobs
+    assert len(slots) >= 4, slots
+    gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(slots)]
+    assert set(gaps) == {1.0}, gaps
+    assert all(0 <= (at - slot).total_seconds() < 1.5 for slot, at in slots)

@@ -8,8 +8,13 @@ Invariants:
 - Only the latest due slot (at or before now) is enqueued: slots missed while no worker ran
   are skipped, except the latest, which is enqueued once a worker runs again. Slots before a
   schedule was created are never enqueued.
-- Slots are computed from this process's clock in UTC; the database refuses a slot later than
-  its own clock, so a fast clock delays a slot (to the next pass) and never runs it early.
+- Slots are computed on the database's clock, in UTC, whatever this host's clock says: each
+  pass reads the database's time with the schedules (one round trip) and takes the offset of
+  this host's clock (`wall_clock`) from it when the reply arrives; the pass's slots and its
+  wake-up use the host's clock corrected by that offset. The reading is never later than the
+  reply, so the corrected clock runs behind the database's by at most the reply's way back
+  (a slot is that much late, never early); the database still refuses a slot later than its
+  own clock.
 - A pass wakes just after the next slot of any schedule, and at least every `interval`
   seconds, so new schedules are seen within one interval and a 1-second schedule loses no slot.
 """
@@ -20,14 +25,13 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import ops
 from ..cron import latest_slot, next_slot
 from ..errors import SchemaMissing
 from ..models import Schedule
-from ..ops import Op
 from ..text import printable
 from .link import DataFault, Disconnected, Transient
 
@@ -38,16 +42,23 @@ INTERVAL = 1.0
 SLOT_DELAY = 0.05
 
 
+def wall_clock() -> datetime:
+    """This host's time: the one place the scheduler reads it (a test shifts it)."""
+    return datetime.now(UTC)
+
+
 async def schedule_forever(
-    call: Callable[[Op[Any]], Awaitable[list[Any]]],
+    call: Callable[..., Awaitable[list[Any]]],
     worker_id: str,
     interval: float = INTERVAL,
 ) -> None:
     """Enqueue due slots until cancelled (see the module's invariants)."""
     unreadable: set[tuple[str, str]] = set()
+    offset = timedelta(0)
     while True:
         try:
-            (rows,) = await call(ops.schedule_rows())
+            rows, database_now = await call(ops.schedule_rows(), ops.database_clock())
+            offset = database_now - wall_clock()
         except SchemaMissing:
             log.warning(
                 "worker %s: no schedules table (run `pgq migrate`); periodic jobs are not "
@@ -57,7 +68,7 @@ async def schedule_forever(
             return
         except (Disconnected, Transient, DataFault):
             rows = []
-        now = datetime.now(UTC)
+        now = wall_clock() + offset
         wake = interval
         for schedule in rows:
             try:
@@ -76,12 +87,12 @@ async def schedule_forever(
             except (Disconnected, Transient, DataFault):
                 break
             if upcoming is not None:
-                wake = min(wake, (upcoming - datetime.now(UTC)).total_seconds())
+                wake = min(wake, (upcoming - (wall_clock() + offset)).total_seconds())
         await asyncio.sleep(max(wake, 0.0) + random.uniform(0.0, SLOT_DELAY))
 
 
 async def _enqueue_due(
-    call: Callable[[Op[Any]], Awaitable[list[Any]]],
+    call: Callable[..., Awaitable[list[Any]]],
     schedule: Schedule,
     now: datetime,
     worker_id: str,
