@@ -159,6 +159,26 @@ async def test_raising_fails_the_job_with_its_error_and_backoff(
     assert [e[0] for e in events(queue, final)] == ["enqueued", "claimed", "dead"]
 
 
+async def test_a_burst_worker_runs_a_retry_due_at_once_before_it_exits(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """It exited once its last job was settled, without claiming again: a failure retried at
+    once (backoff 0) was left ready (the test failed before)."""
+    job_id = queue.enqueue("q", {}, max_attempts=3)
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.attempts < 3:
+            raise ConnectionError(f"attempt {ctx.attempts}")
+
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=0.0)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(job_id)
+    assert (job.status, job.attempts) == ("done", 3)
+    assert [e[0] for e in events(queue, job_id)] == (
+        ["enqueued"] + ["claimed", "failed"] * 2 + ["claimed", "completed"]
+    )
+
+
 async def test_operator_kill_cancels_the_async_handler_at_the_next_heartbeat(
     dsn: str, schema: str, queue: Queue
 ) -> None:

@@ -422,6 +422,7 @@ class Worker:
                 claimed = await self._step(due, claim)
                 if (
                     self.burst
+                    and claim
                     and claimed == 0
                     and not self._claims.mid_round
                     and not self._held
