@@ -20,16 +20,19 @@ WITH input AS (
   SELECT * FROM ROWS FROM (unnest(%(queues)s::text[]), jsonb_array_elements(%(payloads)s::jsonb),
                            unnest(%(run_ats)s::timestamptz[]), unnest(%(delays)s::interval[]),
                            unnest(%(max_attempts)s::int[]), unnest(%(unique_keys)s::text[]),
-                           unnest(%(priorities)s::int[]))
-    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, n)
+                           unnest(%(priorities)s::int[]), unnest(%(backoff_bases)s::float8[]),
+                           unnest(%(backoff_caps)s::float8[]))
+    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
 ), plain AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc
     FROM input WHERE k IS NULL ORDER BY n
   RETURNING id, fence, NULL::text AS unique_key
 ), keyed AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority,
+                             backoff_base, backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc
     FROM input WHERE k IS NOT NULL ORDER BY n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
   DO NOTHING
@@ -52,10 +55,12 @@ ORDER BY 1;
 -- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
 -- it, the job and its history row, without the arrays a batch needs. Rows: (id).
 WITH job AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap)
   VALUES (%(queue)s::text, %(payload)s::jsonb,
           coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
-          %(max_attempts)s::int, %(priority)s::int)
+          %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+          %(backoff_cap)s::float8)
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence) SELECT id, 'enqueued', fence FROM job
@@ -183,8 +188,10 @@ WITH held AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8 * power(2, j.attempts))
+                            ELSE now() + make_interval(secs => least(
+                                   coalesce(j.backoff_cap, %(cap)s::float8),
+                                   coalesce(j.backoff_base, %(base)s::float8)
+                                     * power(2, j.attempts))
                                    * (1 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = m.error,
@@ -306,13 +313,16 @@ SELECT id, fence FROM settled;
 
 -- name: fail
 -- Settle many held jobs as failed: retry after exponential backoff with jitter and a cap,
--- or dead at max_attempts; the rows not returned are lost.
+-- or dead at max_attempts; the rows not returned are lost. The backoff's base and cap are the
+-- job's own (backoff_base, backoff_cap) where set, else `base` and `cap`.
 WITH settled AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8 * power(2, j.attempts))
+                            ELSE now() + make_interval(secs => least(
+                                   coalesce(j.backoff_cap, %(cap)s::float8),
+                                   coalesce(j.backoff_base, %(base)s::float8)
+                                     * power(2, j.attempts))
                                    * (1 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = t.error,

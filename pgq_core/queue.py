@@ -210,14 +210,19 @@ class Queue:
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         unique_key: str | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """The new job's id; with `unique_key` held by a ready or running job, nothing is
-        inserted and that job's id is returned (`enqueue_many_detailed` tells which)."""
+        inserted and that job's id is returned (`enqueue_many_detailed` tells which).
+        `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec)."""
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
         )
         return self.enqueue_many_detailed([spec], conn)[0].id
 
@@ -538,12 +543,16 @@ class AsyncQueue:
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         unique_key: str | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
         )
         return (await self.enqueue_many_detailed([spec], conn))[0].id
 
