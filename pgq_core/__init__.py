@@ -2,7 +2,7 @@
 
 from .config import Target, mask, resolve
 from .durations import parse_duration
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
+from .errors import DontRetry, JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
 from .fenced import fenced_write
 from .integrations import driver_connection, enqueue_in
 from .migrate import migrate
@@ -13,6 +13,7 @@ from .tasks import Task, TaskArgumentError, TaskError, Tasks, current_job
 
 __all__ = [
     "AsyncQueue",
+    "DontRetry",
     "Enqueued",
     "Job",
     "JobDetail",

@@ -20,6 +20,12 @@ class LeaseLost(PgqError):
         self.action = action
 
 
+class DontRetry(PgqError):
+    """Raised by a handler: its job fails for good (dead) at once, whatever attempts it has
+    left. Raise it from the error that decided it (`raise DontRetry("why") from exc`): the
+    job's error then names that error first, then why it was not retried."""
+
+
 class JobNotFound(PgqError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")

@@ -387,9 +387,12 @@ def settle_fail(
     base: float = BACKOFF_BASE,
     cap: float = BACKOFF_CAP,
     jitter: float = BACKOFF_JITTER,
+    final: Sequence[bool] | None = None,
 ) -> Op[Settled]:
-    """The worker's failures: as `fail`, never waiting on a row lock."""
+    """The worker's failures: as `fail`, never waiting on a row lock. A job whose `final` is
+    true dies at once (its handler raised DontRetry)."""
     params = _fail_params(held, worker, base, cap, jitter)
+    params["finals"] = list(final) if final is not None else [False] * len(held)
     return Op("settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"))
 
 

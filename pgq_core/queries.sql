@@ -175,19 +175,21 @@ SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until
 -- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
 -- waiting on a row lock. Rows: ('failed' | 'busy' | 'done', id, fence) per held job ('done': a
 -- handler that completed the job in its own transaction, which committed, then raised); one
--- not reported is lost.
+-- not reported is lost. A job whose `final` is true dies at once (its handler raised DontRetry).
 WITH held AS (
-  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[])
-    AS t(id, fence, error)
+  SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(errors)s::text[],
+                       %(finals)s::boolean[])
+    AS t(id, fence, error, final)
 ), mine AS (
-  SELECT j.ctid AS row, j.id, j.fence, t.error
+  SELECT j.ctid AS row, j.id, j.fence, t.error, t.final
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), settled AS (
   UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
+     SET status      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN 'dead'
+                            ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now()
                             ELSE now() + make_interval(secs => least(
                                    coalesce(j.backoff_cap, %(cap)s::float8),
                                    coalesce(j.backoff_base, %(base)s::float8)
@@ -195,7 +197,7 @@ WITH held AS (
                                    * (1 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = m.error,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+         finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence, j.status, j.run_at, m.error

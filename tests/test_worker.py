@@ -15,10 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 from pgproxy import PgProxy
+from prometheus_client import CollectorRegistry
 from psycopg import sql
 
-from pgq_core import JobSpec, PgqError, Queue, fenced_write
+from pgq_core import DontRetry, JobSpec, PgqError, Queue, fenced_write
 from pgq_core.worker import JobContext, Worker, load_handler
+from pgq_core.worker.metrics import WorkerMetrics
 
 TIMEOUT = 30.0
 
@@ -203,6 +205,40 @@ async def test_a_jobs_own_backoff_wins_over_the_workers(
             sql.SQL("INSERT INTO {}.jobs (queue, payload, backoff_cap) VALUES ('q', '{{}}', -1)")
             .format(sql.Identifier(schema))
         )
+
+
+async def test_a_handler_raising_dont_retry_makes_its_job_dead_at_once(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    plain = queue.enqueue("q", {"n": 1})
+    caused = queue.enqueue("q", {"n": 2})
+    other = queue.enqueue("q", {"n": 3}, max_attempts=2)
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload["n"] == 1:
+            raise DontRetry("the account is closed")
+        if ctx.payload["n"] == 2:
+            try:
+                {}["missing"]
+            except KeyError as exc:
+                raise DontRetry("no such field") from exc
+        raise ConnectionError("down")
+
+    metrics = WorkerMetrics(CollectorRegistry())
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=0.0, metrics=metrics)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    for job_id, error in [
+        (plain, "DontRetry: the account is closed"),
+        (caused, "KeyError: 'missing' (not retried: no such field)"),
+    ]:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts, job.max_attempts, job.last_error) == (
+            "dead", 1, 5, error
+        )
+        assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "dead"]
+    assert (queue.job(other).status, queue.job(other).attempts) == ("dead", 2)  # retried once
+    dead = metrics.registry.get_sample_value("pgq_worker_dead_jobs_total", {"worker": worker.id})
+    assert dead == 3
 
 
 async def test_a_burst_worker_runs_a_retry_due_at_once_before_it_exits(

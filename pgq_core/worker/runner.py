@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import first_line
-from ..errors import LeaseLost, PgqError
+from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
 from ..text import describe_exception, storable
 from .context import JobContext
@@ -73,6 +73,7 @@ class Outcome:
     error: str | None = None
     action: str = ""  # for `lost`: the fenced write that matched no row
     result: str | None = None  # for `returned`: what the handler returned, as JSON text
+    final: bool = False  # for `raised`: the handler said not to retry (DontRetry)
 
     @property
     def succeeded(self) -> bool:
@@ -94,6 +95,12 @@ def outcome_of(ok: bool, value: Any) -> Outcome:
             return Outcome("raised", storable(str(exc)))
     if isinstance(value, LeaseLost):
         return Outcome("lost", action=value.action)
+    if isinstance(value, DontRetry):
+        cause = value.__cause__
+        if cause is None:
+            return Outcome("raised", describe_exception(value), final=True)
+        why = f" (not retried: {describe_exception(value).removeprefix('DontRetry: ')})"
+        return Outcome("raised", storable(describe_exception(cause) + why), final=True)
     if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
         return Outcome(
             "raised", f"{describe_exception(value)} (raised by the handler, not a worker cancel)"
