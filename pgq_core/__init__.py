@@ -9,7 +9,7 @@ from .migrate import migrate
 from .models import Enqueued, Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Schedule, Settled
 from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
-from .tasks import Task, TaskArgumentError, TaskError, Tasks, current_job
+from .tasks import Task, TaskArgumentError, TaskError, TaskOptions, Tasks, current_job
 
 __all__ = [
     "AsyncQueue",
@@ -33,6 +33,7 @@ __all__ = [
     "Task",
     "TaskArgumentError",
     "TaskError",
+    "TaskOptions",
     "Tasks",
     "UnreadableValue",
     "channel",

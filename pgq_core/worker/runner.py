@@ -267,6 +267,7 @@ class Runner:
         it ended (see the module's invariants). Must be called on the event loop."""
         loop = asyncio.get_running_loop()
         run = _Running(ctx, on_outcome)
+        timeout = ctx.timeout = self._timeout_for(ctx, timeout)
         if timeout is not None:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
@@ -276,6 +277,20 @@ class Runner:
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
         task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))
+
+    def _timeout_for(self, ctx: JobContext, default: float | None) -> float | None:
+        """The job's own timeout where the handler knows one (its `timeout_for(ctx)`, as
+        `Tasks` has: a task's timeout), else `default` (the worker's)."""
+        own = getattr(self.handler, "timeout_for", None)
+        if own is None:
+            return default
+        try:
+            seconds = own(ctx)
+        except Exception:  # noqa: BLE001 - a handler's hook never stops its job from running
+            return default
+        if isinstance(seconds, int | float) and 0 < seconds < float("inf"):
+            return float(seconds)
+        return default
 
     @staticmethod
     def _task_outcome(run: _Running, task: asyncio.Task[Any]) -> Outcome:
