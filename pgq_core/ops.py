@@ -775,6 +775,12 @@ def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | Non
     return Op("set_limit", params, lambda rows: rows[0][0])
 
 
+def has_jobs(queue: str) -> Op[bool]:
+    """Whether `queue` has a job, or had one that completed."""
+    _check_queue(queue)
+    return Op("queue_has_jobs", {"queue": queue}, lambda rows: bool(rows[0][0]))
+
+
 def _check_queue(queue: str) -> None:
     """ValueError unless `queue` is a name a job can have (`config.check_queue_name`): a
     longer one could be paused but never resumed (its NOTIFY payload is too long)."""

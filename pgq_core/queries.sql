@@ -730,6 +730,15 @@ WITH was AS (
 )
 SELECT (SELECT max_running FROM was), pg_notify(%(channel)s, %(queue)s) IS NULL;
 
+-- name: queue_has_jobs
+-- Whether a queue has a job (ready, running or dead: each through its partial index) or had
+-- one completed (queue_counts keeps its row after a prune). A paused or limited queue may have
+-- none yet: queue control applies to the jobs to come.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'ready')
+    OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'running')
+    OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'dead')
+    OR EXISTS (SELECT 1 FROM {schema}.queue_counts WHERE queue = %(queue)s);
+
 -- ---------------------------------------------------------------------------- filters
 -- {where} is a filter built by pgq_core/filters.py: a psycopg.sql composition over the alias
 -- `j`, every value a bound parameter. The bulk statements take bounded batches in id order

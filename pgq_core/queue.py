@@ -396,6 +396,10 @@ class Queue:
         """At most `max_running` jobs of `queue` run at once (None: no limit); returns the old."""
         return self.run(ops.set_limit(queue, max_running, channel(self.schema)))
 
+    def has_jobs(self, queue: str) -> bool:
+        """Whether `queue` has a job (ready, running or dead), or had one that completed."""
+        return self.run(ops.has_jobs(queue))
+
     # filters
     def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
         return self.run(ops.jobs_filtered(where, limit))
