@@ -7,16 +7,19 @@ import logging
 import os
 import re
 import sys
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+import psycopg
 
 from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
+from pgq_core.errors import PgqError
 from pgq_core.text import printable
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
-from .context import at_most, lease_duration, queue_names, settings
+from .context import at_most, lease_duration, queue_names, settings, when
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005
@@ -50,6 +53,28 @@ class PrintableFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return printable(super().formatStack(stack_info), multiline=True)
+
+
+def _tell_retries_waiting(
+    ctx: click.Context, worker_id: str, queues: Sequence[str], log: logging.Logger
+) -> None:
+    """A burst worker exits once nothing is due: say what it leaves for later retries."""
+    try:
+        with settings(ctx).queue() as q:
+            waiting, first = q.retries_waiting(queues)
+    except (PgqError, psycopg.Error) as exc:
+        log.warning("worker %s: could not count the retries left waiting (%s)", worker_id, exc)
+        return
+    if waiting and first is not None:
+        seconds = max(0.0, (first - datetime.now(UTC)).total_seconds())
+        log.warning(
+            "worker %s: exiting (--burst) with %d failed job(s) waiting for their retry, the "
+            "first at %s (in %.0fs); run the worker again then, or without --burst",
+            worker_id,
+            waiting,
+            when(first),
+            seconds,
+        )
 
 
 @click.command("worker")
@@ -218,6 +243,8 @@ def worker_command(
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
     asyncio.run(run_until_stopped(worker, on_signal))
+    if burst:
+        _tell_retries_waiting(ctx, worker.id, queues, log)
     if worker.handlers_still_running():
         log.warning(
             "worker %s: exiting with %d handler(s) still running (told to stop, not returned)",

@@ -781,6 +781,13 @@ def has_jobs(queue: str) -> Op[bool]:
     return Op("queue_has_jobs", {"queue": queue}, lambda rows: bool(rows[0][0]))
 
 
+def retries_waiting(queues: Sequence[str]) -> Op[tuple[int, datetime | None]]:
+    """How many failed jobs of `queues` wait for a later retry, and the earliest run_at."""
+    return Op(
+        "retries_waiting", {"queues": list(queues)}, lambda rows: (int(rows[0][0]), rows[0][1])
+    )
+
+
 def _check_queue(queue: str) -> None:
     """ValueError unless `queue` is a name a job can have (`config.check_queue_name`): a
     longer one could be paused but never resumed (its NOTIFY payload is too long)."""

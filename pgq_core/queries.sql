@@ -739,6 +739,12 @@ SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 
     OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'dead')
     OR EXISTS (SELECT 1 FROM {schema}.queue_counts WHERE queue = %(queue)s);
 
+-- name: retries_waiting
+-- Failed jobs of `queues` waiting for a retry later than now (ready, attempts used, run_at
+-- ahead): how many, and the earliest run_at. What a burst worker leaves behind when it exits.
+SELECT count(*), min(run_at) FROM {schema}.jobs
+ WHERE status = 'ready' AND queue = ANY(%(queues)s::text[]) AND attempts > 0 AND run_at > now();
+
 -- ---------------------------------------------------------------------------- filters
 -- {where} is a filter built by pgq_core/filters.py: a psycopg.sql composition over the alias
 -- `j`, every value a bound parameter. The bulk statements take bounded batches in id order

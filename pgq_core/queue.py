@@ -400,6 +400,11 @@ class Queue:
         """Whether `queue` has a job (ready, running or dead), or had one that completed."""
         return self.run(ops.has_jobs(queue))
 
+    def retries_waiting(self, queues: Sequence[str]) -> tuple[int, datetime | None]:
+        """Failed jobs of `queues` waiting for a retry later than now: how many, and when the
+        first is due (None: none)."""
+        return self.run(ops.retries_waiting(queues))
+
     # filters
     def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
         return self.run(ops.jobs_filtered(where, limit))
