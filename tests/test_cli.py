@@ -205,6 +205,25 @@ def test_enqueue_file_from_stdin(pgq: Pgq, conn: Any, schema: str) -> None:
     assert count_jobs(conn, schema) == 2
 
 
+def test_enqueue_dash_reads_one_payload_from_stdin(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    """`pgq enqueue thumbs -` said "not valid JSON" of the dash (only --file - read stdin)."""
+    [job_id] = json.loads(
+        ok(pgq("enqueue", "thumbs", "-", "--json", input='{\n  "image": "a.jpg",\n  "w": 320\n}\n'))
+    )
+    assert queue.job(job_id).payload == {"image": "a.jpg", "w": 320}
+    assert queue.job(job_id).queue == "thumbs"
+    for stdin, fragment in [
+        ("", "stdin is empty: give one JSON value"),
+        ("  \n", "stdin is empty: give one JSON value"),
+        ('{"a": 1}\n{"b": 2}\n', "not valid JSON (Extra data"),
+        (b"\xff{}", "stdin is not UTF-8 text"),
+    ]:
+        error_line(pgq("enqueue", "thumbs", "-", input=stdin), 2, fragment)
+    assert count_jobs(conn, schema) == 1
+
+
 def test_enqueue_empty_file_enqueues_nothing(pgq: Pgq, conn: Any, schema: str) -> None:
     out = ok(pgq("enqueue", "mail", "--file", "-", input="\n\n"))
     assert "nothing enqueued" in out
