@@ -2,7 +2,15 @@
 
 from .config import Target, mask, resolve
 from .durations import parse_duration
-from .errors import DontRetry, JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
+from .errors import (
+    DontRetry,
+    JobNotFound,
+    LeaseLost,
+    PgqError,
+    ScheduleExists,
+    SchemaMissing,
+    UnreadableValue,
+)
 from .fenced import fenced_write
 from .integrations import driver_connection, enqueue_in
 from .migrate import migrate
@@ -27,6 +35,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "Schedule",
+    "ScheduleExists",
     "SchemaMissing",
     "Settled",
     "Target",

@@ -26,6 +26,14 @@ class DontRetry(PgqError):
     job's error then names that error first, then why it was not retried."""
 
 
+class ScheduleExists(PgqError):
+    """A schedule of that name exists (add it with `replace` to change it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} already exists (remove it first, or replace it)")
+        self.name = name
+
+
 class JobNotFound(PgqError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")

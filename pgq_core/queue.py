@@ -30,7 +30,14 @@ from psycopg import sql
 
 from . import ops
 from .config import connect_options
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
+from .errors import (
+    JobNotFound,
+    LeaseLost,
+    PgqError,
+    ScheduleExists,
+    SchemaMissing,
+    UnreadableValue,
+)
 from .filters import JobFilter
 from .health import assess
 from .models import (
@@ -341,7 +348,7 @@ class Queue:
         bad."""
         op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
         if not self.run(op):
-            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+            raise ScheduleExists(name)
 
     def list_schedules(self) -> list[Schedule]:
         return self.run(ops.schedules())
@@ -754,7 +761,7 @@ class AsyncQueue:
     ) -> None:
         op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
         if not await self.run(op):
-            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+            raise ScheduleExists(name)
 
     async def list_schedules(self) -> list[Schedule]:
         return await self.run(ops.schedules())
