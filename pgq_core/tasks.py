@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 import psycopg
 
 from .config import check_queue_name
-from .errors import DontRetry, PgqError
+from .errors import DontRetry, LeaseLost, PgqError
 from .integrations import driver_connection
 from .ops import DEFAULT_MAX_ATTEMPTS, JobSpec, check_backoff, check_unique_key
 from .queue import AsyncQueue, Queue
@@ -488,8 +488,8 @@ class Tasks:
                 return await task.fn(*bound.args, **bound.kwargs)
             return await self._in_thread(task, bound)
         except Exception as exc:
-            if isinstance(exc, DontRetry) or task.retries(exc):
-                raise
+            if isinstance(exc, DontRetry | LeaseLost) or task.retries(exc):
+                raise  # a lost lease is the worker's to handle, whatever the task retries
             raise DontRetry(task._why_not_retried(exc)) from exc
         finally:
             _current.reset(token)

@@ -14,7 +14,17 @@ import pytest
 from psycopg import sql
 from test_worker import TIMEOUT, events, make_worker, retry_wait
 
-from pgq_core import DontRetry, Job, PgqError, Queue, TaskArgumentError, Tasks
+from pgq_core import (
+    AsyncQueue,
+    DontRetry,
+    Job,
+    LeaseLost,
+    PgqError,
+    Queue,
+    TaskArgumentError,
+    Tasks,
+    current_job,
+)
 from pgq_core.worker import JobContext
 
 
@@ -171,6 +181,44 @@ async def test_retry_on_given_other_exceptions_are_not_retried(
         1,
         "KeyError: 'key' (not retried: KeyError is not in the task's retry_on "
         "(ConnectionError, TimeoutError))",
+    )
+
+
+async def test_a_lost_lease_stays_lost_whatever_the_task_retries(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A task with `retry_on` whose own write found its lease gone: the worker took it for a
+    failure not to retry and tried to settle it as dead (stale, so refused: 'fail rejected'),
+    instead of recording the task's lost write (the test failed before)."""
+    tasks = Tasks(queue="q")
+
+    @tasks.task(retry_on=OSError)
+    def write() -> None:
+        ctx = current_job()
+        queue.kill([ctx.id], reason="taken over")  # the fence moves on, as another claim would
+        raise LeaseLost(ctx.id, ctx.fence, "complete")
+
+    job_id = write.enqueue(conn=queue)
+    await burst(dsn, schema, tasks)
+    assert row(queue, job_id, "status", "last_error") == ("dead", "taken over")
+    stale = [e.detail for e in queue.history(job_id) if e.event == "stale"]
+    assert stale == ["complete rejected: stale fence"]  # the task's own write, not a failure
+
+
+async def test_options_apply_to_enqueue_async(aqueue: AsyncQueue, queue: Queue) -> None:
+    tasks = Tasks(queue="q")
+
+    @tasks.task(unique_key="k-{n}", backoff_cap=60)
+    async def job(n: int) -> None:
+        await asyncio.sleep(0)
+
+    first = await job.options(priority=3, queue="fast", backoff_base=0.5).enqueue_async(
+        1, conn=aqueue
+    )
+    assert await job.enqueue_async(1, conn=aqueue) == first  # the key is held
+    assert await job.enqueue_async(2, conn=aqueue) != first
+    assert row(queue, first, "queue", "priority", "unique_key", "backoff_base", "backoff_cap") == (
+        "fast", 3, "k-1", 0.5, 60.0
     )
 
 
