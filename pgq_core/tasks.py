@@ -129,7 +129,11 @@ def task_options(base: TaskOptions, changes: OptionChanges) -> TaskOptions:
         if name in values:
             values[name] = _seconds(values[name])
     if isinstance(values.get("delay"), int | float) and not isinstance(values["delay"], bool):
-        values["delay"] = timedelta(seconds=values["delay"])
+        try:
+            values["delay"] = timedelta(seconds=values["delay"])
+        except (OverflowError, ValueError):  # beyond a timedelta (about 2.7 million years), nan
+            bad = values["delay"]
+            raise PgqError(f"delay must be seconds or a timedelta, got {bad!r}") from None
     opts = dataclasses.replace(base, **values)
     try:
         check_queue_name(opts.queue)

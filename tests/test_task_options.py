@@ -417,6 +417,8 @@ def test_bad_options_are_refused_at_registration_and_per_enqueue() -> None:
         ({"timeout": 0}, "timeout must be a positive number"),
         ({"timeout": float("inf")}, "timeout must be a positive number"),
         ({"delay": -1}, "delay must be seconds or a timedelta, not negative"),
+        ({"delay": 1e20}, "delay must be seconds or a timedelta"),
+        ({"delay": float("nan")}, "delay must be seconds or a timedelta"),
         ({"bogus": 1}, "unknown task option"),
     ]:
         with pytest.raises(PgqError, match=fragment):
