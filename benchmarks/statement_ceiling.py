@@ -300,7 +300,10 @@ def enqueue_level(
             def one(conn: psycopg.Connection[Any], n: int, text: bytes = text) -> None:
                 params = {"queue": "q", "payload": Jsonb({"n": n})}
                 if text.startswith(b"WITH"):
-                    params.update(run_at=None, delay=None, max_attempts=5, priority=0)
+                    params.update(
+                        run_at=None, delay=None, max_attempts=5, priority=0, backoff_base=None,
+                        backoff_cap=None,
+                    )
                 conn.execute(text, params)
 
             rates[side].append(produce(dsn, jobs, producers, one, PGQ_SCHEMA))

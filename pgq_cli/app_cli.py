@@ -14,11 +14,12 @@ from rich.table import Table
 
 from pgq_core import ops
 from pgq_core.cron import check_cron
+from pgq_core.errors import ScheduleExists
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from .cli import INT4, _console, _queue, _text, parse_payload
-from .context import PgqGroup, echo_json, queue_option, when
+from .context import PgqGroup, echo_json, fail, queue_option, when
 
 #: Characters of a schedule's payload shown in `schedule list`.
 PAYLOAD_CHARS = 60
@@ -79,9 +80,15 @@ def add(
 ) -> None:
     """Add schedule NAME: enqueue PAYLOAD on QUEUE at every slot of CRON."""
     with _queue(ctx) as q:
-        q.add_schedule(
-            name, queue_name, cron, payload, max_attempts=max_attempts, replace=replace
-        )
+        try:
+            q.add_schedule(
+                name, queue_name, cron, payload, max_attempts=max_attempts, replace=replace
+            )
+        except ScheduleExists:
+            fail(
+                f"schedule {printable(name)} already exists: add --replace to change it (its "
+                "last run is kept), or remove it first"
+            )
         found = [s for s in q.list_schedules() if s.name == name]
     upcoming = f"; next run {when(found[0].next_slot)}" if found and found[0].next_slot else ""
     where = f"{printable(cron)} on {printable(queue_name)}"

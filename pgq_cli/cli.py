@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -322,6 +323,28 @@ def read_payload_lines(stream: IO[bytes], name: str) -> list[tuple[Any, int]]:
     return payloads
 
 
+def read_stdin_payload() -> str:
+    """One payload's JSON text from stdin (`pgq enqueue QUEUE -`), whole: it may span lines.
+    BadParameter if stdin is empty, not UTF-8 or larger than a payload may be."""
+    hint = "'PAYLOAD_JSON' (- reads stdin)"
+    stream: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise click.BadParameter("there is no stdin to read", param_hint=hint)
+    raw = stream.read(PAYLOAD_MAX_BYTES + 1)
+    if len(raw) > PAYLOAD_MAX_BYTES:
+        raise click.BadParameter(
+            f"stdin is too large (a payload holds at most {_size(PAYLOAD_MAX_BYTES)})",
+            param_hint=hint,
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise click.BadParameter("stdin is not UTF-8 text", param_hint=hint) from None
+    if not text.strip():
+        raise click.BadParameter("stdin is empty: give one JSON value", param_hint=hint)
+    return text
+
+
 # ---------------------------------------------------------------------------- output helpers
 
 
@@ -488,7 +511,8 @@ def enqueue(
     unique_key: str | None,
     as_json: bool,
 ) -> None:
-    """Add a job to QUEUE with PAYLOAD_JSON (default {}), or one job per line of --file.
+    """Add a job to QUEUE with PAYLOAD_JSON (default {}; - reads it from stdin), or one job
+    per line of --file.
 
     With --unique-key, a second enqueue while a job with that key is ready, scheduled or
     running inserts nothing and prints the existing job's id."""
@@ -500,6 +524,8 @@ def enqueue(
         raise click.UsageError("--unique-key names one job: it does not go with --file")
 
     if file is None:
+        if payload == "-":
+            payload = read_stdin_payload()
         try:
             value = parse_payload(payload) if payload is not None else {}
         except ValueError as exc:

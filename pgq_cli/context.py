@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +90,19 @@ def settings(ctx: click.Context) -> Settings:
     obj = ctx.find_object(Settings)
     assert obj is not None
     return obj
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to run pgq again as this process was run, for a hint to copy: `pgq` when the shell
+    finds this very program under that name; else the path it was run as (a virtualenv not on
+    PATH), or `python -m pgq_cli` for a module run."""
+    argv0 = sys.argv[0] if argv0 is None and sys.argv else argv0 or ""
+    if not argv0 or os.path.basename(argv0) in ("__main__.py", "-m", "-c"):
+        return f"{shlex.quote(sys.executable)} -m pgq_cli"
+    found = shutil.which("pgq")
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return "pgq"
+    return shlex.quote(argv0)
 
 
 def fail(message: str, code: int = EXIT_RUNTIME) -> NoReturn:

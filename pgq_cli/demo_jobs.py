@@ -40,16 +40,39 @@ class HTTPError(Exception):
     """What a webhook or API call raises on a non-2xx answer."""
 
 
-ERRORS: tuple[tuple[type[Exception], str], ...] = (
-    (HTTPError, "503 Service Unavailable from https://hooks.example.com/orders"),
-    (HTTPError, "429 Too Many Requests (retry-after 2s)"),
-    (ConnectionResetError, "[Errno 104] Connection reset by peer"),
-    (TimeoutError, "smtp.example.com did not answer within 5s"),
-)
+class SMTPError(Exception):
+    """What sending an email raises when the mail server refuses or drops it."""
 
 
-def _raise_one() -> None:
-    kind, message = random.choice(ERRORS)
+class ImageError(Exception):
+    """What making a thumbnail raises on an image it cannot read."""
+
+
+Failure = tuple[type[Exception], str]
+
+#: Each queue fails the way its own work would: an email with the mail server's errors, a
+#: webhook with its endpoint's.
+ERRORS: dict[str, tuple[Failure, ...]] = {
+    "emails": (
+        (SMTPError, "421 4.7.0 smtp.example.com: too many connections, try again later"),
+        (SMTPError, "451 4.3.0 smtp.example.com: temporary local problem"),
+        (TimeoutError, "smtp.example.com:587 did not answer within 5s"),
+    ),
+    "webhooks": (
+        (HTTPError, "503 Service Unavailable from https://hooks.example.com/orders"),
+        (HTTPError, "429 Too Many Requests from https://hooks.example.com/orders"),
+        (ConnectionResetError, "[Errno 104] Connection reset by peer (hooks.example.com)"),
+    ),
+    "thumbnails": (
+        (ImageError, "cannot identify image file s3://media/uploads (truncated upload)"),
+    ),
+    "reports": ((TimeoutError, "the warehouse query was cancelled after 30s"),),
+}
+OTHER_ERRORS: tuple[Failure, ...] = ((RuntimeError, "the job failed"),)
+
+
+def _raise_one(queue: str) -> None:
+    kind, message = random.choice(ERRORS.get(queue, OTHER_ERRORS))
     raise kind(message)
 
 
@@ -66,7 +89,7 @@ async def handle(ctx: JobContext) -> None:
     if kind == "doomed" or (
         kind == "flaky" and random.random() < float(payload.get("fail_rate", 0.4))
     ):
-        _raise_one()
+        _raise_one(ctx.queue)
 
 
 #: the emails queue's priorities, by template

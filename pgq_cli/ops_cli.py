@@ -14,6 +14,7 @@ input is one `pgq: error:` line with exit 2; a real bulk run changes rows in bou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -84,12 +85,27 @@ def pause_command(ctx: click.Context, queue_name: str, reason: str | None, as_js
     if reason is not None and "\x00" in reason:
         raise click.BadParameter("reason must not contain NUL", param_hint="'--reason'")
     with settings(ctx).queue() as q:
+        known = q.has_jobs(queue_name)
         at = q.pause(queue_name, reason)
     if as_json:
-        echo_json({"queue": queue_name, "paused": True, "paused_at": at, "reason": reason})
+        echo_json(
+            {
+                "queue": queue_name,
+                "paused": True,
+                "paused_at": at,
+                "reason": reason,
+                "has_jobs": known,
+            }
+        )
         return
     why = f" ({printable(reason)})" if reason else ""
-    click.echo(f"paused queue {printable(queue_name)}{why}: its workers claim nothing now")
+    if known:
+        click.echo(f"paused queue {printable(queue_name)}{why}: its workers claim nothing now")
+    else:
+        click.echo(
+            f"paused queue {printable(queue_name)}{why} (no jobs yet): jobs enqueued on it "
+            "wait until it is resumed"
+        )
 
 
 @click.command("resume")
@@ -110,6 +126,10 @@ def resume_command(ctx: click.Context, queue_name: str, as_json: bool) -> None:
         click.echo(f"resumed queue {name} (paused since {when(was)}); workers woken")
 
 
+#: What `pgq limit` takes: a limit of 0 would run nothing, which is what `pgq pause` is for.
+_LIMIT_RANGE = f"want 1 to {INT4_MAX} or `none`"
+
+
 def _limit_value(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
     if value.strip().lower() == "none":
         return None
@@ -119,12 +139,32 @@ def _limit_value(ctx: click.Context, param: click.Parameter, value: str) -> int 
         raise click.BadParameter(
             f"want a number or `none`, got {value[:40]!r}", ctx, param
         ) from None
-    if not 0 <= number <= INT4_MAX:
-        raise click.BadParameter(f"want 0 to {INT4_MAX} or `none`, got {number}", ctx, param)
+    if number == 0:
+        raise click.BadParameter(
+            "0 would run nothing: to stop the queue use `pgq pause QUEUE` (it records who "
+            "and why, and `pgq resume` undoes it)",
+            ctx,
+            param,
+        )
+    if not 1 <= number <= INT4_MAX:
+        raise click.BadParameter(f"{_LIMIT_RANGE}, got {number}", ctx, param)
     return number
 
 
-@click.command("limit")
+class _NegativeNumberArgument(click.Command):
+    """`pgq limit mail -1`: the number reaches the argument's range check (a clear usage
+    error) instead of reading as an unknown option named `-1`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            if arg == "--":
+                break
+            if re.fullmatch(r"-\d+", arg):
+                raise click.BadParameter(f"{_LIMIT_RANGE}, got {arg}", ctx, param_hint="'N|none'")
+        return super().parse_args(ctx, args)
+
+
+@click.command("limit", cls=_NegativeNumberArgument)
 @click.argument("queue_name", metavar="QUEUE", callback=_queue_arg)
 @click.argument("max_running", metavar="N|none", callback=_limit_value)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
@@ -132,13 +172,17 @@ def _limit_value(ctx: click.Context, param: click.Parameter, value: str) -> int 
 def limit_command(
     ctx: click.Context, queue_name: str, max_running: int | None, as_json: bool
 ) -> None:
-    """At most N jobs of QUEUE run at once, across all workers (`none`: no limit)."""
+    """At most N jobs of QUEUE run at once, across all workers (`none`: no limit). N is 1 or
+    more: to run none, `pgq pause QUEUE`."""
     with settings(ctx).queue() as q:
+        known = q.has_jobs(queue_name)
         before = q.set_limit(queue_name, max_running)
     if as_json:
-        echo_json({"queue": queue_name, "limit": max_running, "limit_before": before})
+        echo_json(
+            {"queue": queue_name, "limit": max_running, "limit_before": before, "has_jobs": known}
+        )
         return
-    name = printable(queue_name)
+    name = printable(queue_name) + ("" if known else " (no jobs yet)")
     was = "no limit" if before is None else f"{before}"
     if max_running is None:
         click.echo(f"queue {name}: no limit on running jobs (was {was})")

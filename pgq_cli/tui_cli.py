@@ -15,7 +15,7 @@ from pgq_core import embedded, migrate, resolve
 from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
 from pgq_core.worker import load_handler
 
-from .context import fail, lease_duration, settings
+from .context import command_name, fail, lease_duration, settings
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp
@@ -101,6 +101,15 @@ def dashboard_command(
     leave_stuck_handlers(app, target)
 
 
+def demo_exit_hint(schema: str) -> str:
+    """Where the demo's data is, and the commands to look at it again as this pgq was run."""
+    pgq = command_name()
+    return (
+        f"demo data is in schema {schema}: "
+        f"{pgq} --schema {schema} stats   (or {pgq} --schema {schema} dashboard)"
+    )
+
+
 @click.command("demo")
 @click.option(
     "--refresh",
@@ -144,9 +153,6 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
     finally:
         producer.stop()
     leave_stuck_handlers(app, target)
-    click.echo(
-        f"demo data is in schema {target.schema}: "
-        f"pgq --schema {target.schema} stats   (or pgq --schema {target.schema} dashboard)"
-    )
+    click.echo(demo_exit_hint(target.schema))
     if app.return_code:
         fail("the dashboard ended with an error")

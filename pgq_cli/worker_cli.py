@@ -7,16 +7,20 @@ import logging
 import os
 import re
 import sys
-from datetime import timedelta
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
+import psycopg
 
 from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
+from pgq_core.errors import PgqError
 from pgq_core.text import printable
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
-from .context import at_most, lease_duration, queue_names, settings
+from .context import at_most, fail, lease_duration, queue_names, settings, when
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005
@@ -50,6 +54,49 @@ class PrintableFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return printable(super().formatStack(stack_info), multiline=True)
+
+
+def _log_to_stderr(log_level: str) -> None:
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))
+    logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
+
+
+def _supervise(
+    burst: bool, log_level: str, reload_dirs: Sequence[Path], grace: timedelta
+) -> NoReturn:
+    """`--reload`: this command, without it, in a child restarted on change (reload.py)."""
+    from . import reload
+
+    if burst:
+        raise click.UsageError("--reload runs until stopped: it does not go with --burst")
+    if reload.available() is None:
+        fail(reload.MISSING)
+    _log_to_stderr(log_level)
+    paths = list(reload_dirs) or [Path.cwd()]
+    sys.exit(reload.run(sys.argv[1:], paths, grace.total_seconds()))
+
+
+def _tell_retries_waiting(
+    ctx: click.Context, worker_id: str, queues: Sequence[str], log: logging.Logger
+) -> None:
+    """A burst worker exits once nothing is due: say what it leaves for later retries."""
+    try:
+        with settings(ctx).queue() as q:
+            waiting, first = q.retries_waiting(queues)
+    except (PgqError, psycopg.Error) as exc:
+        log.warning("worker %s: could not count the retries left waiting (%s)", worker_id, exc)
+        return
+    if waiting and first is not None:
+        seconds = max(0.0, (first - datetime.now(UTC)).total_seconds())
+        log.warning(
+            "worker %s: exiting (--burst) with %d failed job(s) waiting for their retry, the "
+            "first at %s (in %.0fs); run the worker again then, or without --burst",
+            worker_id,
+            waiting,
+            when(first),
+            seconds,
+        )
 
 
 @click.command("worker")
@@ -127,6 +174,20 @@ class PrintableFormatter(logging.Formatter):
     default="info",
     show_default=True,
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="For development: run the worker in a child process and restart it when a .py file "
+    "changes (under the current directory, or each --reload-dir). Needs watchfiles "
+    "(pip install 'pgq-fence[reload]').",
+)
+@click.option(
+    "--reload-dir",
+    "reload_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="With --reload: watch this directory instead of the current one (repeatable).",
+)
 @click.pass_context
 def worker_command(
     ctx: click.Context,
@@ -145,6 +206,8 @@ def worker_command(
     metrics_addr: str,
     worker_id: str | None,
     log_level: str,
+    reload: bool,
+    reload_dirs: tuple[Path, ...],
 ) -> None:
     """Run a handler on the jobs of QUEUES until stopped.
 
@@ -157,6 +220,10 @@ def worker_command(
         raise click.UsageError("give --handler or --tasks (one of them)")
     if tasks_spec is None and not queues:
         raise click.UsageError("give at least one QUEUE")
+    if reload_dirs and not reload:
+        raise click.UsageError("--reload-dir goes with --reload")
+    if reload:
+        _supervise(burst, log_level, reload_dirs, grace)
     if tasks_spec is not None:
         from pgq_core.tasks import Tasks
 
@@ -174,9 +241,7 @@ def worker_command(
     if not queues:
         raise click.UsageError("give at least one QUEUE")
     target = settings(ctx).target()
-    log_handler = logging.StreamHandler(sys.stderr)
-    log_handler.setFormatter(PrintableFormatter(LOG_FORMAT))
-    logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
+    _log_to_stderr(log_level)
     metrics = None
     if metrics_port is not None:
         from pgq_core.worker.metrics import WorkerMetrics
@@ -218,6 +283,8 @@ def worker_command(
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
     asyncio.run(run_until_stopped(worker, on_signal))
+    if burst:
+        _tell_retries_waiting(ctx, worker.id, queues, log)
     if worker.handlers_still_running():
         log.warning(
             "worker %s: exiting with %d handler(s) still running (told to stop, not returned)",

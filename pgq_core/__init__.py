@@ -2,17 +2,26 @@
 
 from .config import Target, mask, resolve
 from .durations import parse_duration
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
+from .errors import (
+    DontRetry,
+    JobNotFound,
+    LeaseLost,
+    PgqError,
+    ScheduleExists,
+    SchemaMissing,
+    UnreadableValue,
+)
 from .fenced import fenced_write
 from .integrations import driver_connection, enqueue_in
 from .migrate import migrate
 from .models import Enqueued, Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Schedule, Settled
 from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
-from .tasks import Task, TaskArgumentError, TaskError, Tasks, current_job
+from .tasks import Task, TaskArgumentError, TaskError, TaskOptions, Tasks, current_job
 
 __all__ = [
     "AsyncQueue",
+    "DontRetry",
     "Enqueued",
     "Job",
     "JobDetail",
@@ -26,12 +35,14 @@ __all__ = [
     "Queue",
     "QueueStats",
     "Schedule",
+    "ScheduleExists",
     "SchemaMissing",
     "Settled",
     "Target",
     "Task",
     "TaskArgumentError",
     "TaskError",
+    "TaskOptions",
     "Tasks",
     "UnreadableValue",
     "channel",

@@ -20,6 +20,20 @@ class LeaseLost(PgqError):
         self.action = action
 
 
+class DontRetry(PgqError):
+    """Raised by a handler: its job fails for good (dead) at once, whatever attempts it has
+    left. Raise it from the error that decided it (`raise DontRetry("why") from exc`): the
+    job's error then names that error first, then why it was not retried."""
+
+
+class ScheduleExists(PgqError):
+    """A schedule of that name exists (add it with `replace` to change it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} already exists (remove it first, or replace it)")
+        self.name = name
+
+
 class JobNotFound(PgqError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")

@@ -21,12 +21,16 @@ from .queue import Queue
 def driver_connection(obj: Any) -> psycopg.Connection[Any]:
     """The psycopg connection under `obj`: a psycopg connection itself, a SQLAlchemy
     `Connection` (`.connection.driver_connection`) or `Session` (`.connection()` first, which
-    begins the session's transaction if none is open). PgqError for anything else, e.g. a
-    SQLAlchemy engine on another driver."""
+    begins the session's transaction if none is open), or a Django database connection
+    (`django.db.connection`, connected first: inside `transaction.atomic()` the job joins its
+    transaction, outside it commits at once as Django's own writes do). PgqError for anything
+    else, e.g. a SQLAlchemy engine on another driver, or Django on psycopg2."""
     if isinstance(obj, psycopg.Connection):
         return obj
     if isinstance(obj, psycopg.AsyncConnection):
         raise PgqError("an async psycopg connection: use AsyncQueue.enqueue(conn=...)")
+    if callable(getattr(obj, "ensure_connection", None)) and hasattr(obj, "vendor"):
+        return _django_connection(obj)
     sa_connection = obj
     if not hasattr(obj, "exec_driver_sql") and callable(getattr(obj, "connection", None)):
         sa_connection = obj.connection()  # a Session: its connection, in its transaction
@@ -36,6 +40,21 @@ def driver_connection(obj: Any) -> psycopg.Connection[Any]:
     raise PgqError(
         f"cannot enqueue through a {type(obj).__name__}: give a psycopg 3 connection, or a "
         "SQLAlchemy session or connection whose URL is postgresql+psycopg://"
+    )
+
+
+def _django_connection(wrapper: Any) -> psycopg.Connection[Any]:
+    """The psycopg connection of a Django database connection (`django.db.connection`)."""
+    if wrapper.vendor != "postgresql":
+        raise PgqError(f"cannot enqueue through Django's {wrapper.vendor} database: pgq needs "
+                       "PostgreSQL")
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    if isinstance(raw, psycopg.Connection):
+        return raw
+    raise PgqError(
+        "Django's connection is psycopg2: pgq needs psycopg 3 (Django 4.2 and later use it "
+        "when it is installed)"
     )
 
 

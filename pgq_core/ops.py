@@ -44,6 +44,8 @@ DEFAULT_LEASE = timedelta(seconds=30)
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 3600.0
 BACKOFF_JITTER = 0.25
+#: The longest a job's own backoff base or cap may be (a year; the jobs table checks it too).
+BACKOFF_MAX = 365 * 86400.0
 REAP_BATCH = 1000
 PRUNE_BATCH = 5000
 #: Daily partitions of job_events kept ahead of today (UTC), and how long their creation may
@@ -87,6 +89,10 @@ class JobSpec:
     #: higher is claimed first among due jobs of the queue
     priority: int = 0
     unique_key: str | None = None
+    #: seconds: a failed attempt n waits min(backoff_cap, backoff_base * 2**n) before the next
+    #: (less jitter); None is the settling worker's (its retry_base; BACKOFF_CAP)
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
 
 
 def _ids(rows: Rows) -> list[int]:
@@ -125,12 +131,25 @@ def check_unique_key(key: str) -> str:
     return key
 
 
+def check_backoff(seconds: float | None, what: str) -> float | None:
+    """ValueError unless `seconds` is None or a number of seconds from 0 to BACKOFF_MAX."""
+    if seconds is None:
+        return None
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        raise ValueError(f"{what} must be a number of seconds, got {type(seconds).__name__}")
+    if not 0 <= seconds <= BACKOFF_MAX:
+        raise ValueError(f"{what} must be from 0 to {BACKOFF_MAX:g} seconds, got {seconds!r}")
+    return float(seconds)
+
+
 def _check_spec(spec: JobSpec) -> None:
     check_queue_name(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
     if spec.unique_key is not None:
         check_unique_key(spec.unique_key)
+    check_backoff(spec.backoff_base, "backoff_base")
+    check_backoff(spec.backoff_cap, "backoff_cap")
 
 
 #: One enqueue round's answer per spec: its outcome, or None when a ready or running job held
@@ -149,6 +168,8 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
             "delay": spec.delay,
             "max_attempts": spec.max_attempts,
             "priority": spec.priority,
+            "backoff_base": spec.backoff_base,
+            "backoff_cap": spec.backoff_cap,
         },
         lambda rows: int(rows[0][0]),
     )
@@ -200,6 +221,8 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
             "max_attempts": [s.max_attempts for s in sent],
             "unique_keys": [s.unique_key for s in sent],
             "priorities": [s.priority for s in sent],
+            "backoff_bases": [s.backoff_base for s in sent],
+            "backoff_caps": [s.backoff_cap for s in sent],
         },
         read,
     )
@@ -364,9 +387,12 @@ def settle_fail(
     base: float = BACKOFF_BASE,
     cap: float = BACKOFF_CAP,
     jitter: float = BACKOFF_JITTER,
+    final: Sequence[bool] | None = None,
 ) -> Op[Settled]:
-    """The worker's failures: as `fail`, never waiting on a row lock."""
+    """The worker's failures: as `fail`, never waiting on a row lock. A job whose `final` is
+    true dies at once (its handler raised DontRetry)."""
     params = _fail_params(held, worker, base, cap, jitter)
+    params["finals"] = list(final) if final is not None else [False] * len(held)
     return Op("settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"))
 
 
@@ -752,6 +778,19 @@ def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | Non
         raise ValueError(f"the limit must not be negative, got {max_running}")
     params = {"queue": queue, "max_running": max_running, "channel": channel}
     return Op("set_limit", params, lambda rows: rows[0][0])
+
+
+def has_jobs(queue: str) -> Op[bool]:
+    """Whether `queue` has a job, or had one that completed."""
+    _check_queue(queue)
+    return Op("queue_has_jobs", {"queue": queue}, lambda rows: bool(rows[0][0]))
+
+
+def retries_waiting(queues: Sequence[str]) -> Op[tuple[int, datetime | None]]:
+    """How many failed jobs of `queues` wait for a later retry, and the earliest run_at."""
+    return Op(
+        "retries_waiting", {"queues": list(queues)}, lambda rows: (int(rows[0][0]), rows[0][1])
+    )
 
 
 def _check_queue(queue: str) -> None:

@@ -23,16 +23,20 @@ WITH input AS (
                            pg_catalog.unnest(%(delays)s::interval[]),
                            pg_catalog.unnest(%(max_attempts)s::int[]),
                            pg_catalog.unnest(%(unique_keys)s::text[]),
-                           pg_catalog.unnest(%(priorities)s::int[]))
-    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, n)
+                           pg_catalog.unnest(%(priorities)s::int[]),
+                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
+                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
+    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
 ), plain AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc
     FROM input WHERE k IS NULL ORDER BY n
   RETURNING id, fence, NULL::text AS unique_key
 ), keyed AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority,
+                             backoff_base, backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc
     FROM input WHERE k IS NOT NULL ORDER BY n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
   DO NOTHING
@@ -55,10 +59,12 @@ ORDER BY 1;
 -- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
 -- it, the job and its history row, without the arrays a batch needs. Rows: (id).
 WITH job AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority)
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap)
   VALUES (%(queue)s::text, %(payload)s::jsonb,
           coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
-          %(max_attempts)s::int, %(priority)s::int)
+          %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+          %(backoff_cap)s::float8)
   RETURNING id, fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence) SELECT id, 'enqueued', fence FROM job
@@ -175,28 +181,31 @@ SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until
 -- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
 -- waiting on a row lock. Rows: ('failed' | 'busy' | 'done', id, fence) per held job ('done': a
 -- handler that completed the job in its own transaction, which committed, then raised); one
--- not reported is lost.
+-- not reported is lost. A job whose `final` is true dies at once (its handler raised DontRetry).
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
-                           pg_catalog.unnest(%(errors)s::text[]))
-    AS t(id, fence, error)
+                           pg_catalog.unnest(%(errors)s::text[]),
+                           pg_catalog.unnest(%(finals)s::boolean[]))
+    AS t(id, fence, error, final)
 ), mine AS (
-  SELECT j.ctid AS row, j.id, j.fence, t.error
+  SELECT j.ctid AS row, j.id, j.fence, t.error, t.final
     FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), settled AS (
   UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + pg_catalog.make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8
-                                     * pg_catalog.power(2::float8, j.attempts::float8))
+     SET status      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN 'dead'
+                            ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now()
+                            ELSE now() + pg_catalog.make_interval(secs => least(
+                                   coalesce(j.backoff_cap, %(cap)s::float8),
+                                   coalesce(j.backoff_base, %(base)s::float8)
+                                     * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
                                    * (1::float8 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = m.error,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+         finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence, j.status, j.run_at, m.error
@@ -318,14 +327,16 @@ SELECT id, fence FROM settled;
 
 -- name: fail
 -- Settle many held jobs as failed: retry after exponential backoff with jitter and a cap,
--- or dead at max_attempts; the rows not returned are lost.
+-- or dead at max_attempts; the rows not returned are lost. The backoff's base and cap are the
+-- job's own (backoff_base, backoff_cap) where set, else `base` and `cap`.
 WITH settled AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE now() + pg_catalog.make_interval(secs => least(%(cap)s::float8,
-                                   %(base)s::float8
-                                     * pg_catalog.power(2::float8, j.attempts::float8))
+                            ELSE now() + pg_catalog.make_interval(secs => least(
+                                   coalesce(j.backoff_cap, %(cap)s::float8),
+                                   coalesce(j.backoff_base, %(base)s::float8)
+                                     * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
                                    * (1::float8 - %(jitter)s::float8 * random())) END,
          lease_until = NULL,
          last_error  = t.error,
@@ -746,6 +757,21 @@ WITH was AS (
 )
 SELECT (SELECT max_running FROM was),
        pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
+
+-- name: queue_has_jobs
+-- Whether a queue has a job (ready, running or dead: each through its partial index) or had
+-- one completed (queue_counts keeps its row after a prune). A paused or limited queue may have
+-- none yet: queue control applies to the jobs to come.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'ready')
+    OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'running')
+    OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'dead')
+    OR EXISTS (SELECT 1 FROM {schema}.queue_counts WHERE queue = %(queue)s);
+
+-- name: retries_waiting
+-- Failed jobs of `queues` waiting for a retry later than now (ready, attempts used, run_at
+-- ahead): how many, and the earliest run_at. What a burst worker leaves behind when it exits.
+SELECT count(*), pg_catalog.min(run_at) FROM {schema}.jobs
+ WHERE status = 'ready' AND queue = ANY(%(queues)s::text[]) AND attempts > 0 AND run_at > now();
 
 -- ---------------------------------------------------------------------------- filters
 -- {where} is a filter built by pgq_core/filters.py: a psycopg.sql composition over the alias

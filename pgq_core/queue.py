@@ -30,7 +30,14 @@ from psycopg import sql
 
 from . import ops
 from .config import connect_options
-from .errors import JobNotFound, LeaseLost, PgqError, SchemaMissing, UnreadableValue
+from .errors import (
+    JobNotFound,
+    LeaseLost,
+    PgqError,
+    ScheduleExists,
+    SchemaMissing,
+    UnreadableValue,
+)
 from .filters import JobFilter
 from .health import assess
 from .models import (
@@ -210,14 +217,19 @@ class Queue:
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         unique_key: str | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """The new job's id; with `unique_key` held by a ready or running job, nothing is
-        inserted and that job's id is returned (`enqueue_many_detailed` tells which)."""
+        inserted and that job's id is returned (`enqueue_many_detailed` tells which).
+        `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec)."""
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
         )
         return self.enqueue_many_detailed([spec], conn)[0].id
 
@@ -336,7 +348,7 @@ class Queue:
         bad."""
         op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
         if not self.run(op):
-            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+            raise ScheduleExists(name)
 
     def list_schedules(self) -> list[Schedule]:
         return self.run(ops.schedules())
@@ -390,6 +402,15 @@ class Queue:
     def set_limit(self, queue: str, max_running: int | None) -> int | None:
         """At most `max_running` jobs of `queue` run at once (None: no limit); returns the old."""
         return self.run(ops.set_limit(queue, max_running, channel(self.schema)))
+
+    def has_jobs(self, queue: str) -> bool:
+        """Whether `queue` has a job (ready, running or dead), or had one that completed."""
+        return self.run(ops.has_jobs(queue))
+
+    def retries_waiting(self, queues: Sequence[str]) -> tuple[int, datetime | None]:
+        """Failed jobs of `queues` waiting for a retry later than now: how many, and when the
+        first is due (None: none)."""
+        return self.run(ops.retries_waiting(queues))
 
     # filters
     def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
@@ -538,12 +559,16 @@ class AsyncQueue:
         max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         unique_key: str | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
         )
         return (await self.enqueue_many_detailed([spec], conn))[0].id
 
@@ -736,7 +761,7 @@ class AsyncQueue:
     ) -> None:
         op = _checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
         if not await self.run(op):
-            raise PgqError(f"schedule {name!r} already exists (remove it first, or replace it)")
+            raise ScheduleExists(name)
 
     async def list_schedules(self) -> list[Schedule]:
         return await self.run(ops.schedules())

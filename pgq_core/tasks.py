@@ -3,14 +3,26 @@
 ```python
 tasks = Tasks(queue="emails")
 
-@tasks.task(max_attempts=8)
+@tasks.task(max_attempts=8, backoff_base=2, timeout=30, unique_key="welcome-{to}")
 def send_email(to: str, subject: str) -> None: ...
 
 send_email.enqueue(to="ada@example.com", subject="hi", conn=conn)   # in conn's transaction
+send_email.options(priority=9, delay=60).enqueue(to="bob@example.com", subject="hi", conn=conn)
 ```
 
 `pgq worker --tasks myapp.jobs:tasks` runs them. Invariants:
-- A task job's payload is `{"task": NAME, "args": {PARAM: VALUE, ...}}`.
+- A task job's payload is `{"task": NAME, "args": {PARAM: VALUE, ...}}`, with `"timeout":
+  SECONDS` when the task (or `.options`) set one at enqueue; a job without it runs under its
+  task's timeout as the worker knows it, else the worker's `--timeout`.
+- Everything else a task sets is the job's row, fixed at enqueue: queue, max_attempts,
+  priority, run_at (its delay), unique_key (its template filled with the arguments, defaults
+  included) and backoff_base / backoff_cap, which the fail statement reads to compute the next
+  run_at. `Task.options(...)` is the same task with some of them changed, for one enqueue or
+  many.
+- `retry_on` / `dont_retry_on` are the registered task's, read by the worker when the task
+  raises: an exception in `dont_retry_on`, or outside a given `retry_on`, makes the job dead at
+  once (the handler raises `DontRetry` from it); any other failure is retried while attempts
+  remain. A timeout is a failure like any other.
 - Arguments are bound to the task's signature and made JSON (and back) before anything is
   sent: a wrong argument or a value JSON cannot hold raises `TaskArgumentError` and inserts
   nothing. The task runs with the arguments as JSON gives them back (a tuple becomes a list).
@@ -27,17 +39,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import copy
+import dataclasses
 import inspect
 import json
+import math
+import re
+import string
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 import psycopg
 
-from .errors import PgqError
+from .config import check_queue_name
+from .errors import DontRetry, LeaseLost, PgqError
 from .integrations import driver_connection
-from .ops import DEFAULT_MAX_ATTEMPTS
+from .ops import DEFAULT_MAX_ATTEMPTS, JobSpec, check_backoff, check_unique_key
 from .queue import AsyncQueue, Queue
 
 if TYPE_CHECKING:
@@ -52,6 +70,105 @@ ENQUEUE_OPTIONS = ("conn", "delay", "run_at", "unique_key")
 DEFAULT_THREADS = 100
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgq_current_job")
+
+#: A duration: seconds, or a timedelta.
+Seconds = float | timedelta
+#: The exception classes a task names for `retry_on` / `dont_retry_on`.
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+_PRIORITY_RANGE = range(-(2**31), 2**31)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """How a task's jobs are enqueued; each becomes a column of the job's row (timeout: the
+    payload). `None` leaves it to the queue's defaults (no delay, no key, the worker's backoff
+    and timeout)."""
+
+    queue: str
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: higher is claimed first among due jobs of the queue
+    priority: int = 0
+    delay: timedelta | None = None
+    #: seconds the worker lets one attempt run
+    timeout: float | None = None
+    #: seconds: attempt n failed waits min(backoff_cap, backoff_base * 2**n), less jitter
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
+    #: a template over the arguments, e.g. "user-{user_id}": one ready or running job per key
+    unique_key: str | None = None
+
+
+class OptionChanges(TypedDict, total=False):
+    """What `Tasks.task(...)` and `Task.options(...)` take (durations in seconds or as a
+    timedelta)."""
+
+    queue: str
+    max_attempts: int
+    priority: int
+    delay: Seconds | None
+    timeout: Seconds | None
+    backoff_base: Seconds | None
+    backoff_cap: Seconds | None
+    unique_key: str | None
+
+
+def _seconds(value: Seconds | None) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def task_options(base: TaskOptions, changes: OptionChanges) -> TaskOptions:
+    """`base` with `changes` applied and checked; PgqError naming the first bad one."""
+    unknown = set(changes) - {f.name for f in dataclasses.fields(TaskOptions)}
+    if unknown:
+        raise PgqError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = dict(changes)
+    for name in ("timeout", "backoff_base", "backoff_cap"):
+        if name in values:
+            values[name] = _seconds(values[name])
+    if isinstance(values.get("delay"), int | float) and not isinstance(values["delay"], bool):
+        try:
+            values["delay"] = timedelta(seconds=values["delay"])
+        except (OverflowError, ValueError):  # beyond a timedelta (about 2.7 million years), nan
+            bad = values["delay"]
+            raise PgqError(f"delay must be seconds or a timedelta, got {bad!r}") from None
+    opts = dataclasses.replace(base, **values)
+    try:
+        check_queue_name(opts.queue)
+        check_backoff(opts.backoff_base, "backoff_base")
+        check_backoff(opts.backoff_cap, "backoff_cap")
+    except ValueError as exc:
+        raise PgqError(str(exc)) from None
+    if not _is_int(opts.max_attempts) or opts.max_attempts < 1:
+        raise PgqError(f"max_attempts must be an integer of at least 1, got {opts.max_attempts!r}")
+    if not _is_int(opts.priority) or opts.priority not in _PRIORITY_RANGE:
+        raise PgqError(f"priority must be an integer of 32 bits, got {opts.priority!r}")
+    if opts.delay is not None and (
+        not isinstance(opts.delay, timedelta) or opts.delay < timedelta(0)
+    ):
+        raise PgqError(f"delay must be seconds or a timedelta, not negative, got {opts.delay!r}")
+    timeout = opts.timeout
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0
+    ):
+        raise PgqError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if opts.unique_key is not None and not isinstance(opts.unique_key, str):
+        raise PgqError(f"unique_key must be a template string, got {opts.unique_key!r}")
+    return opts
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _exception_types(value: ExceptionTypes, what: str) -> tuple[type[BaseException], ...]:
+    types = value if isinstance(value, tuple) else (value,)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise PgqError(f"{what} takes exception classes, got {t!r}")
+    return types
 
 
 class TaskError(PgqError):
@@ -71,18 +188,26 @@ def current_job() -> JobContext:
 
 
 class Task(Generic[P, R]):
-    """A registered function: call it to run it here, `.enqueue(...)` to run it in a worker."""
+    """A registered function: call it to run it here, `.enqueue(...)` to run it in a worker,
+    `.options(...)` for the same task with other enqueue options."""
 
     def __init__(
-        self, tasks: Tasks, fn: Callable[P, R], name: str, queue: str, max_attempts: int
+        self,
+        tasks: Tasks,
+        fn: Callable[P, R],
+        name: str,
+        options: TaskOptions,
+        *,
+        retry_on: ExceptionTypes = (),
+        dont_retry_on: ExceptionTypes = (),
     ) -> None:
         self.tasks = tasks
         self.fn = fn
         self.name = name
-        self.queue = queue
-        self.max_attempts = max_attempts
         self.signature = inspect.signature(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.retry_on = _exception_types(retry_on, "retry_on")
+        self.dont_retry_on = _exception_types(dont_retry_on, "dont_retry_on")
         for param in self.signature.parameters.values():
             if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
                 raise PgqError(
@@ -94,6 +219,67 @@ class Task(Generic[P, R]):
                     f"task {name}: parameter {param.name!r} clashes with an option of "
                     f"enqueue ({', '.join(ENQUEUE_OPTIONS)}); rename it"
                 )
+        self._options = self._checked_key(options)
+
+    @property
+    def queue(self) -> str:
+        return self._options.queue
+
+    @property
+    def max_attempts(self) -> int:
+        return self._options.max_attempts
+
+    @property
+    def defaults(self) -> TaskOptions:
+        """The options this task's `enqueue` uses."""
+        return self._options
+
+    def options(self, **changes: Unpack[OptionChanges]) -> Task[P, R]:
+        """This task with some enqueue options changed (the registered task is untouched):
+        `send.options(priority=9, delay=60).enqueue(...)`. PgqError for a bad value."""
+        changed = copy.copy(self)
+        changed._options = self._checked_key(task_options(self._options, changes))
+        return changed
+
+    def retries(self, exc: BaseException) -> bool:
+        """Whether a failure raising `exc` may be retried: not if it is in `dont_retry_on`, nor
+        if `retry_on` is given and it is not in it."""
+        if isinstance(exc, (DontRetry, *self.dont_retry_on)):
+            return False
+        return not self.retry_on or isinstance(exc, self.retry_on)
+
+    def _why_not_retried(self, exc: BaseException) -> str:
+        kind = type(exc).__name__
+        if isinstance(exc, self.dont_retry_on):
+            return f"{kind} is in the task's dont_retry_on"
+        names = ", ".join(t.__name__ for t in self.retry_on)
+        return f"{kind} is not in the task's retry_on ({names})"
+
+    def _checked_key(self, options: TaskOptions) -> TaskOptions:
+        """`options`, once its unique key template names only parameters of the task."""
+        template = options.unique_key
+        if template is None:
+            return options
+        takes_any = any(
+            p.kind is p.VAR_KEYWORD for p in self.signature.parameters.values()
+        )
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as exc:
+            raise PgqError(f"task {self.name}: unique_key {template!r}: {exc}") from None
+        for field in fields:
+            root = re.split(r"[.\[]", field, maxsplit=1)[0]
+            if not root or root.isdigit():
+                raise PgqError(
+                    f"task {self.name}: unique_key {template!r} has a positional field; name "
+                    "a parameter, e.g. {user_id}"
+                )
+            if root not in self.signature.parameters and not takes_any:
+                raise PgqError(
+                    f"task {self.name}: unique_key {template!r} names {root!r}, which is not "
+                    "a parameter of the task"
+                )
+        return options
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -101,8 +287,8 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.queue!r})"
 
-    def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The job payload for these arguments; TaskArgumentError if they do not fit."""
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as stored (JSON's round trip); TaskArgumentError if they do not fit."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -121,8 +307,60 @@ class Task(Generic[P, R]):
                     f"task {self.name}: argument {name!r} cannot be stored as JSON "
                     f"({type(value).__name__}: {exc})"
                 ) from None
-        args = json.loads(json.dumps(stored))
-        return {"task": self.name, "args": args}
+        loaded: dict[str, Any] = json.loads(json.dumps(stored))
+        return loaded
+
+    def _payload(self, args: dict[str, Any]) -> dict[str, Any]:
+        payload: dict[str, Any] = {"task": self.name, "args": args}
+        if self._options.timeout is not None:
+            payload["timeout"] = self._options.timeout
+        return payload
+
+    def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The job payload for these arguments; TaskArgumentError if they do not fit."""
+        return self._payload(self._bind(args, kwargs))
+
+    def unique_key_for(self, args: dict[str, Any]) -> str | None:
+        """The unique key template filled with stored `args` (and the defaults of the others);
+        TaskArgumentError if it cannot be."""
+        template = self._options.unique_key
+        if template is None:
+            return None
+        values = {
+            name: p.default
+            for name, p in self.signature.parameters.items()
+            if p.default is not p.empty
+        }
+        values.update(args)
+        try:
+            return check_unique_key(string.Formatter().vformat(template, (), values))
+        except (KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
+            raise TaskArgumentError(
+                f"task {self.name}: unique_key {template!r} cannot be filled: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+    def _spec(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: timedelta | None,
+        run_at: datetime | None,
+        unique_key: str | None,
+    ) -> JobSpec:
+        stored = self._bind(args, kwargs)
+        opts = self._options
+        return JobSpec(
+            opts.queue,
+            self._payload(stored),
+            run_at=run_at,
+            delay=delay if delay is not None else opts.delay,
+            max_attempts=opts.max_attempts,
+            priority=opts.priority,
+            unique_key=unique_key if unique_key is not None else self.unique_key_for(stored),
+            backoff_base=opts.backoff_base,
+            backoff_cap=opts.backoff_cap,
+        )
 
     def enqueue(
         self,
@@ -134,20 +372,13 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> int:
         """Enqueue a run with these arguments: the job's id (the holder's, for a duplicate
-        `unique_key`). `conn`: a psycopg connection (or SQLAlchemy session or connection on
+        unique key). `conn`: a psycopg connection (or SQLAlchemy session or connection on
         the psycopg driver) whose open transaction the job joins, or a `Queue`; default the
-        Tasks' own queue client."""
-        payload = self.payload(*args, **kwargs)
+        Tasks' own queue client. `delay`, `run_at` and `unique_key` (the key itself, not a
+        template) win over the task's options."""
+        spec = self._spec(args, kwargs, delay, run_at, unique_key)
         queue, target = self.tasks._sync_target(conn)
-        return queue.enqueue(
-            self.queue,
-            payload,
-            delay=delay,
-            run_at=run_at,
-            max_attempts=self.max_attempts,
-            unique_key=unique_key,
-            conn=target,
-        )
+        return queue.enqueue_many([spec], conn=target)[0]
 
     async def enqueue_async(
         self,
@@ -159,7 +390,7 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> int:
         """`enqueue` for asyncio: `conn` is an `AsyncQueue` or an async psycopg connection."""
-        payload = self.payload(*args, **kwargs)
+        spec = self._spec(args, kwargs, delay, run_at, unique_key)
         if isinstance(conn, AsyncQueue):
             queue, target = conn, None
         elif isinstance(conn, psycopg.AsyncConnection):
@@ -168,15 +399,7 @@ class Task(Generic[P, R]):
             queue, target = self.tasks.async_client, None
         else:
             raise PgqError(f"task {self.name}: no connection (pass conn=, or set async_client)")
-        return await queue.enqueue(
-            self.queue,
-            payload,
-            delay=delay,
-            run_at=run_at,
-            max_attempts=self.max_attempts,
-            unique_key=unique_key,
-            conn=target,
-        )
+        return (await queue.enqueue_many([spec], conn=target))[0]
 
 
 class Tasks:
@@ -208,19 +431,26 @@ class Tasks:
         fn: Callable[P, R] | None = None,
         *,
         name: str | None = None,
-        queue: str | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry_on: ExceptionTypes = (),
+        dont_retry_on: ExceptionTypes = (),
+        **options: Unpack[OptionChanges],
     ) -> Any:
         """Register `fn` (as `@tasks.task` or `@tasks.task(...)`) under `name` (default: the
-        function's name); PgqError if the name is taken or the signature cannot be stored."""
-        if max_attempts < 1:
-            raise PgqError(f"max_attempts must be at least 1, got {max_attempts}")
+        function's name), with its enqueue options (`TaskOptions`: queue, max_attempts,
+        priority, delay, timeout, backoff_base, backoff_cap, unique_key) and which failures are
+        retried (`retry_on`: only these; `dont_retry_on`: never these, which wins). PgqError if
+        the name is taken, an option is bad or the signature cannot be stored."""
+        if options.get("queue") is None:
+            options.pop("queue", None)
+        opts = task_options(TaskOptions(self.queue), options)
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             task_name = name or f.__name__
             if task_name in self._tasks:
                 raise PgqError(f"task {task_name!r} is already registered")
-            registered = Task(self, f, task_name, queue or self.queue, max_attempts)
+            registered = Task(
+                self, f, task_name, opts, retry_on=retry_on, dont_retry_on=dont_retry_on
+            )
             self._tasks[task_name] = registered
             return registered
 
@@ -261,8 +491,29 @@ class Tasks:
             if task.is_async:
                 return await task.fn(*bound.args, **bound.kwargs)
             return await self._in_thread(task, bound)
+        except Exception as exc:
+            if isinstance(exc, DontRetry | LeaseLost) or task.retries(exc):
+                raise  # a lost lease is the worker's to handle, whatever the task retries
+            raise DontRetry(task._why_not_retried(exc)) from exc
         finally:
             _current.reset(token)
+
+    def timeout_for(self, ctx: JobContext) -> float | None:
+        """Seconds the job's attempt may run: the payload's `timeout`, else its task's; None
+        (the worker's own timeout) for a job that names neither. Never raises."""
+        payload = ctx.payload
+        if not isinstance(payload, dict):
+            return None
+        timeout = payload.get("timeout")
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            try:
+                seconds = float(timeout)
+            except OverflowError:  # an integer of hundreds of digits, written by plain SQL
+                return None
+            return seconds if math.isfinite(seconds) and seconds > 0 else None
+        name = payload.get("task")
+        task = self._tasks.get(name) if isinstance(name, str) else None
+        return task.defaults.timeout if task is not None else None
 
     def _resolve(self, payload: Any) -> tuple[Task[Any, Any], inspect.BoundArguments]:
         if not isinstance(payload, dict) or not isinstance(payload.get("task"), str):

@@ -107,7 +107,12 @@ def test_schedule_bad_input(
 
 def test_schedule_add_twice_needs_replace(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
     ok(pgq("schedule", "add", "s", "--queue", "q", "--cron", "* * * * *"))
-    error_line(pgq("schedule", "add", "s", "--queue", "q", "--cron", "0 * * * *"), 1, "exists")
+    error_line(  # it did not say how to change it (the test failed before)
+        pgq("schedule", "add", "s", "--queue", "q", "--cron", "0 * * * *"),
+        1,
+        "schedule s already exists: add --replace to change it (its last run is kept), or "
+        "remove it first",
+    )
     ok(pgq("schedule", "add", "s", "--queue", "r", "--cron", "0 * * * *", "--replace"))
     assert [(s.queue, s.cron) for s in queue.list_schedules()] == [("r", "0 * * * *")]
 

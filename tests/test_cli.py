@@ -205,6 +205,25 @@ def test_enqueue_file_from_stdin(pgq: Pgq, conn: Any, schema: str) -> None:
     assert count_jobs(conn, schema) == 2
 
 
+def test_enqueue_dash_reads_one_payload_from_stdin(
+    pgq: Pgq, queue: Queue, conn: Any, schema: str
+) -> None:
+    """`pgq enqueue thumbs -` said "not valid JSON" of the dash (only --file - read stdin)."""
+    [job_id] = json.loads(
+        ok(pgq("enqueue", "thumbs", "-", "--json", input='{\n  "image": "a.jpg",\n  "w": 320\n}\n'))
+    )
+    assert queue.job(job_id).payload == {"image": "a.jpg", "w": 320}
+    assert queue.job(job_id).queue == "thumbs"
+    for stdin, fragment in [
+        ("", "stdin is empty: give one JSON value"),
+        ("  \n", "stdin is empty: give one JSON value"),
+        ('{"a": 1}\n{"b": 2}\n', "not valid JSON (Extra data"),
+        (b"\xff{}", "stdin is not UTF-8 text"),
+    ]:
+        error_line(pgq("enqueue", "thumbs", "-", input=stdin), 2, fragment)
+    assert count_jobs(conn, schema) == 1
+
+
 def test_enqueue_empty_file_enqueues_nothing(pgq: Pgq, conn: Any, schema: str) -> None:
     out = ok(pgq("enqueue", "mail", "--file", "-", input="\n\n"))
     assert "nothing enqueued" in out
@@ -643,3 +662,39 @@ def test_console_script_bad_input_has_no_traceback(dsn: str, schema: str) -> Non
     assert unreachable.returncode == 1
     assert unreachable.stderr.count("\n") == 1 and "Traceback" not in unreachable.stderr
     assert "s3cret" not in unreachable.stderr + unreachable.stdout
+
+
+def test_a_burst_worker_says_which_retries_it_leaves_waiting(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """It exited with failed jobs due again in a minute without a word: an operator thought
+    the queue was drained (the test failed before)."""
+    for _ in range(2):
+        queue.enqueue("mail", {"error": "smtp down"}, backoff_base=30)
+    queue.enqueue("mail", {"error": "bad address"}, max_attempts=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgq_cli", "--dsn", dsn, "--schema", schema, "worker", "mail",
+         "--handler", "tests.handlers_for_tests:fail_with", "--burst"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parent.parent)},
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [x for x in done.stderr.splitlines() if "waiting for their retry" in x]
+    assert "exiting (--burst) with 2 failed job(s) waiting for their retry, the first at " in line
+    assert "run the worker again then, or without --burst" in line
+    seconds = float(line.split("(in ")[1].split("s)")[0])
+    assert 60 * 0.75 - 2 <= seconds <= 60  # 30 s * 2**1, less up to a quarter
+    queue.enqueue("other", {"error": "x"}, max_attempts=1)
+    quiet = subprocess.run(
+        [sys.executable, "-m", "pgq_cli", "--dsn", dsn, "--schema", schema, "worker", "other",
+         "--handler", "tests.handlers_for_tests:fail_with", "--burst"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parent.parent)},
+        cwd=Path(__file__).parent.parent,
+    )
+    assert quiet.returncode == 0 and "waiting for their retry" not in quiet.stderr

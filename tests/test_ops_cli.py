@@ -103,6 +103,7 @@ def test_pause_resume_limit_and_stats(pgq: Pgq, queue: Queue) -> None:
         "queue": "mail",
         "limit": 2,
         "limit_before": None,
+        "has_jobs": True,
     }
     [row] = json.loads(ok(pgq("stats", "--json")))
     assert (row["paused"], row["limit"]) == (False, 2)
@@ -115,9 +116,11 @@ def test_pause_resume_limit_and_stats(pgq: Pgq, queue: Queue) -> None:
     ("args", "fragment"),
     [
         (["limit", "mail", "x"], "want a number or `none`"),
-        (["limit", "mail", "--", "-1"], "want 0 to"),
-        (["limit", "mail", "-1"], "No such option"),
-        (["limit", "mail", str(2**31)], "want 0 to"),
+        (["limit", "mail", "--", "-1"], "want 1 to"),
+        (["limit", "mail", "-1"], "want 1 to 2147483647 or `none`, got -1"),
+        (["limit", "-5", "mail"], "want 1 to 2147483647 or `none`, got -5"),
+        (["limit", "mail", "0"], "0 would run nothing: to stop the queue use `pgq pause QUEUE`"),
+        (["limit", "mail", str(2**31)], "want 1 to"),
         (["limit", "mail"], "Missing argument"),
         (["pause", " "], "queue name must not be empty"),
         (["resume", ""], "queue name must not be empty"),
@@ -153,6 +156,35 @@ def test_queue_control_refuses_names_no_job_can_have(
             name, *([3] if command == "limit" else [])
         )
     assert queue.stats() == []
+
+
+def test_pausing_or_limiting_a_queue_without_jobs_says_so(pgq: Pgq, queue: Queue) -> None:
+    """Queue control applies to jobs to come, so a queue without jobs may be paused; the
+    answer said "paused queue nosuchqueue" as for any other (a typo went unnoticed)."""
+    out = ok(pgq("pause", "nosuchqueue"))
+    assert out == (
+        "paused queue nosuchqueue (no jobs yet): jobs enqueued on it wait until it is resumed\n"
+    )
+    assert json.loads(ok(pgq("pause", "nosuchqueue", "--json")))["has_jobs"] is False
+    assert "queue other (no jobs yet): at most 3 running" in ok(pgq("limit", "other", "3"))
+    job_id = queue.enqueue("nosuchqueue", {})
+    assert queue.claim("nosuchqueue", 1, LEASE, "w") == []  # the pause holds the new job
+    assert "paused queue nosuchqueue: its workers claim nothing now" in ok(
+        pgq("pause", "nosuchqueue")
+    )
+    ok(pgq("resume", "nosuchqueue"))
+    [job] = queue.claim("nosuchqueue", 1, LEASE, "w")
+    queue.complete(job.id, job.fence)
+    assert job.id == job_id and queue.job(job_id).status == "done"
+    # only done jobs, even pruned: the queue is known by its completed count
+    assert queue.prune(timedelta(0)) == 1
+    assert json.loads(ok(pgq("pause", "nosuchqueue", "--json")))["has_jobs"] is True
+    assert json.loads(ok(pgq("limit", "other", "4", "--json"))) == {
+        "queue": "other",
+        "limit": 4,
+        "limit_before": 3,
+        "has_jobs": False,
+    }
 
 
 def test_a_paused_queue_with_the_longest_name_resumes(pgq: Pgq, queue: Queue) -> None:

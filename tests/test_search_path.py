@@ -117,8 +117,7 @@ def test_no_planted_look_alike_runs(hostile: tuple[str, str], monkeypatch: Any) 
             module = importlib.import_module("pgq_core.migrate")
             m.setattr(module, "migrations", lambda: migrations()[:9])
             migrate(conn, "old")
-        with Queue(conn, "old") as old:
-            old.enqueue("q", {"before": "upgrade"})
+        conn.execute("""INSERT INTO old.jobs (queue, payload) VALUES ('q', '{"before": 1}')""")
         planted = Planter(conn, role).plant(*used_names(pgq_sql_texts()))
         assert planted > 1000
         search_path = conn.execute("SHOW search_path").fetchone()

@@ -4,6 +4,8 @@ lease urgency, and the CLI's one-line errors."""
 from __future__ import annotations
 
 import io
+import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -462,3 +464,28 @@ def test_the_worker_log_handler_posts_lines_escaped_when_shown() -> None:
     shown = log_text(got[0])
     assert "\\x1b[31m[red]x[/red]" in shown.plain
     assert "\x1b" not in shown.plain and not shown.spans[2:]
+
+
+def test_the_demo_exit_hint_names_pgq_as_it_was_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a virtualenv not on PATH, the hint said `pgq --schema pgq_demo stats`, which the
+    shell could not find (the test failed before)."""
+    from pgq_cli.tui_cli import demo_exit_hint
+
+    bin_dir = tmp_path / "my venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "pgq"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    quoted = f"'{script}'"
+    assert demo_exit_hint("pgq_demo") == (
+        f"demo data is in schema pgq_demo: {quoted} --schema pgq_demo stats   "
+        f"(or {quoted} --schema pgq_demo dashboard)"
+    )
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin")
+    assert demo_exit_hint("s").startswith("demo data is in schema s: pgq --schema s stats")
+    monkeypatch.setattr(sys, "argv", ["/src/pgq_cli/__main__.py", "demo"])
+    assert f"{sys.executable} -m pgq_cli --schema s stats" in demo_exit_hint("s")

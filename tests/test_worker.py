@@ -15,10 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 from pgproxy import PgProxy
+from prometheus_client import CollectorRegistry
 from psycopg import sql
 
-from pgq_core import JobSpec, PgqError, Queue, fenced_write
+from pgq_core import DontRetry, JobSpec, PgqError, Queue, fenced_write
 from pgq_core.worker import JobContext, Worker, load_handler
+from pgq_core.worker.metrics import WorkerMetrics
 
 TIMEOUT = 30.0
 
@@ -157,6 +159,106 @@ async def test_raising_fails_the_job_with_its_error_and_backoff(
     dead = queue.job(final)
     assert (dead.status, dead.last_error) == ("dead", "ValueError: boom last")
     assert [e[0] for e in events(queue, final)] == ["enqueued", "claimed", "dead"]
+
+
+def retry_wait(queue: Queue, job_id: int) -> float:
+    """Seconds from the job's latest 'failed' history row to the run_at it was given."""
+    found = queue.conn.execute(
+        sql.SQL(
+            "SELECT extract(epoch FROM j.run_at - e.at)::float8 FROM {s}.jobs j"
+            " JOIN {s}.job_events e ON e.job_id = j.id AND e.event = 'failed'"
+            " WHERE j.id = %s ORDER BY e.id DESC LIMIT 1"
+        ).format(s=sql.Identifier(queue.schema)),
+        [job_id],
+    ).fetchone()
+    assert found is not None
+    return float(found[0])
+
+
+async def test_a_jobs_own_backoff_wins_over_the_workers(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    own = queue.enqueue("q", {}, max_attempts=3, backoff_base=100, backoff_cap=150)
+    base_only = queue.enqueue("q", {}, max_attempts=3, backoff_base=10)
+    workers = queue.enqueue("q", {}, max_attempts=3)
+
+    async def handler(ctx: JobContext) -> None:
+        raise ConnectionError("down")
+
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=40.0)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    columns = sql.SQL("SELECT backoff_base, backoff_cap FROM {}.jobs WHERE id = %s").format(
+        sql.Identifier(schema)
+    )
+    assert queue.conn.execute(columns, [own]).fetchone() == (100.0, 150.0)
+    assert queue.conn.execute(columns, [workers]).fetchone() == (None, None)
+    # attempt 1 failed: min(cap, base * 2**1), less up to a quarter at random
+    assert 150 * 0.75 - 1 <= retry_wait(queue, own) <= 150
+    assert 20 * 0.75 - 1 <= retry_wait(queue, base_only) <= 20
+    assert 80 * 0.75 - 1 <= retry_wait(queue, workers) <= 80
+    with pytest.raises(ValueError, match="backoff_base must be from 0 to"):
+        queue.enqueue("q", {}, backoff_base=400 * 86400)
+    with pytest.raises(ValueError, match="backoff_cap must be from 0 to"):
+        queue.enqueue("q", {}, backoff_cap=float("nan"))
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_backoff_check"):
+        queue.conn.execute(  # plain SQL meets the same bounds
+            sql.SQL("INSERT INTO {}.jobs (queue, payload, backoff_cap) VALUES ('q', '{{}}', -1)")
+            .format(sql.Identifier(schema))
+        )
+
+
+async def test_a_handler_raising_dont_retry_makes_its_job_dead_at_once(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    plain = queue.enqueue("q", {"n": 1})
+    caused = queue.enqueue("q", {"n": 2})
+    other = queue.enqueue("q", {"n": 3}, max_attempts=2)
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload["n"] == 1:
+            raise DontRetry("the account is closed")
+        if ctx.payload["n"] == 2:
+            try:
+                {}["missing"]
+            except KeyError as exc:
+                raise DontRetry("no such field") from exc
+        raise ConnectionError("down")
+
+    metrics = WorkerMetrics(CollectorRegistry())
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=0.0, metrics=metrics)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    for job_id, error in [
+        (plain, "DontRetry: the account is closed"),
+        (caused, "KeyError: 'missing' (not retried: no such field)"),
+    ]:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts, job.max_attempts, job.last_error) == (
+            "dead", 1, 5, error
+        )
+        assert [e[0] for e in events(queue, job_id)] == ["enqueued", "claimed", "dead"]
+    assert (queue.job(other).status, queue.job(other).attempts) == ("dead", 2)  # retried once
+    dead = metrics.registry.get_sample_value("pgq_worker_dead_jobs_total", {"worker": worker.id})
+    assert dead == 3
+
+
+async def test_a_burst_worker_runs_a_retry_due_at_once_before_it_exits(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """It exited once its last job was settled, without claiming again: a failure retried at
+    once (backoff 0) was left ready (the test failed before)."""
+    job_id = queue.enqueue("q", {}, max_attempts=3)
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.attempts < 3:
+            raise ConnectionError(f"attempt {ctx.attempts}")
+
+    worker = make_worker(dsn, schema, handler, burst=True, retry_base=0.0)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    job = queue.job(job_id)
+    assert (job.status, job.attempts) == ("done", 3)
+    assert [e[0] for e in events(queue, job_id)] == (
+        ["enqueued"] + ["claimed", "failed"] * 2 + ["claimed", "completed"]
+    )
 
 
 async def test_operator_kill_cancels_the_async_handler_at_the_next_heartbeat(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import first_line
-from ..errors import LeaseLost, PgqError
+from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
 from ..text import describe_exception, storable
 from .context import JobContext
@@ -73,6 +73,7 @@ class Outcome:
     error: str | None = None
     action: str = ""  # for `lost`: the fenced write that matched no row
     result: str | None = None  # for `returned`: what the handler returned, as JSON text
+    final: bool = False  # for `raised`: the handler said not to retry (DontRetry)
 
     @property
     def succeeded(self) -> bool:
@@ -94,6 +95,12 @@ def outcome_of(ok: bool, value: Any) -> Outcome:
             return Outcome("raised", storable(str(exc)))
     if isinstance(value, LeaseLost):
         return Outcome("lost", action=value.action)
+    if isinstance(value, DontRetry):
+        cause = value.__cause__
+        if cause is None:
+            return Outcome("raised", describe_exception(value), final=True)
+        why = f" (not retried: {describe_exception(value).removeprefix('DontRetry: ')})"
+        return Outcome("raised", storable(describe_exception(cause) + why), final=True)
     if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
         return Outcome(
             "raised", f"{describe_exception(value)} (raised by the handler, not a worker cancel)"
@@ -260,6 +267,7 @@ class Runner:
         it ended (see the module's invariants). Must be called on the event loop."""
         loop = asyncio.get_running_loop()
         run = _Running(ctx, on_outcome)
+        timeout = ctx.timeout = self._timeout_for(ctx, timeout)
         if timeout is not None:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
@@ -269,6 +277,20 @@ class Runner:
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
         task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))
+
+    def _timeout_for(self, ctx: JobContext, default: float | None) -> float | None:
+        """The job's own timeout where the handler knows one (its `timeout_for(ctx)`, as
+        `Tasks` has: a task's timeout), else `default` (the worker's)."""
+        own = getattr(self.handler, "timeout_for", None)
+        if own is None:
+            return default
+        try:
+            seconds = own(ctx)
+        except Exception:  # noqa: BLE001 - a handler's hook never stops its job from running
+            return default
+        if isinstance(seconds, int | float) and 0 < seconds < float("inf"):
+            return float(seconds)
+        return default
 
     @staticmethod
     def _task_outcome(run: _Running, task: asyncio.Task[Any]) -> Outcome:

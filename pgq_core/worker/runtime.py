@@ -422,6 +422,7 @@ class Worker:
                 claimed = await self._step(due, claim)
                 if (
                     self.burst
+                    and claim
                     and claimed == 0
                     and not self._claims.mid_round
                     and not self._held
@@ -527,7 +528,10 @@ class Worker:
             self._claims.claimed(queue, claimed, time.monotonic())
         self._apply(result)
         if self.metrics is not None:
-            dead = sum(h.job.attempts >= h.job.max_attempts for h in result.failed)
+            dead = sum(
+                h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
+                for h in result.failed
+            )
             settled = len(result.done) + len(result.failed)
             took = time.monotonic() - started
             self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)

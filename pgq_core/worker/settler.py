@@ -169,7 +169,8 @@ class Settler:
             if replace_text:
                 error = f"{h.outcome.kind}: the error text was refused by the database"
             triples.append((h.job.id, h.job.fence, error))
-        return ops.settle_fail(triples, self._worker_id, base=self._retry_base)
+        finals = [h.outcome is not None and h.outcome.final for h in fails]
+        return ops.settle_fail(triples, self._worker_id, base=self._retry_base, final=finals)
 
 
 def _read_completes(completes: list[Held], settled: Settled, result: StepResult) -> None:

@@ -1,0 +1,6 @@
+from django.urls import path
+from signups import views
+
+urlpatterns = [
+    path("signup/", views.signup),
+]
