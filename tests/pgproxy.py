@@ -43,7 +43,8 @@ class PgProxy:
     """`dsn` reaches the server through the proxy; `lose_next_reply(app)` makes the next
     request of a link whose application_name contains `app` reach the server (and run there),
     while its reply never comes back: the link is cut instead. `lose_next_rows(app)` does the
-    same to the next reply that carries rows (a claim that found jobs, not an idle poll)."""
+    same to the next reply that carries rows of more than one column (a claim that found jobs, not
+    an idle poll nor the scheduler's one-column read of the database's clock)."""
 
     def __init__(self, upstream_dsn: str) -> None:
         params = conninfo_to_dict(upstream_dsn)
@@ -151,7 +152,11 @@ class PgProxy:
                     if len(pending) < 1 + length:
                         break
                     message, pending = pending[: 1 + length], pending[1 + length :]
-                    if message[:1] == b"D" and self._arm_matches(link, rows=True):
+                    if (
+                        message[:1] == b"D"
+                        and struct.unpack("!h", message[5:7])[0] > 1
+                        and self._arm_matches(link, rows=True)
+                    ):
                         link.dropping = True
                         self.lost_replies += 1
                         threading.Timer(0.2, link.close).start()
