@@ -9,17 +9,26 @@ attempt is spent only on the job's own fault.
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
+import subprocess
+import sys
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
+import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from test_worker import TIMEOUT, make_worker, status_counts
 from test_worker_faults import ReaperThread, claims
 
 from pgq_core import JobSpec, Queue
 from pgq_core.worker import JobContext
 
+TESTS = Path(__file__).resolve().parent
 SETTLE_SECONDS = 1.5
 
 
@@ -53,3 +62,64 @@ async def test_a_settle_and_claim_slower_than_the_lease_hands_out_whole_leases(
     assert ran == dict.fromkeys(ids, 1)
     assert reaper.reaped == []
     assert [claims(queue, i) for i in ids] == [1, 1, 1]
+
+
+@pytest.fixture
+def select_only_dsn(dsn: str, schema: str) -> Iterator[str]:
+    """A role that may read the queue's tables and write nothing."""
+    role, password = f"pgq_sel_{secrets.token_hex(4)}", secrets.token_hex(8)
+    names = {"r": sql.Identifier(role), "s": sql.Identifier(schema)}
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(  # a password: the embedded server takes no login without one
+            sql.SQL("CREATE ROLE {r} LOGIN PASSWORD {p}").format(p=sql.Literal(password), **names)
+        )
+        try:
+            admin.execute(
+                sql.SQL(
+                    "GRANT USAGE ON SCHEMA {s} TO {r};"
+                    " GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {r}"
+                ).format(**names)
+            )
+            yield make_conninfo(dsn, user=role, password=password)
+        finally:
+            admin.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(**names))
+
+
+@pytest.mark.slow
+def test_burst_that_may_not_claim_exits_non_zero_and_says_why(
+    queue: Queue, schema: str, select_only_dsn: str
+) -> None:
+    job_id = queue.enqueue("q", {})
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+    )
+    env.pop("PGQ_DSN", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgq_cli",
+            "--dsn",
+            select_only_dsn,
+            "--schema",
+            schema,
+            "worker",
+            "q",
+            "--handler",
+            "handlers_for_tests:noop",
+            "--burst",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "drained (burst)" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "pgq: error: stopped before the queues drained: claiming from q refused (permission denied"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert queue.job(job_id).status == "ready"

@@ -168,6 +168,7 @@ class Worker:
         self._retry_backoff = Backoff(first=0.1, cap=5.0)
         self._recover_orphans = False
         self._starved_logged = False
+        self._burst_refused: str | None = None
         self._down_since: float | None = None
         self.statements = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -307,6 +308,8 @@ class Worker:
                     await self._wind_down()
                 raise
             await self._wind_down()
+            if self._burst_refused is not None:
+                raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
             if self._chores:
                 await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
@@ -423,6 +426,7 @@ class Worker:
                 if (
                     self.burst
                     and claim
+                    and self._burst_refused is None
                     and claimed == 0
                     and not self._claims.mid_round
                     and not self._held
@@ -514,13 +518,12 @@ class Worker:
             self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
             return 0
         if queue is not None and result.claim_refused is not None:
-            self._claims_paused_until = time.monotonic() + 5.0
-            log.warning(
-                "worker %s: claiming from %s refused (%s); pausing claims for 5s",
-                self.id,
-                printable(queue),
-                printable(result.claim_refused),
-            )
+            refused = f"claiming from {queue} refused ({result.claim_refused})"
+            if self.burst:
+                self._stop_burst(refused)
+            else:
+                self._claims_paused_until = time.monotonic() + 5.0
+                log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
         claimed = len(result.claimed)
         if queue is not None:
             for job in result.claimed:
@@ -536,6 +539,18 @@ class Worker:
             took = time.monotonic() - started
             self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
         return claimed
+
+    def _stop_burst(self, why: str) -> None:
+        """A burst worker that cannot claim stops (its held jobs finish or go back) and `run()`
+        raises: the queues were not drained."""
+        if self._burst_refused is None:
+            self._burst_refused = why
+            log.error(
+                "worker %s: %s; stopping (burst), the queues are not drained",
+                self.id,
+                printable(why),
+            )
+            self._request_stop(immediately=False)
 
     def _apply(self, result: StepResult) -> None:
         """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
