@@ -36,6 +36,7 @@ from ..ops import Op
 from ..queries import statement
 from ..queue import is_schema_missing
 from .policy import Backoff
+from .stdio import restore_standard_fds
 
 #: SQLSTATE classes and codes worth retrying unchanged.
 TRANSIENT_CLASSES = ("08", "40", "53", "57P")
@@ -128,6 +129,7 @@ async def open_connection(
 ) -> psycopg.AsyncConnection[Any]:
     """An autocommit connection with the worker's session bounds (pooled: none; each
     transaction sets its own, see `Link` and `run_sync`)."""
+    restore_standard_fds()  # a socket must never take fd 0-2, where log lines go
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
@@ -143,6 +145,7 @@ async def open_connection(
 
 def open_sync_connection(dsn: str, timeouts: Timeouts, app: str = "pgq") -> psycopg.Connection[Any]:
     """`open_connection` for threads."""
+    restore_standard_fds()
     conn = psycopg.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
