@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -28,8 +30,9 @@ from psycopg.conninfo import make_conninfo
 from test_worker import TIMEOUT, make_worker, status_counts
 from test_worker_faults import ReaperThread, claims
 
-from pgq_core import JobSpec, Queue
+from pgq_core import JobSpec, Queue, migrate
 from pgq_core.worker import JobContext
+from pgq_core.worker.renewal import RenewalGate
 
 TESTS = Path(__file__).resolve().parent
 SETTLE_SECONDS = 1.5
@@ -121,9 +124,8 @@ def test_burst_that_may_not_claim_exits_non_zero_and_says_why(
     assert done.returncode == 1, done.stderr
     assert "drained (burst)" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        "pgq: error: stopped before the queues drained: claiming from q refused (permission denied"
-    ), done.stderr
+    assert last.startswith("pgq: error: stopped before the queues drained: "), done.stderr
+    assert "refused (permission denied for table jobs)" in last, done.stderr
     assert "Traceback" not in done.stderr
     assert queue.job(job_id).status == "ready"
 
@@ -261,3 +263,153 @@ def test_a_handler_that_closes_fds_0_to_2_does_not_send_log_lines_to_the_server(
     assert code == 0, text
     assert "stopped: 2 done, 0 failed, 0 lost" in text
     assert [claims(queue, i) for i in ids] == [1, 1]
+
+
+# -- claiming only while leases can be renewed ---------------------------------------------------
+
+
+def test_the_gate_opens_on_the_first_renewal_and_says_nothing_about_the_first_connect() -> None:
+    gate = RenewalGate(interval=1.0, grace=1.0)
+    assert not gate.may_claim(0.0)
+    assert gate.note(0.0) is None
+    gate.renewed(sent_at=0.5)
+    assert gate.may_claim(0.6)
+    assert gate.note(0.6) is None
+
+
+def test_no_heartbeat_connection_stops_claims_once_and_a_renewal_resumes_them() -> None:
+    gate = RenewalGate(interval=1.0, grace=1.0)
+    gate.failed("too many clients already", connected=False)
+    assert gate.why_not(0.0) == "no heartbeat connection (too many clients already)"
+    note = gate.note(0.0)
+    assert note is not None and "not claiming" in note and "too many clients" in note
+    assert gate.note(5.0) is None  # said once
+    gate.renewed(sent_at=6.0)
+    assert gate.may_claim(6.1)
+    assert gate.note(6.1) == "heartbeats succeed again; claiming resumes"
+    assert gate.note(6.2) is None
+
+
+def test_a_renewal_later_than_interval_plus_grace_stops_claims_counted_from_its_sending() -> None:
+    gate = RenewalGate(interval=1.0, grace=0.5)
+    gate.renewed(sent_at=10.0)
+    gate.failed("canceling statement due to statement timeout", connected=True)
+    assert gate.may_claim(11.5)
+    assert gate.why_not(11.6) == (
+        "no heartbeat has succeeded for 1.6s (canceling statement due to statement timeout)"
+    )
+    gate.renewed(sent_at=9.0)  # a reply to an older round trip does not move the clock back
+    assert not gate.may_claim(11.6)
+    gate.renewed(sent_at=11.7)
+    assert gate.may_claim(11.8)
+
+
+def test_a_refused_renewal_is_a_refusal_until_one_succeeds() -> None:
+    gate = RenewalGate(interval=1.0, grace=1.0)
+    gate.failed("permission denied for table jobs", connected=True, refused=True)
+    assert gate.refusal(0.0) == "permission denied for table jobs"
+    gate.renewed(sent_at=1.0)
+    assert gate.refusal(1.1) is None
+    gate.failed("canceling statement due to statement timeout", connected=True)
+    assert gate.refusal(5.0) is None
+
+
+def test_a_lost_connection_stops_claims_at_once() -> None:
+    gate = RenewalGate(interval=1.0, grace=1.0)
+    gate.renewed(sent_at=0.0)
+    gate.failed("server closed the connection unexpectedly", connected=False)
+    assert not gate.may_claim(0.1)
+
+
+@pytest.fixture
+def scarce_server(dsn: str) -> Iterator[tuple[str, str]]:
+    """A DSN that gets only SCARCE_CONNECTIONS connections, and a schema for it: a throwaway
+    server with that max_connections (none reserved), or, on PGQ_TEST_DSN's shared server, a
+    role with that CONNECTION LIMIT (the same 'too many connections', SQLSTATE 53300)."""
+    if os.environ.get("PGQ_TEST_DSN"):
+        role = f"pgq_few_{secrets.token_hex(4)}"
+        names = {"r": sql.Identifier(role), "s": sql.Identifier(role)}
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            database = admin.info.dbname
+            admin.execute(
+                sql.SQL(
+                    "CREATE ROLE {r} LOGIN CONNECTION LIMIT {n};"
+                    " CREATE SCHEMA {s} AUTHORIZATION {r}; GRANT CREATE ON DATABASE {d} TO {r}"
+                ).format(n=sql.Literal(SCARCE_CONNECTIONS), d=sql.Identifier(database), **names)
+            )
+            try:
+                yield make_conninfo(dsn, user=role), role
+            finally:
+                admin.execute(
+                    sql.SQL("DROP SCHEMA {s} CASCADE; DROP OWNED BY {r}; DROP ROLE {r}").format(
+                        **names
+                    )
+                )
+        return
+    from test_worker_processes import OwnServer
+
+    root = Path(tempfile.mkdtemp(prefix="pgqc", dir="/tmp"))  # short: unix socket path limit
+    os.chmod(root, 0o755)
+    server = OwnServer(root)
+    with (server.pgdata / "postgresql.auto.conf").open("a") as conf:
+        conf.write(f"max_connections = {SCARCE_CONNECTIONS}\nsuperuser_reserved_connections = 0\n")
+    server.start()
+    try:
+        yield server.dsn, "pgq"
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+SCARCE_CONNECTIONS = 14
+SCARCE_WORKERS = 8
+
+
+@pytest.mark.slow
+async def test_workers_beyond_the_servers_connections_claim_only_what_they_can_renew(
+    scarce_server: tuple[str, str],
+) -> None:
+    """The issue's 70 workers on 60 connections, scaled down: 8 workers (3 connections each
+    when they get them) on a server of 14, jobs longer than the lease. A worker left without
+    a heartbeat connection claims nothing, so every job is claimed once and run once."""
+    scarce, schema = scarce_server
+    with psycopg.connect(scarce, autocommit=True) as conn:
+        migrate(conn, schema)
+    ran: Counter[int] = Counter()
+
+    async def handler(ctx: JobContext) -> None:
+        ran[ctx.id] += 1
+        await asyncio.sleep(3.0)
+
+    with Queue.connect(scarce, schema) as queue:
+        ids = queue.enqueue_many([JobSpec("q", {"n": i}) for i in range(12)])
+        workers = [
+            make_worker(
+                scarce,
+                schema,
+                handler,
+                concurrency=2,
+                lease=timedelta(seconds=2),
+                poll_interval=0.2,
+            )
+            for _ in range(SCARCE_WORKERS)
+        ]
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        try:
+            deadline = time.monotonic() + 40
+            while {"ready", "running"} & status_counts(queue).keys():
+                if time.monotonic() > deadline:
+                    pytest.fail(f"no progress in 40 s: {status_counts(queue)}")
+                await asyncio.sleep(0.2)
+            assert status_counts(queue) == {"done": len(ids)}
+        finally:
+            for w in workers:
+                w.stop(immediately=True)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        history = {i: [e.event for e in queue.history(i)] for i in ids}
+    unavailable = [r for r in results if isinstance(r, Exception)]
+    assert all("database unavailable" in str(r) for r in unavailable), unavailable
+    assert len(unavailable) < SCARCE_WORKERS
+    assert history == {i: ["enqueued", "claimed", "completed"] for i in ids}
+    assert ran == dict.fromkeys(ids, 1)

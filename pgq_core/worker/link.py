@@ -43,6 +43,8 @@ TRANSIENT_CLASSES = ("08", "40", "53", "57P")
 TRANSIENT_CODES = ("55P03", "57014", "55006")
 #: The session cannot write (a standby, or default_transaction_read_only): a new one may.
 READ_ONLY = "25006"
+#: The role lacks a privilege the statement needs.
+PERMISSION_DENIED = "42501"
 
 
 class Disconnected(Exception):

@@ -261,6 +261,7 @@ class Worker:
             self.id,
             self._loop,
             self._on_heartbeat_lost,
+            on_renewing=self._wakeup,
         )
         background: list[asyncio.Task[None]] = []
         try:
@@ -284,13 +285,15 @@ class Worker:
             self._heart.start()
             background = [
                 asyncio.create_task(
-                    listen(
-                        self.dsn,
-                        self.schema,
-                        self.queues,
-                        self.timeouts,
-                        self._on_hint,
-                        application_name("listen", self.id),
+                    self._heart.after_first_beat(
+                        listen(
+                            self.dsn,
+                            self.schema,
+                            self.queues,
+                            self.timeouts,
+                            self._on_hint,
+                            application_name("listen", self.id),
+                        )
                     )
                 ),
                 asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
@@ -419,6 +422,7 @@ class Worker:
                 not self._stopping
                 and now >= self._claims_paused_until
                 and (self._claims.due(now) or (self.burst and not self._held))
+                and self._can_renew(now)
             )
             self._note_starved()
             if can_talk and (flush or (claim and self._capacity > 0)):
@@ -438,6 +442,18 @@ class Worker:
             if self._stopping and (not self._held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
+
+    def _can_renew(self, now: float) -> bool:
+        """Claim only while the heartbeater renews leases (renewal.py); say so once."""
+        assert self._heart is not None
+        note = self._heart.gate_note(now)
+        blocked = self._heart.claim_blocked(now) is not None
+        if blocked and self.burst and (refusal := self._heart.refusal(now)) is not None:
+            self._stop_burst(f"renewing leases refused ({refusal})")
+        if note is not None:
+            level = logging.WARNING if blocked else logging.INFO
+            log.log(level, "worker %s: %s", self.id, printable(note))
+        return not blocked
 
     def _note_starved(self) -> None:
         """Say once when handlers given up occupy every slot, so claiming has stopped."""
@@ -468,7 +484,7 @@ class Worker:
                     deadlines.append(self._first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
-            if not self._stopping and self._capacity > 0:
+            if not self._stopping and self._capacity > 0 and self._can_renew(now):
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
         return max(0.0, min(deadlines) - now)
 
