@@ -1024,3 +1024,8 @@ RETURNING value;
 -- a server session the pooler hands to other clients). Timeouts in milliseconds.
 SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
        pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: backend_pid
+-- The server process this statement runs in. A pooler hands each client a cancel key of its
+-- own, so a process id that differs from the one the connection announced means a pooler.
+SELECT pg_catalog.pg_backend_pid() AS pid;

@@ -27,11 +27,12 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from test_worker import TIMEOUT, make_worker, status_counts
+from test_pgbouncer import bouncer  # noqa: F401 - the fixture
+from test_worker import TIMEOUT, make_worker, running, status_counts, until
 from test_worker_faults import ReaperThread, claims
 
-from pgq_core import JobSpec, Queue, migrate
-from pgq_core.worker import JobContext
+from pgq_core import JobSpec, Queue, config, migrate
+from pgq_core.worker import JobContext, link
 from pgq_core.worker.renewal import RenewalGate
 
 TESTS = Path(__file__).resolve().parent
@@ -130,9 +131,14 @@ def test_burst_that_may_not_claim_exits_non_zero_and_says_why(
     assert queue.job(job_id).status == "ready"
 
 
-def cli_worker(dsn: str, schema: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    """`pgq worker ARGS` as a process of its own (handlers from tests/), logging to `log`."""
+def cli_worker(
+    dsn: str, schema: str, log: Path, *args: str, unset: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """`pgq worker ARGS` as a process of its own (handlers from tests/), logging to `log`;
+    `unset`: environment variables it must not see."""
     env = dict(os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=schema)
+    for name in unset:
+        env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -413,3 +419,209 @@ async def test_workers_beyond_the_servers_connections_claim_only_what_they_can_r
     assert len(unavailable) < SCARCE_WORKERS
     assert history == {i: ["enqueued", "claimed", "completed"] for i in ids}
     assert ran == dict.fromkeys(ids, 1)
+
+
+# -- a pooler nobody announced ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_workers_through_an_unannounced_pgbouncer_drain_every_job_once(
+    bouncer: str,  # noqa: F811
+    dsn: str,
+    schema: str,
+    queue: Queue,
+    tmp_path: Path,
+) -> None:
+    """Workers pointed at a transaction-mode PgBouncer without --pooled: they find the pooler
+    themselves, say so once, and run every job once (before: prepared statements collided on
+    shared server sessions, jobs failed or were reaped with an attempt counted)."""
+    total = 3000
+    ids = queue.enqueue_many([JobSpec("pb", {"n": i}) for i in range(total)])
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    procs = []
+    try:
+        procs = [
+            cli_worker(
+                bouncer,
+                schema,
+                log,
+                "pb",
+                "--handler",
+                "handlers_for_tests:noop",
+                "--concurrency",
+                "8",
+                "--lease",
+                "5s",
+                "--poll-interval",
+                "0.1s",
+                unset=("PGQ_POOLED", "PGQ_LISTEN_DSN"),
+            )
+            for log in logs
+        ]
+        wait_until(lambda: status_counts(queue) == {"done": total}, 120, "every job done")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        codes = [proc.wait(30) for proc in procs]
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0, 0], texts
+    for text in texts:
+        assert text.count("goes through a pooler") == 1, text
+        assert "--pooled" in text
+        for bad in ('prepared statement "', "bind message", "Traceback", "ERROR"):
+            assert bad not in text, text
+    events = Counter(
+        e
+        for (e,) in queue.conn.execute(
+            sql.SQL("SELECT event FROM {}.job_events WHERE job_id = ANY(%s)").format(
+                sql.Identifier(schema)
+            ),
+            [ids],
+        ).fetchall()
+    )
+    assert events == {"enqueued": total, "claimed": total, "completed": total}
+
+
+@pytest.fixture
+def undetected_pooler(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The pooler's process ids pass as the server's (as some poolers' would): only its errors
+    tell. The process-wide pooled mode a test turns on is forgotten after it."""
+    monkeypatch.delenv("PGQ_POOLED", raising=False)
+    monkeypatch.delenv("PGQ_LISTEN_DSN", raising=False)
+    monkeypatch.setattr(link, "detect_pooler", lambda conn: None)
+
+    async def none(conn: object) -> None:
+        return None
+
+    monkeypatch.setattr(link, "adetect_pooler", none)
+    config.forget_pooler()
+    try:
+        yield
+    finally:
+        config.forget_pooler()
+
+
+@pytest.mark.slow
+async def test_a_poolers_errors_switch_the_worker_to_pooled_mode_and_cost_no_attempt(
+    bouncer: str,  # noqa: F811
+    schema: str,
+    queue: Queue,
+    undetected_pooler: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Prepared statements that do not exist or already exist on the pooler's shared server
+    sessions are the connection's fault: the statement is retried on a session that prepares
+    nothing, no job fails or is reaped, and pooled mode is said once."""
+    caplog.set_level("INFO")
+    total = 2000
+    ids = queue.enqueue_many([JobSpec("q", {"n": i}) for i in range(total)])
+
+    async def handler(ctx: JobContext) -> None:
+        await asyncio.sleep(0.05)  # long enough for heartbeats to be prepared statements too
+
+    workers = [
+        make_worker(bouncer, schema, handler, concurrency=8, lease=timedelta(seconds=2))
+        for _ in range(3)
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        deadline = time.monotonic() + 60
+        while status_counts(queue) != {"done": total}:
+            if time.monotonic() > deadline:
+                pytest.fail(f"not drained in 60 s: {status_counts(queue)}")
+            await asyncio.sleep(0.2)
+    finally:
+        for w in workers:
+            w.stop(immediately=True)
+        await asyncio.gather(*tasks)
+    events = Counter(
+        e
+        for (e,) in queue.conn.execute(
+            sql.SQL("SELECT event FROM {}.job_events WHERE job_id = ANY(%s)").format(
+                sql.Identifier(schema)
+            ),
+            [ids],
+        ).fetchall()
+    )
+    assert events == {"enqueued": total, "claimed": total, "completed": total}
+    assert sum(w.snapshot().failed for w in workers) == 0
+    assert config.pooled()
+    assert caplog.text.count("goes through a pooler") == 1, caplog.text
+
+
+async def test_a_permission_denied_settlement_is_retried_not_charged_to_the_job(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's role loses UPDATE on the jobs table while a handler runs (an operator's
+    slip): the completion is refused for the grant, not for the job. It is retried, and once
+    the grant is back the job completes on its first attempt (before: it was failed with
+    'completion refused by the database: permission denied', an attempt spent)."""
+    role, password = f"pgq_rw_{secrets.token_hex(4)}", secrets.token_hex(8)
+    names = {"r": sql.Identifier(role), "s": sql.Identifier(schema)}
+    job_id = queue.enqueue("q", {})
+    finish = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        await finish.wait()
+
+    caplog.set_level("INFO", logger="pgq.worker")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(  # a password: the embedded server takes no login without one
+            sql.SQL("CREATE ROLE {r} LOGIN PASSWORD {p}").format(p=sql.Literal(password), **names)
+        )
+        try:
+            admin.execute(
+                sql.SQL(
+                    "GRANT USAGE ON SCHEMA {s} TO {r};"
+                    " GRANT ALL ON ALL TABLES IN SCHEMA {s} TO {r};"
+                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r}"
+                ).format(**names)
+            )
+            worker = make_worker(
+                make_conninfo(dsn, user=role, password=password),
+                schema,
+                handler,
+                lease=timedelta(seconds=6),
+            )
+            async with running(worker):
+                await until(lambda: worker.snapshot().running, what="the job running")
+                admin.execute(
+                    sql.SQL("REVOKE UPDATE ON ALL TABLES IN SCHEMA {s} FROM {r}").format(**names)
+                )
+                finish.set()
+                await until(
+                    lambda: "permission denied" in caplog.text, what="the refused completion"
+                )
+                await asyncio.sleep(0.5)
+                admin.execute(
+                    sql.SQL("GRANT UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}").format(**names)
+                )
+                await until(lambda: worker.snapshot().done == 1, what="the completion")
+        finally:
+            admin.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(**names))
+    job = queue.job(job_id)
+    assert (job.status, job.attempts) == ("done", 1)
+    assert [e.event for e in queue.history(job_id)] == ["enqueued", "claimed", "completed"]
+    assert worker.snapshot().failed == 0
+
+
+@pytest.mark.slow
+def test_the_cli_through_an_unannounced_pgbouncer_says_so_once_and_works(
+    bouncer: str,  # noqa: F811
+    schema: str,
+    queue: Queue,
+) -> None:
+    ids = queue.enqueue_many([JobSpec("ops", {"n": i}) for i in range(12)])
+    queue.kill(ids)
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQ_POOLED", "PGQ_LISTEN_DSN")}
+    env.update(PGQ_DSN=bouncer, PGQ_SCHEMA=schema)
+    for args in (["requeue", *map(str, ids)], ["kill", *map(str, ids)], ["stats"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "pgq_cli", *args],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("pgq: warning: "), done.stderr
+        assert "goes through a pooler" in lines[0] and "--pooled" in lines[0]
+    assert queue.stats()[0].dead == 12

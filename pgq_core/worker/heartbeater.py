@@ -30,8 +30,8 @@ from typing import Any
 import psycopg
 
 from .. import ops
-from ..config import first_line, scrub
-from ..queue import channel
+from ..config import first_line, pooled, scrub
+from ..queue import channel, note_pooler_error
 from .link import (
     PERMISSION_DENIED,
     READ_ONLY,
@@ -178,6 +178,9 @@ class Heartbeater:
             held = sorted(self._held.items())
         op = ops.extend_leases(held, channel(self._schema) if held else None)
         sent = time.monotonic()
+        if self._conn is not None and pooled() and self._conn.prepare_threshold is not None:
+            with contextlib.suppress(psycopg.Error):  # pooled mode began: a session of its own
+                self._conn.close()
         try:
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = open_sync_connection(
@@ -185,7 +188,9 @@ class Heartbeater:
                 )
             settled = run_sync(self._conn, self._schema, self._timeouts, op)
         except psycopg.Error as exc:
-            if exc.sqlstate == READ_ONLY and self._conn is not None:
+            if self._conn is not None and (
+                exc.sqlstate == READ_ONLY or note_pooler_error(exc, self._conn)
+            ):
                 with contextlib.suppress(psycopg.Error):
                     self._conn.close()
             reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)

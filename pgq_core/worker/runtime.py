@@ -49,6 +49,7 @@ from .link import (
     DataFault,
     Disconnected,
     Link,
+    Refused,
     Timeouts,
     Transient,
     UnreadablePayload,
@@ -532,6 +533,9 @@ class Worker:
             result = await self._settler.step(batch, queue, free)
         except (Disconnected, Transient) as exc:
             self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
+            if self.burst and isinstance(exc, Refused):
+                doing = f"claiming from {queue}" if queue is not None else "settling"
+                self._stop_burst(f"{doing} refused ({exc})")
             return 0
         if queue is not None and result.claim_refused is not None:
             refused = f"claiming from {queue} refused ({result.claim_refused})"
