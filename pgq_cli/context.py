@@ -33,6 +33,7 @@ from pgq_core.config import (
     scrub,
 )
 from pgq_core.durations import DURATION_MAX
+from pgq_core.queue import detect_pooler, is_pooler_error
 from pgq_core.text import first_surrogate, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,9 +66,11 @@ class Settings:
         """An autocommit connection whose connect, statements and lock waits are bounded."""
         target = self.target()
         conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
-        if pooled():  # a session setting would stay on a server session others get
-            return conn
         try:
+            if (line := detect_pooler(conn)) is not None:
+                click.echo(f"pgq: warning: {one_line(line)}", err=True)
+            if pooled():  # a session setting would stay on a server session others get
+                return conn
             Queue(conn, target.schema).run(
                 ops.session_limits(
                     DEFAULT_STATEMENT_TIMEOUT
@@ -166,6 +169,11 @@ class PgqGroup(click.Group):
         except PgqError as exc:
             fail(_clean(ctx, str(exc)))
         except psycopg.Error as exc:
+            if is_pooler_error(exc):
+                fail(
+                    f"{_clean(ctx, first_line(str(exc)))}: the connection goes through a pooler "
+                    "in transaction mode; run again with --pooled (or PGQ_POOLED=1)"
+                )
             fail(_clean(ctx, explain(exc, _dsn(ctx))))
         except RecursionError:
             fail("a JSON value is nested too deeply for Python to read (stored by plain SQL?)")

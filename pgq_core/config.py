@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -276,12 +277,56 @@ def connect_options(dsn: str) -> dict[str, Any]:
     return options
 
 
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off")
+#: How this process learnt that its connections go through a pooler (`note_pooler`).
+_pooler_seen: list[str] = []
+_pooler_lock = threading.Lock()
+
+
 def pooled() -> bool:
-    """True when PGQ_POOLED (1/true/yes/on) says connections go through a pooler in transaction
-    mode (PgBouncer): then no server-side prepared statements (statement names of different
-    clients would collide on shared server sessions), no session settings (they would stay on
-    a server session other clients get) and no LISTEN on the pooled DSN (see `listen_dsn`)."""
-    return os.environ.get("PGQ_POOLED", "").strip().lower() in ("1", "true", "yes", "on")
+    """True when connections go through a pooler in transaction mode (PgBouncer): PGQ_POOLED
+    (1/true/yes/on) says so, or this process found out (`note_pooler`) and PGQ_POOLED does not
+    say 0/false/no/off. Pooled: no server-side prepared statements (statement names of
+    different clients would collide on shared server sessions), no session settings (they
+    would stay on a server session other clients get) and no LISTEN on the pooled DSN (see
+    `listen_dsn`)."""
+    setting = os.environ.get("PGQ_POOLED", "").strip().lower()
+    if setting in _YES:
+        return True
+    return bool(_pooler_seen) and setting not in _NO
+
+
+def pooling_undeclared() -> bool:
+    """True when PGQ_POOLED says nothing, so pgq looks for a pooler itself."""
+    setting = os.environ.get("PGQ_POOLED", "").strip().lower()
+    return setting not in _YES and setting not in _NO and not _pooler_seen
+
+
+def note_pooler(evidence: str) -> bool:
+    """Record that this process's connections go through a pooler (unless PGQ_POOLED says
+    otherwise): `pooled()` is True from now on. True the first time only, so the caller says
+    so once (`pooler_line`)."""
+    with _pooler_lock:
+        if not pooling_undeclared():
+            return False
+        _pooler_seen.append(evidence)
+        return True
+
+
+def pooler_line(evidence: str) -> str:
+    """What pgq says, once, when it found a pooler nobody announced."""
+    return (
+        f"the database connection goes through a pooler ({evidence}): pooled mode from now on "
+        "(no prepared statements, no session settings, no LISTEN on this DSN); say --pooled "
+        "(PGQ_POOLED=1) to skip this check, or PGQ_POOLED=0 if the pooler keeps sessions"
+    )
+
+
+def forget_pooler() -> None:
+    """Forget a pooler found by `note_pooler` (tests)."""
+    with _pooler_lock:
+        _pooler_seen.clear()
 
 
 def listen_dsn(dsn: str) -> str | None:

@@ -993,3 +993,8 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
         },
         lambda rows: None,
     )
+
+
+def backend_pid() -> Op[int]:
+    """The server process id the statement ran in (see `backend_pid` in queries.sql)."""
+    return Op("backend_pid", {}, lambda rows: int(rows[0][0]))

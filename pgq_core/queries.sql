@@ -93,7 +93,7 @@ WITH gate AS (
      SET status       = 'running',
          attempts     = attempts + 1,
          fence        = fence + 1,
-         lease_until  = now() + %(lease)s::interval,
+         lease_until  = clock_timestamp() + %(lease)s::interval,
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
@@ -148,7 +148,7 @@ WITH held AS (
      SET status       = 'running',
          attempts     = attempts + 1,
          fence        = fence + 1,
-         lease_until  = now() + %(lease)s::interval,
+         lease_until  = clock_timestamp() + %(lease)s::interval,
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
          worker       = %(worker)s
@@ -236,7 +236,7 @@ WITH held AS (
      FOR NO KEY UPDATE OF j SKIP LOCKED
 ), beat AS (
   UPDATE {schema}.jobs j
-     SET lease_until = now() + j.lease_length
+     SET lease_until = clock_timestamp() + j.lease_length
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
@@ -303,7 +303,7 @@ SELECT id FROM released ORDER BY id;
 -- name: heartbeat
 -- Extend the leases of many held jobs; the rows not returned are lost.
 UPDATE {schema}.jobs j
-   SET lease_until = now() + j.lease_length
+   SET lease_until = clock_timestamp() + j.lease_length
   FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                   pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
  WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
@@ -1024,3 +1024,8 @@ RETURNING value;
 -- a server session the pooler hands to other clients). Timeouts in milliseconds.
 SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
        pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: backend_pid
+-- The server process this statement runs in. A pooler hands each client a cancel key of its
+-- own, so a process id that differs from the one the connection announced means a pooler.
+SELECT pg_catalog.pg_backend_pid() AS pid;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import secrets
 import socket
@@ -29,7 +30,14 @@ import psycopg
 from psycopg import sql
 
 from . import ops
-from .config import connect_options
+from .config import (
+    connect_options,
+    first_line,
+    note_pooler,
+    pooled,
+    pooler_line,
+    pooling_undeclared,
+)
 from .errors import (
     JobNotFound,
     LeaseLost,
@@ -110,6 +118,79 @@ def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
     return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
 
 
+#: What a pooler in transaction mode answers a client that prepares statements: a statement
+#: prepared on one server session and used on another ("does not exist"), or a name another
+#: client already prepared there ("already exists"). pgq's own SQL never names one.
+POOLER_SQLSTATES = ("26000", "42P05")
+
+
+def is_pooler_error(exc: psycopg.Error) -> bool:
+    """True for the errors a pooler in transaction mode causes (see POOLER_SQLSTATES), and its
+    "bind message supplies N parameters, but prepared statement ... requires M" (08P01): the
+    statement did not run; the connection, not the job or the data, is at fault."""
+    if exc.sqlstate in POOLER_SQLSTATES:
+        return True
+    message = exc.diag.message_primary or str(exc)
+    return exc.sqlstate == "08P01" and "prepared statement" in message
+
+
+def _pooler_found(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], pid: int
+) -> str | None:
+    announced = conn.info.backend_pid
+    if pid == announced or not note_pooler(f"server process {pid}, announced {announced}"):
+        return None
+    return pooler_line(f"its server process is {pid}, not the {announced} it announced")
+
+
+def detect_pooler(conn: psycopg.Connection[Any]) -> str | None:
+    """On a connection just opened, when PGQ_POOLED says nothing: does it go through a pooler
+    (its server process is not the one it announced; a pooler hands out cancel keys of its
+    own)? If so `pooled()` is True from now on and this connection prepares nothing. Returns
+    the line to say, the first time only."""
+    if not pooling_undeclared():
+        return None
+    with conn.cursor() as cur:
+        op = ops.backend_pid()
+        cur.execute(statement(op.name, "pgq"), op.params)
+        line = _pooler_found(conn, op.read(cur.fetchall()))
+    if pooled():
+        conn.prepare_threshold = None
+    return line
+
+
+async def adetect_pooler(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """`detect_pooler` for an async connection."""
+    if not pooling_undeclared():
+        return None
+    async with conn.cursor() as cur:
+        op = ops.backend_pid()
+        await cur.execute(statement(op.name, "pgq"), op.params)
+        line = _pooler_found(conn, op.read(await cur.fetchall()))
+    if pooled():
+        conn.prepare_threshold = None
+    return line
+
+
+log = logging.getLogger("pgq")
+log.addHandler(logging.NullHandler())  # silent unless the application configures logging
+
+
+def note_pooler_error(
+    exc: psycopg.Error, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> bool:
+    """After a pooler's error (`is_pooler_error`): pooled mode from now on (said once), and
+    `conn` prepares nothing more. True if `exc` was one."""
+    if not is_pooler_error(exc):
+        return False
+    evidence = first_line(str(exc))
+    if note_pooler(evidence):
+        log.warning("%s", pooler_line(evidence))
+    if pooled():
+        conn.prepare_threshold = None
+    return True
+
+
 def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
     """True when the error is about the queue's own tables, functions or schema (not, say, a
     user's trigger)."""
@@ -179,8 +260,17 @@ class Queue:
 
     @classmethod
     def connect(cls, dsn: str, schema: str = "pgq") -> Queue:
-        """Connects with `config.connect_options`: the attempt is bounded, keepalives on."""
-        return cls(psycopg.connect(dsn, autocommit=True, **connect_options(dsn)), schema, owns=True)
+        """Connects with `config.connect_options`: the attempt is bounded, keepalives on; a
+        pooler nobody announced is found (`detect_pooler`) and logged once."""
+        conn = psycopg.connect(dsn, autocommit=True, **connect_options(dsn))
+        try:
+            line = detect_pooler(conn)
+        except BaseException:
+            conn.close()
+            raise
+        if line is not None:
+            log.warning("%s", line)
+        return cls(conn, schema, owns=True)
 
     def close(self) -> None:
         if self._owns:
@@ -204,6 +294,9 @@ class Queue:
             if not is_schema_missing(exc, self.schema):
                 raise
             raise _missing(self.schema, exc) from exc
+        except psycopg.Error as exc:
+            note_pooler_error(exc, conn or self.conn)
+            raise
         return op.read(rows)
 
     # producers
@@ -521,8 +614,16 @@ class AsyncQueue:
 
     @classmethod
     async def connect(cls, dsn: str, schema: str = "pgq") -> AsyncQueue:
-        """Connects with `config.connect_options`: the attempt is bounded, keepalives on."""
+        """Connects with `config.connect_options`: the attempt is bounded, keepalives on; a
+        pooler nobody announced is found (`adetect_pooler`) and logged once."""
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_options(dsn))
+        try:
+            line = await adetect_pooler(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        if line is not None:
+            log.warning("%s", line)
         return cls(conn, schema, owns=True)
 
     async def close(self) -> None:
@@ -547,6 +648,9 @@ class AsyncQueue:
             if not is_schema_missing(exc, self.schema):
                 raise
             raise _missing(self.schema, exc) from exc
+        except psycopg.Error as exc:
+            note_pooler_error(exc, conn or self.conn)
+            raise
         return op.read(rows)
 
     async def enqueue(

@@ -28,6 +28,7 @@ from pgq_core.config import (
 )
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health
+from pgq_core.queue import adetect_pooler, is_pooler_error
 
 APPLICATION_NAME = "pgq-dashboard"
 
@@ -121,6 +122,11 @@ class PgSource:
                 except psycopg.Error as exc:
                     raise self._disconnected(exc) from None
                 queue = AsyncQueue(conn, self.schema, owns=True)
+                try:
+                    await adetect_pooler(conn)  # said once by pgq_core's logger
+                except psycopg.Error as exc:
+                    await queue.close()
+                    raise self._disconnected(exc) from None
                 if not pooled():  # a session setting would stay on a server session others get
                     limits = ops.session_limits(
                         self.statement_timeout, self.lock_timeout, force=False
@@ -150,6 +156,11 @@ class PgSource:
             return await getattr(queue, name)(*args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self._forget(queue)
+            raise self._disconnected(exc) from None
+        except psycopg.Error as exc:
+            if not is_pooler_error(exc):
+                raise
+            await self._forget(queue)  # pooled mode began: the next connection prepares nothing
             raise self._disconnected(exc) from None
 
     async def stats(self) -> list[QueueStats]:

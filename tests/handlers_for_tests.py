@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -107,3 +108,34 @@ def hostile(ctx: JobContext) -> None:
 def fail_with(ctx: JobContext) -> None:
     """Raise an error whose text is `payload["error"]` (terminal control sequences included)."""
     raise RuntimeError(ctx.payload["error"])
+
+
+def _forked(ctx: JobContext) -> dict[str, int]:
+    """Fork; the child sleeps `payload["child_sleep"]` and calls sys.exit(payload["code"])."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(float(ctx.payload.get("child_sleep", 0)))
+        sys.exit(int(ctx.payload.get("code", 0)))
+    return {"child": pid}
+
+
+def fork_exit(ctx: JobContext) -> dict[str, int]:
+    return _forked(ctx)
+
+
+async def fork_exit_async(ctx: JobContext) -> dict[str, int]:
+    return _forked(ctx)
+
+
+def close_stdio(ctx: JobContext) -> None:
+    """Close fds 0-2 (as a careless daemonising library does), then end this worker's
+    connections, so it opens new sockets while they are closed (only if `payload["close"]`)."""
+    if not ctx.payload.get("close"):
+        return
+    with psycopg.connect(os.environ["PGQ_DSN"], autocommit=True) as conn:
+        for fd in (0, 1, 2):
+            os.close(fd)
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            [f"pgq % {ctx.worker_id}"],
+        )

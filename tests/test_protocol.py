@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import JobSpec, LeaseLost, Queue, fenced_write
+from pgq_core import JobSpec, LeaseLost, Queue, fenced_write, ops
 
 LEASE = timedelta(seconds=30)
 
@@ -504,3 +504,52 @@ def test_a_missing_table_of_the_users_is_not_reported_as_a_missing_schema(
     )
     with pytest.raises(psycopg.errors.UndefinedTable, match="no_such_audit_table"):
         queue.enqueue("q", {})
+
+
+SLOW = 1.2
+
+
+def lease_left_after_a_slow_start(
+    queue: Queue, dsn: str, grant: Any, job_id: int
+) -> timedelta:
+    """Run `grant` (an op that grants or extends `job_id`'s lease) in a transaction that began
+    SLOW seconds earlier; the lease the row holds once it ran, counted from that moment."""
+    with psycopg.connect(dsn) as slow:
+        slow.execute("SELECT pg_sleep(%s)", [SLOW])
+        queue.run(grant, slow)
+        ((left,),) = slow.execute(
+            sql.SQL("SELECT lease_until - clock_timestamp() FROM {}.jobs WHERE id = %s").format(
+                sql.Identifier(queue.schema)
+            ),
+            [job_id],
+        ).fetchall()
+    assert isinstance(left, timedelta)
+    return left
+
+
+@pytest.mark.parametrize("name", ["claim", "settle_complete_and_claim"])
+def test_a_lease_is_counted_from_the_claim_not_the_transactions_start(
+    queue: Queue, dsn: str, name: str
+) -> None:
+    job_id = queue.enqueue("slow", {})
+    lease = timedelta(seconds=2)
+    grant = (
+        ops.claim("slow", 1, lease, "w")
+        if name == "claim"
+        else ops.complete_and_claim([], "slow", 1, lease, "w")
+    )
+    left = lease_left_after_a_slow_start(queue, dsn, grant, job_id)
+    assert left > lease - timedelta(seconds=SLOW / 2), left
+
+
+@pytest.mark.parametrize("name", ["extend_leases", "heartbeat"])
+def test_a_renewal_is_counted_from_the_renewal_not_the_transactions_start(
+    queue: Queue, dsn: str, name: str
+) -> None:
+    job_id = queue.enqueue("slow", {})
+    lease = timedelta(seconds=2)
+    [job] = queue.claim("slow", 1, lease, "w")
+    held = [(job_id, job.fence)]
+    renew = ops.extend_leases(held) if name == "extend_leases" else ops.heartbeat(held)
+    left = lease_left_after_a_slow_start(queue, dsn, renew, job_id)
+    assert left > lease - timedelta(seconds=SLOW / 2), left

@@ -9,6 +9,9 @@ Invariants:
   new connection if the session could not write (a failover's read-only server).
 - Only a job the statement reports lost (its fence is stale) is reported to the worker, on the
   worker's event loop; busy jobs are simply tried again at the next beat.
+- It keeps its connection whether or not jobs are held (a round trip every `interval`, an
+  empty one when nothing is held), and its `gate` (renewal.py) says whether the worker may
+  claim: only while that connection renews. It connects at once on `start()`.
 - It also watches the event loop: a loop that does not answer for `BLOCKED_AFTER` seconds is
   logged once with the job whose async handler holds it, and once more when it is free.
 """
@@ -21,15 +24,23 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import psycopg
 
 from .. import ops
-from ..config import first_line, scrub
-from ..queue import channel
-from .link import READ_ONLY, Timeouts, application_name, open_sync_connection, run_sync
+from ..config import first_line, pooled, scrub
+from ..queue import channel, note_pooler_error
+from .link import (
+    PERMISSION_DENIED,
+    READ_ONLY,
+    Timeouts,
+    application_name,
+    open_sync_connection,
+    run_sync,
+)
+from .renewal import RenewalGate
 from .runner import call_async
 
 log = logging.getLogger("pgq.worker")
@@ -65,7 +76,11 @@ class Heartbeater:
         worker_id: str,
         loop: asyncio.AbstractEventLoop,
         on_lost: Callable[[list[tuple[int, int]]], None],
+        on_renewing: Callable[[], None] | None = None,
+        grace: float | None = None,
     ) -> None:
+        """`on_renewing` is called on the loop when the gate opens; `grace` (default:
+        `interval`) is how late a renewal may be before claims stop."""
         self._dsn = dsn
         self._schema = schema
         self._timeouts = timeouts
@@ -82,6 +97,9 @@ class Heartbeater:
         self._loop_thread = threading.get_ident()
         self._ping_sent: float | None = None
         self._blocked_reported: tuple[float, int | None] | None = None
+        self._on_renewing = on_renewing
+        self._gate = RenewalGate(interval, interval if grace is None else grace)
+        self._connected = asyncio.Event()
 
     # -- called from the event loop ------------------------------------------------------------
 
@@ -96,7 +114,33 @@ class Heartbeater:
     def beat_now(self) -> None:
         self._wake.set()
 
+    def claim_blocked(self, now: float) -> str | None:
+        """None while the worker may claim (its leases can be renewed), else why not."""
+        with self._lock:
+            return self._gate.why_not(now)
+
+    def refusal(self, now: float) -> str | None:
+        """Why renewals are refused for good (permission denied), while claims are stopped."""
+        with self._lock:
+            return self._gate.refusal(now)
+
+    def gate_note(self, now: float) -> str | None:
+        """The line to log once when claiming stops or resumes, else None."""
+        with self._lock:
+            return self._gate.note(now)
+
+    async def after_first_beat(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` once the first round trip succeeded: a listener must not take the last
+        connection a server allows before the heartbeat has one."""
+        try:
+            await self._connected.wait()
+        except BaseException:
+            work.close()
+            raise
+        await work
+
     def start(self) -> None:
+        self._wake.set()  # the first round trip at once: claims wait for it
         self._thread = threading.Thread(
             target=self._run, name=f"pgq-heartbeat-{self._worker_id}", daemon=True
         )
@@ -111,7 +155,7 @@ class Heartbeater:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_beat = time.monotonic() + self.interval
+        next_beat = time.monotonic()
         try:
             while not self._stopping.is_set():
                 self._wake.wait(TICK)
@@ -132,9 +176,11 @@ class Heartbeater:
     def _beat(self) -> bool:
         with self._lock:
             held = sorted(self._held.items())
-        if not held:
-            return True
-        op = ops.extend_leases(held, channel(self._schema))
+        op = ops.extend_leases(held, channel(self._schema) if held else None)
+        sent = time.monotonic()
+        if self._conn is not None and pooled() and self._conn.prepare_threshold is not None:
+            with contextlib.suppress(psycopg.Error):  # pooled mode began: a session of its own
+                self._conn.close()
         try:
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = open_sync_connection(
@@ -142,22 +188,42 @@ class Heartbeater:
                 )
             settled = run_sync(self._conn, self._schema, self._timeouts, op)
         except psycopg.Error as exc:
-            if exc.sqlstate == READ_ONLY and self._conn is not None:
+            if self._conn is not None and (
+                exc.sqlstate == READ_ONLY or note_pooler_error(exc, self._conn)
+            ):
                 with contextlib.suppress(psycopg.Error):
                     self._conn.close()
-            log.info(
-                "worker %s: heartbeat failed, retrying within %gs: %s",
-                self._worker_id,
-                min(RETRY, self.interval),
-                scrub(first_line(str(exc)) or type(exc).__name__, self._dsn),
-            )
+            reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
+            usable = self._conn is not None and not (self._conn.closed or self._conn.broken)
+            with self._lock:
+                self._gate.failed(
+                    reason, connected=usable, refused=exc.sqlstate == PERMISSION_DENIED
+                )
+            if held:
+                log.info(
+                    "worker %s: heartbeat failed, retrying within %gs: %s",
+                    self._worker_id,
+                    min(RETRY, self.interval),
+                    reason,
+                )
             return False
+        with self._lock:
+            was_open = self._gate.may_claim(time.monotonic())
+            self._gate.renewed(sent)
+        if not was_open:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the worker is gone
+                self._loop.call_soon_threadsafe(self._opened)
         if settled.lost:
             lost_ids = set(settled.lost)
             lost = [(i, f) for i, f in held if i in lost_ids]
             with contextlib.suppress(RuntimeError):  # the loop closed: the worker is gone
                 self._loop.call_soon_threadsafe(self._on_lost, lost)
         return True
+
+    def _opened(self) -> None:
+        self._connected.set()
+        if self._on_renewing is not None:
+            self._on_renewing()
 
     def _watch_loop(self, now: float) -> None:
         """Ping the event loop; report once when it has not answered for BLOCKED_AFTER."""

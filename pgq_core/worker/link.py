@@ -5,11 +5,16 @@ Invariants:
   every session gets `statement_timeout` and `lock_timeout`, and connecting has a timeout.
 - A failure is exactly one of: `Disconnected` (the connection is gone; the link reconnects by
   itself with bounded backoff), `Transient` (retry the same statement later: serialization
-  failure, deadlock, lock or statement timeout, too many connections), `DataFault` (this
+  failure, deadlock, lock or statement timeout, too many connections; `Refused`: permission
+  denied, which an operator's grant ends; none of them is a job's fault), `DataFault` (this
   statement fails for its data: retrying it as-is cannot help), or `SchemaMissing` (a table of
   pgq's own is missing; a missing table a user's trigger names is the statement's data).
 - A session that cannot write (`READ_ONLY`, as after a failover) is dropped: the statement is
   `Transient` and the link reconnects until a session takes writes.
+- A pooler in transaction mode nobody announced (PGQ_POOLED unset) is found when a connection
+  opens (`detect_pooler`) or by its errors (`is_pooler_error`: prepared statements that do not
+  exist or already exist): pooled mode from then on, said once; the statement is `Transient`
+  (it did not run) and the session is replaced by one that prepares nothing.
 - Error texts never carry the DSN's password.
 - Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
   `UnreadablePayload` (the statement, a claim, has committed by then).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,14 +40,24 @@ from ..config import connect_options, first_line, pooled, scrub
 from ..errors import SchemaMissing, why_unreadable
 from ..ops import Op
 from ..queries import statement
-from ..queue import is_schema_missing
+from ..queue import (
+    adetect_pooler,
+    detect_pooler,
+    is_schema_missing,
+    note_pooler_error,
+)
 from .policy import Backoff
+from .stdio import restore_standard_fds
 
 #: SQLSTATE classes and codes worth retrying unchanged.
 TRANSIENT_CLASSES = ("08", "40", "53", "57P")
 TRANSIENT_CODES = ("55P03", "57014", "55006")
 #: The session cannot write (a standby, or default_transaction_read_only): a new one may.
 READ_ONLY = "25006"
+#: The role lacks a privilege the statement needs.
+PERMISSION_DENIED = "42501"
+
+log = logging.getLogger("pgq.worker")
 
 
 class Disconnected(Exception):
@@ -50,6 +66,12 @@ class Disconnected(Exception):
 
 class Transient(Exception):
     """The statement failed but may succeed unchanged later."""
+
+
+class Refused(Transient):
+    """The session may not run the statement (permission denied): a grant's fault, never a
+    job's. Retried unchanged, as it succeeds once an operator grants it; a worker that must
+    end (`--burst`) stops on it instead."""
 
 
 class DataFault(Exception):
@@ -128,13 +150,15 @@ async def open_connection(
 ) -> psycopg.AsyncConnection[Any]:
     """An autocommit connection with the worker's session bounds (pooled: none; each
     transaction sets its own, see `Link` and `run_sync`)."""
+    restore_standard_fds()  # a socket must never take fd 0-2, where log lines go
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
-    if pooled():
-        return conn
     try:
-        await conn.execute(timeouts.session_statement())
+        if (line := await adetect_pooler(conn)) is not None:
+            log.warning("%s", line)
+        if not pooled():
+            await conn.execute(timeouts.session_statement())
     except BaseException:
         await conn.close()
         raise
@@ -143,13 +167,15 @@ async def open_connection(
 
 def open_sync_connection(dsn: str, timeouts: Timeouts, app: str = "pgq") -> psycopg.Connection[Any]:
     """`open_connection` for threads."""
+    restore_standard_fds()
     conn = psycopg.connect(
         dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
     )
-    if pooled():
-        return conn
     try:
-        conn.execute(timeouts.session_statement())
+        if (line := detect_pooler(conn)) is not None:
+            log.warning("%s", line)
+        if not pooled():
+            conn.execute(timeouts.session_statement())
     except BaseException:
         conn.close()
         raise
@@ -213,6 +239,8 @@ class Link:
         """Run the ops in order; several run in one transaction, pipelined in one round trip."""
         async with self._lock:
             conn = self._conn
+            if conn is not None and pooled() and conn.prepare_threshold is not None:
+                conn = await self._fresh_session(conn, "pooled mode")
             if conn is None:
                 raise Disconnected
             try:
@@ -231,6 +259,11 @@ class Link:
                 if exc.sqlstate == READ_ONLY:
                     self._down(conn, reason)
                     raise Transient(reason) from None
+                if note_pooler_error(exc, conn):
+                    await self._fresh_session(conn, reason)
+                    raise Transient(reason) from None
+                if exc.sqlstate == PERMISSION_DENIED:
+                    raise Refused(reason) from None
                 if is_transient(exc.sqlstate):
                     raise Transient(reason) from None
                 raise DataFault(reason, exc.sqlstate) from None
@@ -260,6 +293,21 @@ class Link:
             op.read(await cur.fetchall() if cur.rownumber is not None else [])
             for op, cur in zip(step, cursors, strict=True)
         ]
+
+    async def _fresh_session(
+        self, conn: psycopg.AsyncConnection[Any], reason: str
+    ) -> psycopg.AsyncConnection[Any] | None:
+        """Replace `conn` (pooled mode began: the new one prepares nothing and sets nothing on
+        the session); if no new one opens, the link is down and reconnects."""
+        try:
+            fresh = await self._connect()
+        except psycopg.Error:
+            self._down(conn, reason)
+            return None
+        self._conn = fresh
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
+        return fresh
 
     def _down(self, conn: psycopg.AsyncConnection[Any], reason: str) -> None:
         if self._conn is not conn:

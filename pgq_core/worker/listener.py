@@ -18,6 +18,9 @@ from .policy import Backoff
 
 log = logging.getLogger("pgq.worker")
 
+#: How often a listener checks that it may still LISTEN where it does (a pooler found later).
+RECHECK = 5.0
+
 
 async def listen(
     dsn: str,
@@ -32,21 +35,21 @@ async def listen(
     cancelled; reconnects with bounded backoff.
 
     Through a pooler in transaction mode (`config.pooled`) it LISTENs on PGQ_LISTEN_DSN, a
-    direct connection; without one it says once that the worker polls alone, and returns."""
-    target = listen_dsn(dsn)
-    if target is None:
-        log.info(
-            "%s: connections go through a pooler (PGQ_POOLED) and PGQ_LISTEN_DSN is not set: "
-            "no LISTEN, polling alone",
-            app,
-        )
-        return
-    dsn = target
+    direct connection; without one it says once that the worker polls alone, and returns (also
+    when pooled mode begins while it listens: a pooler found later)."""
     wanted = set(queues)
     backoff = Backoff(first=0.25, cap=5.0)
     while True:
+        target = listen_dsn(dsn)
+        if target is None:
+            log.info(
+                "%s: connections go through a pooler and PGQ_LISTEN_DSN is not set: "
+                "no LISTEN, polling alone",
+                app,
+            )
+            return
         try:
-            conn = await open_connection(dsn, timeouts, app)
+            conn = await open_connection(target, timeouts, app)
         except psycopg.Error:
             await asyncio.sleep(backoff.next())
             continue
@@ -55,9 +58,10 @@ async def listen(
             await conn.execute(listen_statement(schema))
             backoff.reset()
             on_hint()
-            async for note in conn.notifies():
-                if note.payload in wanted:
-                    on_hint()
+            while listen_dsn(dsn) == target:
+                async for note in conn.notifies(timeout=RECHECK):
+                    if note.payload in wanted:
+                        on_hint()
         except psycopg.Error:
             await asyncio.sleep(backoff.next())
         finally:

@@ -9,27 +9,35 @@ Invariants:
   `abandoned` counts them, and the worker claims only for slots nobody occupies.
 - Only a cancel the runner made (`abandon`) reads as cancelled; a handler that cancels itself,
   or awaits something cancelled, has failed.
+- A process a handler forks never runs on as a worker: when the handler's call ends in the
+  child (it returned, raised or called `sys.exit()`), the child exits with that status; in the
+  child, SIGTERM and SIGINT are the defaults again (the parent's event loop would otherwise get
+  them). After every handler fds 0-2 are open again (`stdio`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import importlib
 import inspect
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import first_line
 from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
 from ..text import describe_exception, storable
 from .context import JobContext
+from .stdio import hold_standard_fds, restore_standard_fds
 
 Handler = Callable[[JobContext], Any]
 
@@ -108,23 +116,81 @@ def outcome_of(ok: bool, value: Any) -> Outcome:
     return Outcome("raised", describe_exception(value))
 
 
+#: Set while a handler runs (in its thread's or task's context): a fork made then is a
+#: handler's child.
+_IN_HANDLER: contextvars.ContextVar[bool] = contextvars.ContextVar("pgq_in_handler", default=False)
+
+
+def _forked_from_a_handler() -> None:
+    """In a child forked by a handler: SIGTERM and SIGINT as in a fresh Python process, and
+    no signal written to the parent's event loop (its wake-up socket is shared)."""
+    if not _IN_HANDLER.get():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+os.register_at_fork(after_in_child=_forked_from_a_handler)
+
+
+def exit_status(ok: bool, value: Any) -> int:
+    """The status a process ends with when its code returned (`ok`) or raised `value`, as
+    Python's own exit: SystemExit's code (None 0, an int itself, anything else 1), else 1."""
+    if ok:
+        return 0
+    if isinstance(value, SystemExit):
+        if value.code is None:
+            return 0
+        return value.code if isinstance(value.code, int) else 1
+    return 1
+
+
+def _end_forked_child(ok: bool, value: Any) -> NoReturn:
+    """A handler's forked child came back into the worker's code: it ends here, as it asked."""
+    if isinstance(value, SystemExit) and value.code is not None and not isinstance(value.code, int):
+        with contextlib.suppress(Exception):
+            print(value.code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(exit_status(ok, value))
+
+
 def call_sync(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
     """Run a plain handler; whatever it raises comes back as a value."""
+    pid = os.getpid()
+    marked = _IN_HANDLER.set(True)
     try:
-        return True, handler(ctx)
+        ended: tuple[bool, Any] = True, handler(ctx)
     except BaseException as exc:  # noqa: BLE001 - every ending of a handler is its job's outcome
-        return False, exc
+        ended = False, exc
+    finally:
+        _IN_HANDLER.reset(marked)
+    if os.getpid() != pid:
+        _end_forked_child(*ended)
+    restore_standard_fds()
+    return ended
 
 
 async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
     """Run an async handler; whatever it raises but a cancel comes back as a value (so neither
     KeyboardInterrupt nor SystemExit escapes into the event loop)."""
+    pid = os.getpid()
+    _IN_HANDLER.set(True)  # this task's own context
     try:
-        return True, await handler(ctx)
+        ended: tuple[bool, Any] = True, await handler(ctx)
     except asyncio.CancelledError:
+        if os.getpid() != pid:
+            _end_forked_child(False, None)
         raise
     except BaseException as exc:  # noqa: BLE001 - every ending of a handler is its job's outcome
-        return False, exc
+        ended = False, exc
+    if os.getpid() != pid:
+        _end_forked_child(*ended)
+    restore_standard_fds()
+    return ended
 
 
 @dataclass(eq=False)
@@ -226,6 +292,7 @@ class Runner:
         thread_name: str,
         on_slot_freed: Callable[[], None],
     ) -> None:
+        hold_standard_fds()
         self.handler = handler
         self.is_async = is_async(handler)
         self._on_slot_freed = on_slot_freed

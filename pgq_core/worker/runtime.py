@@ -49,6 +49,7 @@ from .link import (
     DataFault,
     Disconnected,
     Link,
+    Refused,
     Timeouts,
     Transient,
     UnreadablePayload,
@@ -168,6 +169,7 @@ class Worker:
         self._retry_backoff = Backoff(first=0.1, cap=5.0)
         self._recover_orphans = False
         self._starved_logged = False
+        self._burst_refused: str | None = None
         self._down_since: float | None = None
         self.statements = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -260,6 +262,7 @@ class Worker:
             self.id,
             self._loop,
             self._on_heartbeat_lost,
+            on_renewing=self._wakeup,
         )
         background: list[asyncio.Task[None]] = []
         try:
@@ -283,13 +286,15 @@ class Worker:
             self._heart.start()
             background = [
                 asyncio.create_task(
-                    listen(
-                        self.dsn,
-                        self.schema,
-                        self.queues,
-                        self.timeouts,
-                        self._on_hint,
-                        application_name("listen", self.id),
+                    self._heart.after_first_beat(
+                        listen(
+                            self.dsn,
+                            self.schema,
+                            self.queues,
+                            self.timeouts,
+                            self._on_hint,
+                            application_name("listen", self.id),
+                        )
                     )
                 ),
                 asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
@@ -307,6 +312,8 @@ class Worker:
                     await self._wind_down()
                 raise
             await self._wind_down()
+            if self._burst_refused is not None:
+                raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
             if self._chores:
                 await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
@@ -416,6 +423,7 @@ class Worker:
                 not self._stopping
                 and now >= self._claims_paused_until
                 and (self._claims.due(now) or (self.burst and not self._held))
+                and self._can_renew(now)
             )
             self._note_starved()
             if can_talk and (flush or (claim and self._capacity > 0)):
@@ -423,6 +431,7 @@ class Worker:
                 if (
                     self.burst
                     and claim
+                    and self._burst_refused is None
                     and claimed == 0
                     and not self._claims.mid_round
                     and not self._held
@@ -434,6 +443,18 @@ class Worker:
             if self._stopping and (not self._held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
+
+    def _can_renew(self, now: float) -> bool:
+        """Claim only while the heartbeater renews leases (renewal.py); say so once."""
+        assert self._heart is not None
+        note = self._heart.gate_note(now)
+        blocked = self._heart.claim_blocked(now) is not None
+        if blocked and self.burst and (refusal := self._heart.refusal(now)) is not None:
+            self._stop_burst(f"renewing leases refused ({refusal})")
+        if note is not None:
+            level = logging.WARNING if blocked else logging.INFO
+            log.log(level, "worker %s: %s", self.id, printable(note))
+        return not blocked
 
     def _note_starved(self) -> None:
         """Say once when handlers given up occupy every slot, so claiming has stopped."""
@@ -464,7 +485,7 @@ class Worker:
                     deadlines.append(self._first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
-            if not self._stopping and self._capacity > 0:
+            if not self._stopping and self._capacity > 0 and self._can_renew(now):
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
         return max(0.0, min(deadlines) - now)
 
@@ -512,15 +533,17 @@ class Worker:
             result = await self._settler.step(batch, queue, free)
         except (Disconnected, Transient) as exc:
             self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
+            if self.burst and isinstance(exc, Refused):
+                doing = f"claiming from {queue}" if queue is not None else "settling"
+                self._stop_burst(f"{doing} refused ({exc})")
             return 0
         if queue is not None and result.claim_refused is not None:
-            self._claims_paused_until = time.monotonic() + 5.0
-            log.warning(
-                "worker %s: claiming from %s refused (%s); pausing claims for 5s",
-                self.id,
-                printable(queue),
-                printable(result.claim_refused),
-            )
+            refused = f"claiming from {queue} refused ({result.claim_refused})"
+            if self.burst:
+                self._stop_burst(refused)
+            else:
+                self._claims_paused_until = time.monotonic() + 5.0
+                log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
         claimed = len(result.claimed)
         if queue is not None:
             for job in result.claimed:
@@ -536,6 +559,18 @@ class Worker:
             took = time.monotonic() - started
             self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
         return claimed
+
+    def _stop_burst(self, why: str) -> None:
+        """A burst worker that cannot claim stops (its held jobs finish or go back) and `run()`
+        raises: the queues were not drained."""
+        if self._burst_refused is None:
+            self._burst_refused = why
+            log.error(
+                "worker %s: %s; stopping (burst), the queues are not drained",
+                self.id,
+                printable(why),
+            )
+            self._request_stop(immediately=False)
 
     def _apply(self, result: StepResult) -> None:
         """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
