@@ -56,8 +56,8 @@ def psql_environment(dsn: str, schema: str) -> tuple[str, dict[str, str]]:
 @click.pass_context
 def psql_command(ctx: click.Context, psql_args: tuple[str, ...]) -> None:
     """Open psql on the queue's database (the embedded server too), the queue's schema first
-    on the search path: `SELECT * FROM jobs` works. Arguments after PSQL_ARGS go to psql, e.g.
-    `pgq psql -c 'SELECT count(*) FROM jobs'`. Exits with psql's exit code."""
+    on the search path, so `SELECT * FROM jobs` works. PSQL_ARGS go to psql as they are, e.g.
+    `pgq psql -c 'SELECT count(*) FROM jobs'`; pgq exits with psql's exit code."""
     target = settings(ctx).target()
     program = psql_program(target.embedded)
     if program is None:

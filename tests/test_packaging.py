@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -115,13 +116,21 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the wheel built from this checkout and its base dependencies
     only (pip resolves them, within CI's constraints)."""
     where = tmp_path_factory.mktemp("base-wheel")
+    source = where / "source"  # a copy: building in place would leave build/ in the checkout
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, source / name)
+    for package in ("pgq_core", "pgq_cli", "pgq_tui", "pgq_bench"):
+        shutil.copytree(ROOT / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "-w", str(where), str(ROOT)],
+    subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "-w", str(where), str(source)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = where.glob("pgq_fence-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith("pgq_bench/")], "the bench is not shipped"
     assert "pgq_core/queries.sql" in names and "pgq_tui/app.tcss" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the license ships"
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet",
