@@ -242,6 +242,8 @@ def worker_command(
     if not queues:
         raise click.UsageError("give at least one QUEUE")
     target = settings(ctx).target()
+    if tasks_spec is not None:
+        handler.use_database(target.dsn, target.schema)
     _log_to_stderr(log_level)
     metrics = None
     if metrics_port is not None:

@@ -398,7 +398,7 @@ class Task(Generic[P, R]):
             queue, target = AsyncQueue(conn, self.tasks.schema), conn
         else:
             if self.tasks.async_client is None:
-                client = await AsyncQueue.connect(schema=self.tasks._schema)
+                client = await AsyncQueue.connect(self.tasks._dsn, self.tasks._schema)
                 if self.tasks.async_client is None:  # no other enqueue connected meanwhile
                     self.tasks.async_client = client
                 else:
@@ -427,6 +427,7 @@ class Tasks:
     ) -> None:
         self.queue = queue
         self._schema = schema
+        self._dsn: str | None = None
         self.client = client
         self._connecting = threading.Lock()
         self.async_client = async_client
@@ -473,6 +474,13 @@ class Tasks:
     def schema(self, schema: str | None) -> None:
         self._schema = schema
 
+    def use_database(self, dsn: str, schema: str) -> None:
+        """Connect there, not where `Queue.connect()` would look, on the first enqueue without
+        a client: `pgq --dsn X worker --tasks ...` sets its own database, so a task that
+        enqueues another reaches the database its worker runs on."""
+        self._dsn = dsn
+        self._schema = schema
+
     @property
     def names(self) -> list[str]:
         return sorted(self._tasks)
@@ -493,7 +501,7 @@ class Tasks:
             return Queue(raw, self.schema), raw
         with self._connecting:
             if self.client is None:
-                self.client = Queue.connect(schema=self._schema)
+                self.client = Queue.connect(self._dsn, self._schema)
         return self.client, None
 
     # -- the handler --------------------------------------------------------------------

@@ -224,3 +224,43 @@ def test_pgq_psql_without_psql_is_one_line(
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("pgq: error: psql is not installed")
     assert "Traceback" not in result.output
+
+
+CHAINED_TASKS = '''
+from pgq_core import Tasks
+
+tasks = Tasks(queue="chain")
+
+
+@tasks.task
+def first(n: int) -> None:
+    second.enqueue(n=n + 1)      # no conn, no client: the registry connects by itself
+
+
+@tasks.task
+def second(n: int) -> int:
+    return n
+'''
+
+
+def test_a_task_enqueuing_another_reaches_the_database_its_worker_was_given(
+    dsn: str, schema: str, queue: Queue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pgq --dsn X worker --tasks ...` with no PGQ_DSN: the chained enqueue must go to X,
+    not to the embedded server (PGQ_HOME here is an empty directory: nothing runs there)."""
+    (tmp_path / "chained_tasks.py").write_text(CHAINED_TASKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("PGQ_DSN", raising=False)
+    monkeypatch.delenv("PGQ_SCHEMA", raising=False)
+    monkeypatch.setenv("PGQ_HOME", str(tmp_path / "no-server-here"))
+    queue.enqueue("chain", {"task": "first", "args": {"n": 1}})
+    result = CliRunner().invoke(
+        main, ["--dsn", dsn, "--schema", schema, "worker", "--tasks", "chained_tasks:tasks",
+               "--burst"],
+    )
+    assert result.exit_code == 0, result.output
+    details = [queue.job(j.id) for j in queue.jobs("chain")]
+    assert sorted((d.status, d.payload["task"], d.result) for d in details) == [
+        ("done", "first", None), ("done", "second", 2)
+    ]
+    assert not (tmp_path / "no-server-here" / "pgdata").exists()
