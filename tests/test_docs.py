@@ -265,7 +265,17 @@ def _after_readme(page: Page) -> None:
 AFTER: dict[str, Callable[[Page], None]] = {"README.md": _after_readme}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+#: The README runs in the default suite (its quick start and first worker are the promise made
+#: to every new user); the docs pages, ~25 s of subprocesses together, run with the slow tests.
+PAGE_PARAMS = [
+    pytest.param(
+        page, marks=() if page == ROOT / "README.md" else pytest.mark.slow, id=_page_id(page)
+    )
+    for page in PAGES
+]
+
+
+@pytest.mark.parametrize("page", PAGE_PARAMS)
 def test_every_code_block_of_the_page_runs(
     page: Path, dsn: str, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
