@@ -80,7 +80,7 @@ def psql_command(ctx: click.Context, psql_args: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print dsn, schema and embedded as JSON.")
 @click.pass_context
 def dsn_command(ctx: click.Context, as_json: bool) -> None:
-    """Print the DSN of the queue's database, PASSWORD INCLUDED, for a program of yours on
+    """Print the DSN of the queue's database, password included, for your own programs on
     this machine: `PGQ_DSN=$(pgq dsn) python app.py`. It is the one command that shows the
     password (everywhere else it is masked): keep its output out of logs, tickets and shared
     terminals.
