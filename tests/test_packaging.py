@@ -183,3 +183,20 @@ def test_the_base_wheel_enqueues_runs_a_worker_and_names_the_missing_extras(
     assert bench.returncode == 1 and bench.stderr.startswith(
         "pgq: error: pgq bench runs from a clone of the repository"
     ), bench.stderr
+
+
+def test_python_parts_without_their_extra_raise_missing_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+
+    from pgq_core import MissingExtra, sqlalchemy_engine
+
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[sqlalchemy\]'"):
+        sqlalchemy_engine("postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    for module in ("pgq_core.exporter", "pgq_core.worker.metrics"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[metrics\]'"):
+            importlib.import_module(module)
