@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -182,10 +183,23 @@ class Page:
         elif words[:2] in (["pgq", "dashboard"], ["pgq", "demo"]):
             run_dashboard_headless(self, words[1:], where)
         else:
+            if name == "pgq":
+                check_pgq_is_ours(self.env["PATH"], where)
             if words[:2] == ["pgq", "worker"] and "--burst" not in words:
                 command += " --burst"
             done = self.process(re.sub(r"^\.venv/bin/", "", command), shell=True)
             assert done.returncode == 0, f"{where}: exit {done.returncode}\n{done.stderr}"
+
+
+def check_pgq_is_ours(path: str, where: str) -> None:
+    """The `pgq` a reader's shell runs is pgq-fence's: PgQueuer (the bench extra) installs a
+    `pgq` too, and a pip command installing both may leave PgQueuer's."""
+    found = shutil.which("pgq", path=path)
+    assert found, f"{where}: no pgq on PATH"
+    assert "pgq_cli" in Path(found).read_text(errors="replace"), (
+        f"{where}: {found} is another project's pgq (PgQueuer's?): "
+        "pip install --no-deps --force-reinstall -e . writes pgq-fence's again"
+    )
 
 
 def check_pip_install(args: list[str], where: str) -> None:

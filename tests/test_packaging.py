@@ -123,9 +123,12 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for package in ("pgq_core", "pgq_cli", "pgq_tui", "pgq_bench"):
         shutil.copytree(ROOT / package, source / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    # no PYTHONPATH (pgq bench sets one to the checkout, whose egg-info pip would take for
+    # an installed pgq-fence)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     pip = [sys.executable, "-m", "pip"]
     subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "-w", str(where), str(source)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=env)
     (wheel,) = where.glob("pgq_fence-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith("pgq_bench/")], "the bench is not shipped"
@@ -135,7 +138,7 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet",
                     str(wheel), "-c", str(ROOT / ".ci" / "constraints.txt")],
-                   check=True, capture_output=True, timeout=600)
+                   check=True, capture_output=True, timeout=600, env=env)
     return env_dir
 
 
@@ -195,7 +198,10 @@ def test_python_parts_without_their_extra_raise_missing_extra(
     monkeypatch.setitem(sys.modules, "sqlalchemy", None)
     with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[sqlalchemy\]'"):
         sqlalchemy_engine("postgresql://nobody@127.0.0.1:1/none")
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    for name in [m for m in sys.modules if m.split(".")[0] == "prometheus_client"] + [
+        "prometheus_client"
+    ]:
+        monkeypatch.setitem(sys.modules, name, None)  # submodules too: imports find them first
     for module in ("pgq_core.exporter", "pgq_core.worker.metrics"):
         monkeypatch.delitem(sys.modules, module, raising=False)
         with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[metrics\]'"):
