@@ -1,12 +1,46 @@
-"""`pgq bench`: loads `pgq_bench` only when run, so no other command pays for it."""
+"""`pgq bench`: loads `pgq_bench` only when run, so no other command pays for it.
+
+The benchmarks are not in the wheel: they run from a clone of the repository, where an
+editable install (`pip install -e .`) leaves `pgq_bench` beside `pgq_cli`.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
 
-from .context import duration, lease_duration, settings
+from .context import duration, fail, lease_duration, settings
+
+
+def load_bench() -> ModuleType:
+    """`pgq_bench`, imported from the environment or else from the checkout `pgq_cli` lies in;
+    its directory goes on PYTHONPATH too, for the worker processes the benchmarks start
+    (they load their handlers from `pgq_bench`). One line when neither has it."""
+    try:
+        bench = importlib.import_module("pgq_bench")
+    except ModuleNotFoundError as exc:
+        if exc.name != "pgq_bench":
+            raise
+        checkout = Path(__file__).resolve().parent.parent
+        if not (checkout / "pgq_bench" / "__init__.py").is_file():
+            fail(
+                "pgq bench runs from a clone of the repository (the benchmarks are not in "
+                "the wheel): clone it and pip install -e . there"
+            )
+        sys.path.insert(0, str(checkout))
+        bench = importlib.import_module("pgq_bench")
+    assert bench.__file__ is not None
+    home = str(Path(bench.__file__).resolve().parent.parent)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if home not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [home, *paths]))
+    return bench
 
 
 def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -242,7 +276,5 @@ def bench_command(ctx: click.Context, /, **options: Any) -> None:
     \b
     --pickup: one idle `pgq worker`: enqueue commit to handler start, and claimed_at to
     handler start, idle and over a burst."""
-    from pgq_bench import run_command  # here, so that only `pgq bench` loads the bench
-
     obj = settings(ctx)
-    run_command(obj.dsn, obj.schema, **options)
+    load_bench().run_command(obj.dsn, obj.schema, **options)

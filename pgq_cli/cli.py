@@ -112,6 +112,16 @@ class LazyGroup(PgqGroup):
             "metrics_command",
             "Serve Prometheus metrics of the queue, read from the database on every scrape.",
         ),
+        "psql": (
+            "pgq_cli.db_cli",
+            "psql_command",
+            "Open psql on the queue's database (the embedded server too).",
+        ),
+        "dsn": (
+            "pgq_cli.db_cli",
+            "dsn_command",
+            "Print the DSN of the queue's database, password included, for your own programs.",
+        ),
         "config": (
             "pgq_cli.prod_cli",
             "config_group",

@@ -20,7 +20,7 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from pgq_core import PgqError, Queue, Target, migrate, ops, parse_duration, resolve
+from pgq_core import PgqError, Queue, Target, find_target, ops, parse_duration
 from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -45,7 +45,8 @@ EXIT_USAGE = 2
 
 @dataclass
 class Settings:
-    """Group options; the target is resolved (and the embedded server started) on first use."""
+    """Group options; the target is found (`pgq_core.find_target`: the embedded server
+    started and migrated when no DSN is given) on first use."""
 
     dsn: str | None
     schema: str | None
@@ -56,10 +57,7 @@ class Settings:
 
     def target(self) -> Target:
         if self._target is None:
-            self._target = resolve(self.dsn, self.schema)
-            if self._target.embedded:
-                with self.connect() as conn:
-                    migrate(conn, self._target.schema)
+            self._target = find_target(self.dsn, self.schema)
         return self._target
 
     def connect(self) -> psycopg.Connection[Any]:

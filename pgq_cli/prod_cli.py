@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pgq_core.config import connect_options, describe
+from pgq_core.extras import require
 from pgq_core.ops import NOTIFY_MODES
 from pgq_core.text import printable
 
@@ -66,6 +67,7 @@ def metrics_command(
     pgq_table_bytes, pgq_index_bytes, pgq_dead_tuples {table}
     pgq_up                            1 if the scrape read the database
     """
+    require("metrics", "pgq metrics")
     from prometheus_client import CollectorRegistry, start_http_server
 
     from pgq_core.exporter import QueueCollector

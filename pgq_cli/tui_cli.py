@@ -13,6 +13,7 @@ import psycopg
 
 from pgq_core import embedded, migrate, resolve
 from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
+from pgq_core.extras import require
 from pgq_core.worker import load_handler
 
 from .context import command_name, fail, lease_duration, settings
@@ -83,6 +84,7 @@ def dashboard_command(
     lease: timedelta,
 ) -> None:
     """Live view of queues, leases, jobs and workers, with operator actions (? for keys)."""
+    require("tui", "the dashboard")
     from pgq_tui.launch import make_app
 
     handler = load_handler(handler_spec) if handler_spec else None
@@ -125,6 +127,7 @@ def demo_command(ctx: click.Context, refresh: float, no_workers: bool) -> None:
 
     Uses the embedded server unless --dsn is given, and schema pgq_demo unless --schema is.
     """
+    require("tui", "the demo's dashboard")
     from pgq_tui.launch import make_app
 
     from .demo_jobs import DEMO_QUEUES, DemoProducer, handle

@@ -17,6 +17,7 @@ import psycopg
 
 from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
 from pgq_core.errors import PgqError
+from pgq_core.extras import require
 from pgq_core.text import printable
 from pgq_core.worker import Worker, load_handler, run_until_stopped
 
@@ -241,9 +242,12 @@ def worker_command(
     if not queues:
         raise click.UsageError("give at least one QUEUE")
     target = settings(ctx).target()
+    if tasks_spec is not None:
+        handler.use_database(target.dsn, target.schema)
     _log_to_stderr(log_level)
     metrics = None
     if metrics_port is not None:
+        require("metrics", "--metrics-port")
         from pgq_core.worker.metrics import WorkerMetrics
 
         metrics = WorkerMetrics()

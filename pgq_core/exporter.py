@@ -22,8 +22,14 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+
+from .extras import MissingExtra
+
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as exc:
+    raise MissingExtra("pgq_core.exporter", "metrics") from exc
 
 from . import ops
 from .config import first_line, pooled, scrub

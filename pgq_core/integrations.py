@@ -3,19 +3,25 @@ psycopg 3 driver (`postgresql+psycopg://`), or a plain psycopg connection.
 
 The job is written on the very connection, inside the very transaction, of the application's
 own writes: it exists only if they commit. SQLAlchemy is never imported here; its objects are
-recognised by what they offer.
+recognised by what they offer; `sqlalchemy_engine` alone imports it, when called.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .config import connect_options, schema_name
 from .errors import PgqError
+from .extras import require
 from .ops import DEFAULT_MAX_ATTEMPTS
 from .queue import Queue
+from .target import find_target
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def driver_connection(obj: Any) -> psycopg.Connection[Any]:
@@ -63,16 +69,17 @@ def enqueue_in(
     queue: str,
     payload: Any,
     *,
-    schema: str = "pgq",
+    schema: str | None = None,
     delay: timedelta | None = None,
     run_at: datetime | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     unique_key: str | None = None,
 ) -> int:
     """Enqueue one job inside `conn`'s transaction (see `driver_connection` for what `conn`
-    may be): the job's id. It commits or rolls back with the caller's own writes."""
+    may be): the job's id. It commits or rolls back with the caller's own writes. `schema`:
+    else PGQ_SCHEMA, else pgq."""
     raw = driver_connection(conn)
-    return Queue(raw, schema).enqueue(
+    return Queue(raw, schema_name(schema)).enqueue(
         queue,
         payload,
         delay=delay,
@@ -81,3 +88,20 @@ def enqueue_in(
         unique_key=unique_key,
         conn=raw,
     )
+
+
+def sqlalchemy_engine(dsn: str | None = None, **options: Any) -> Engine:
+    """A SQLAlchemy engine (psycopg 3 driver) on the queue's database, found as the CLI finds
+    it: `dsn`, else PGQ_DSN, else the embedded server (started if needed, the PGQ_SCHEMA or
+    pgq schema migrated). Its connections are bounded like pgq's own
+    (`config.connect_options`); the DSN stays out of the engine's URL, so printing the engine
+    shows no password. `options` go to `sqlalchemy.create_engine`."""
+    require("sqlalchemy", "sqlalchemy_engine()")
+    from sqlalchemy import create_engine
+
+    dsn = find_target(dsn).dsn
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, **connect_options(dsn))
+
+    return create_engine("postgresql+psycopg://", creator=connect, **options)

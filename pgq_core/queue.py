@@ -8,6 +8,7 @@ back with the caller's own writes.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import logging
@@ -65,6 +66,7 @@ from .models import (
 )
 from .ops import JobSpec, Op
 from .queries import query_with, statement
+from .target import find_target
 from .text import first_surrogate
 
 T = TypeVar("T")
@@ -259,10 +261,14 @@ class Queue:
         self._owns = owns
 
     @classmethod
-    def connect(cls, dsn: str, schema: str = "pgq") -> Queue:
-        """Connects with `config.connect_options`: the attempt is bounded, keepalives on; a
-        pooler nobody announced is found (`detect_pooler`) and logged once."""
-        conn = psycopg.connect(dsn, autocommit=True, **connect_options(dsn))
+    def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
+        """A queue on its own connection, found as the CLI finds it (`target.find_target`):
+        `dsn`, else PGQ_DSN, else the embedded server (started if needed, its schema
+        migrated); `schema`, else PGQ_SCHEMA, else pgq. The attempt is bounded and keepalives
+        are on (`config.connect_options`); a pooler nobody announced is found
+        (`detect_pooler`) and logged once."""
+        target = find_target(dsn, schema)
+        conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
         try:
             line = detect_pooler(conn)
         except BaseException:
@@ -270,7 +276,7 @@ class Queue:
             raise
         if line is not None:
             log.warning("%s", line)
-        return cls(conn, schema, owns=True)
+        return cls(conn, target.schema, owns=True)
 
     def close(self) -> None:
         if self._owns:
@@ -613,10 +619,14 @@ class AsyncQueue:
         self._owns = owns
 
     @classmethod
-    async def connect(cls, dsn: str, schema: str = "pgq") -> AsyncQueue:
-        """Connects with `config.connect_options`: the attempt is bounded, keepalives on; a
-        pooler nobody announced is found (`adetect_pooler`) and logged once."""
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_options(dsn))
+    async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
+        """`Queue.connect` for asyncio: the same target (found in a thread, since starting the
+        embedded server blocks), the same bounds; a pooler nobody announced is found
+        (`adetect_pooler`) and logged once."""
+        target = await asyncio.to_thread(find_target, dsn, schema)
+        conn = await psycopg.AsyncConnection.connect(
+            target.dsn, autocommit=True, **connect_options(target.dsn)
+        )
         try:
             line = await adetect_pooler(conn)
         except BaseException:
@@ -624,7 +634,7 @@ class AsyncQueue:
             raise
         if line is not None:
             log.warning("%s", line)
-        return cls(conn, schema, owns=True)
+        return cls(conn, target.schema, owns=True)
 
     async def close(self) -> None:
         if self._owns:

@@ -46,13 +46,14 @@ import json
 import math
 import re
 import string
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 import psycopg
 
-from .config import check_queue_name
+from .config import check_queue_name, schema_name
 from .errors import DontRetry, LeaseLost, PgqError
 from .integrations import driver_connection
 from .ops import DEFAULT_MAX_ATTEMPTS, JobSpec, check_backoff, check_unique_key
@@ -395,32 +396,40 @@ class Task(Generic[P, R]):
             queue, target = conn, None
         elif isinstance(conn, psycopg.AsyncConnection):
             queue, target = AsyncQueue(conn, self.tasks.schema), conn
-        elif self.tasks.async_client is not None:
-            queue, target = self.tasks.async_client, None
         else:
-            raise PgqError(f"task {self.name}: no connection (pass conn=, or set async_client)")
+            if self.tasks.async_client is None:
+                client = await AsyncQueue.connect(self.tasks._dsn, self.tasks._schema)
+                if self.tasks.async_client is None:  # no other enqueue connected meanwhile
+                    self.tasks.async_client = client
+                else:
+                    await client.close()
+            queue, target = self.tasks.async_client, None
         return (await queue.enqueue_many([spec], conn=target))[0]
 
 
 class Tasks:
     """A registry of tasks, and the worker handler that runs them by name.
 
-    `queue` is the default queue of its tasks; `schema` is used with a bare connection;
-    `client` / `async_client` enqueue when no `conn` is given.
+    `queue` is the default queue of its tasks; `schema` (else PGQ_SCHEMA, else pgq) is used
+    with a bare connection; `client` / `async_client` enqueue when no `conn` is given, and when
+    none was given one is connected on first use as `Queue.connect()` finds the database
+    (PGQ_DSN, else the embedded server).
     """
 
     def __init__(
         self,
         queue: str = "default",
         *,
-        schema: str = "pgq",
+        schema: str | None = None,
         client: Queue | None = None,
         async_client: AsyncQueue | None = None,
         threads: int = DEFAULT_THREADS,
     ) -> None:
         self.queue = queue
-        self.schema = schema
+        self._schema = schema
+        self._dsn: str | None = None
         self.client = client
+        self._connecting = threading.Lock()
         self.async_client = async_client
         self.threads = threads
         self._tasks: dict[str, Task[Any, Any]] = {}
@@ -457,6 +466,22 @@ class Tasks:
         return register(fn) if fn is not None else register
 
     @property
+    def schema(self) -> str:
+        """The schema given, else PGQ_SCHEMA, else pgq (read when used, as the CLI reads it)."""
+        return schema_name(self._schema)
+
+    @schema.setter
+    def schema(self, schema: str | None) -> None:
+        self._schema = schema
+
+    def use_database(self, dsn: str, schema: str) -> None:
+        """Connect there, not where `Queue.connect()` would look, on the first enqueue without
+        a client: `pgq --dsn X worker --tasks ...` sets its own database, so a task that
+        enqueues another reaches the database its worker runs on."""
+        self._dsn = dsn
+        self._schema = schema
+
+    @property
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
@@ -474,8 +499,9 @@ class Tasks:
         if conn is not None:
             raw = driver_connection(conn)
             return Queue(raw, self.schema), raw
-        if self.client is None:
-            raise PgqError("no connection: pass conn= (or give Tasks a client Queue)")
+        with self._connecting:
+            if self.client is None:
+                self.client = Queue.connect(self._dsn, self._schema)
         return self.client, None
 
     # -- the handler --------------------------------------------------------------------

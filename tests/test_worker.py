@@ -397,6 +397,25 @@ async def test_burst_exits_at_once_on_empty_queues(dsn: str, schema: str) -> Non
     assert worker.snapshot().state == "stopped"
 
 
+async def test_burst_runs_what_its_last_handler_enqueued_before_exiting(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A chain of jobs, each enqueuing the next and returning: the burst ends only once the
+    last link is done. Before, the settle that completed a link (a step that claimed nothing,
+    since a job was still held when it was planned) counted as 'queues drained', leaving the
+    next link ready (this test failed 6 runs in 6)."""
+    queue.enqueue("q", {"left": 5})
+
+    def handler(ctx: JobContext) -> None:
+        if ctx.payload["left"]:
+            with Queue.connect(dsn, schema) as producer:
+                producer.enqueue("q", {"left": ctx.payload["left"] - 1})
+
+    worker = make_worker(dsn, schema, handler, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert status_counts(queue) == {"done": 6}
+
+
 async def test_several_queues_are_all_drained(dsn: str, schema: str, queue: Queue) -> None:
     queue.enqueue_many([JobSpec(q, {}) for q in ("a", "b", "c") for _ in range(15)])
     queue.enqueue("not-mine", {})

@@ -15,9 +15,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from ..extras import MissingExtra
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as exc:
+    raise MissingExtra("pgq_core.worker.metrics", "metrics") from exc
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

