@@ -19,7 +19,7 @@ from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
 from pgq_core.errors import PgqError
 from pgq_core.extras import require
 from pgq_core.text import printable
-from pgq_core.worker import Worker, load_handler, run_until_stopped
+from pgq_core.worker import Worker, catch_stop_signals, load_handler, run_until_stopped
 
 from .context import at_most, fail, lease_duration, queue_names, settings, when
 
@@ -225,6 +225,7 @@ def worker_command(
         raise click.UsageError("--reload-dir goes with --reload")
     if reload:
         _supervise(burst, log_level, reload_dirs, grace)
+    caught = catch_stop_signals()
     if tasks_spec is not None:
         from pgq_core.tasks import Tasks
 
@@ -286,7 +287,7 @@ def worker_command(
         else:
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
-    asyncio.run(run_until_stopped(worker, on_signal))
+    asyncio.run(run_until_stopped(worker, on_signal, caught))
     if burst:
         _tell_retries_waiting(ctx, worker.id, queues, log)
     if worker.handlers_still_running():

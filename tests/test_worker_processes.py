@@ -398,6 +398,29 @@ def test_cli_handler_module_from_the_current_directory(
     assert queue.job(job_id).status == "done"
 
 
+def test_sigterm_while_the_handler_module_imports_stops_cleanly(
+    queue: Queue, workers: Workers, tmp_path: Path
+) -> None:
+    """A worker told to stop while it is still starting (a supervisor's SIGTERM right after a
+    restart) stops as it would later: exit 0, nothing claimed; it died with -15 before."""
+    here = tmp_path / "app"
+    here.mkdir()
+    importing = tmp_path / "importing"
+    (here / "slow_jobs.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(importing)!r}).touch()\n"
+        "time.sleep(1.5)\n"
+        "def handle(ctx):\n    pass\n"
+    )
+    job_id = queue.enqueue("slow-start", {})
+    proc = workers.start("slow-start", "--handler", "slow_jobs:handle", cwd=here)
+    wait_for(importing.exists, what="the handler module importing")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, workers.log(proc)
+    assert "received SIGTERM" in workers.log(proc)
+    assert (queue.job(job_id).status, queue.job(job_id).attempts) == ("ready", 0)
+
+
 def test_cli_worker_id_names_its_claims(queue: Queue, workers: Workers) -> None:
     job_id = queue.enqueue("named", {})
     proc = workers.start("named", "--handler", "handlers_for_tests:noop", "--burst",

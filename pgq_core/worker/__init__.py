@@ -15,7 +15,7 @@
 
 from .context import JobContext
 from .runner import Handler, load_handler
-from .runtime import RunningJob, Worker, WorkerSnapshot, run_until_stopped
+from .runtime import RunningJob, Worker, WorkerSnapshot, catch_stop_signals, run_until_stopped
 
 __all__ = [
     "Handler",
@@ -23,6 +23,7 @@ __all__ = [
     "RunningJob",
     "Worker",
     "WorkerSnapshot",
+    "catch_stop_signals",
     "load_handler",
     "run_until_stopped",
 ]

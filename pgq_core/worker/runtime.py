@@ -803,10 +803,29 @@ class Worker:
         log.info("worker %s: handed back %d job(s)", self.id, released)
 
 
+def catch_stop_signals() -> list[str]:
+    """Record SIGTERM and SIGINT from now until `run_until_stopped` takes them over: a worker
+    told to stop while it starts (importing its handler, connecting) stops as soon as it runs,
+    never dies of the signal. Call it first; give the list to `run_until_stopped`."""
+    import signal
+
+    received: list[str] = []
+
+    def record(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, record)
+    return received
+
+
 async def run_until_stopped(
-    worker: Worker, on_signal: Callable[[str, int], None] | None = None
+    worker: Worker,
+    on_signal: Callable[[str, int], None] | None = None,
+    caught: Sequence[str] = (),
 ) -> None:
-    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once."""
+    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once.
+    `caught` are the signals `catch_stop_signals` recorded before; they count as received now."""
     import signal
 
     loop = asyncio.get_running_loop()
@@ -820,6 +839,8 @@ async def run_until_stopped(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, handle, sig.name)
+    for name in list(caught):
+        handle(name)
     try:
         await worker.run()
     finally:
