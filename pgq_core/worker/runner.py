@@ -303,11 +303,17 @@ class Runner:
         self._abandoned: set[_Running] = set()
         self._threads_lock = threading.Lock()
         self._in_threads = 0
+        self._occupied = 0
 
     @property
     def abandoned(self) -> int:
         """Handlers given up that have not ended yet: each still occupies a slot."""
         return len(self._abandoned)
+
+    @property
+    def occupied(self) -> int:
+        """Slots occupied: handlers started that have not ended, given up or not."""
+        return self._occupied
 
     def still_running(self) -> int:
         """Handlers executing now (threads and tasks), given up or not."""
@@ -335,6 +341,7 @@ class Runner:
         loop = asyncio.get_running_loop()
         run = _Running(ctx, on_outcome)
         timeout = ctx.timeout = self._timeout_for(ctx, timeout)
+        self._occupied += 1
         if timeout is not None:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
@@ -383,6 +390,8 @@ class Runner:
         self.abandon(run.ctx)
 
     def _ended(self, run: _Running, outcome: Outcome) -> None:
+        if not run.ended:
+            self._occupied -= 1
         run.ended = True
         if run.timer is not None:
             run.timer.cancel()
