@@ -831,20 +831,30 @@ async def test_a_freed_slot_starts_a_buffered_job_and_buffered_leases_are_kept(
         assert [e.event for e in job.history] == ["enqueued", "claimed", "completed"]
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_stop_hands_buffered_jobs_back_at_once_without_their_attempt(
-    dsn: str, schema: str, queue: Queue
+    dsn: str, schema: str, queue: Queue, kind: str
 ) -> None:
+    """A plain function's next job waits on its thread's queue: it is taken back with the
+    rest of the buffer, never run."""
     running_id, *buffered = queue.enqueue_many([JobSpec("q", {}) for _ in range(4)])
-    gate = asyncio.Event()
+    gate = threading.Event()
     started: list[int] = []
 
     async def handler(ctx: JobContext) -> None:
         started.append(ctx.id)
-        await gate.wait()
+        await asyncio.to_thread(gate.wait)
 
-    worker = make_worker(dsn, schema, handler, concurrency=1, prefetch=3, grace=3600.0)
+    def sync_handler(ctx: JobContext) -> None:
+        started.append(ctx.id)
+        gate.wait()
+
+    worker = make_worker(
+        dsn, schema, handler if kind == "async" else sync_handler, concurrency=1, prefetch=3,
+        grace=3600.0,
+    )
     task = asyncio.create_task(worker.run())
-    await until(lambda: worker.snapshot().buffered == 3, what="three jobs buffered")
+    await until(lambda: len(worker.snapshot().running) == 1, what="one job running")
     worker.stop()
     await until(
         lambda: all(queue.job(i).status == "ready" for i in buffered), what="buffer handed back"

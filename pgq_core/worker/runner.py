@@ -28,6 +28,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -249,10 +250,15 @@ class _Threads:
 
     def _serve(self) -> None:
         while (run := self._work.get()) is not _STOP:
-            try:
-                outcome = self._run(run.ctx)
-            except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
-                outcome = Outcome("raised", describe_exception(exc))
+            ctx = run.ctx
+            if ctx._lost:  # given up before any thread began it: it never runs
+                outcome = CANCELLED
+            else:
+                ctx._began = time.monotonic()
+                try:
+                    outcome = self._run(ctx)
+                except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
+                    outcome = Outcome("raised", describe_exception(exc))
             with self._lock:
                 self._ended.append((run, outcome))
                 wake = len(self._ended) == 1
@@ -269,6 +275,23 @@ class _Threads:
         self._given -= len(ended)
         for run, outcome in ended:
             self._deliver(run, outcome)
+
+    def take_queued(self) -> list[_Running]:
+        """The runs no thread has begun, taken out of the queue: no thread will run them."""
+        taken, stops = [], 0
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stops += 1
+            else:
+                taken.append(item)
+        for _ in range(stops):
+            self._work.put(_STOP)
+        self._given -= len(taken)
+        return taken
 
     def shutdown(self) -> None:
         """Threads exit once their current handler (if any) returns; queued work is dropped."""
@@ -333,11 +356,27 @@ class Runner:
             with self._threads_lock:
                 self._in_threads -= 1
 
+    def take_back(self) -> list[JobContext]:
+        """Jobs started on a thread's queue that no thread has begun: taken back, never run,
+        their slots free (`ctx._began` tells which were begun)."""
+        if self._threads is None:
+            return []
+        runs = self._threads.take_queued()
+        for run in runs:
+            run.ended = True
+            self._occupied -= 1
+            if run.timer is not None:
+                run.timer.cancel()
+            if self._running.get(run.ctx.id) is run:
+                del self._running[run.ctx.id]
+        return [run.ctx for run in runs]
+
     def start(
         self, ctx: JobContext, timeout: float | None, on_outcome: Callable[[Outcome], None]
     ) -> None:
         """Run the handler on `ctx`; `on_outcome` is called once, on the event loop, with how
-        it ended (see the module's invariants). Must be called on the event loop."""
+        it ended (see the module's invariants). Must be called on the event loop. A plain
+        function waits on the threads' queue while every thread is busy (see `take_back`)."""
         loop = asyncio.get_running_loop()
         run = _Running(ctx, on_outcome)
         timeout = ctx.timeout = self._timeout_for(ctx, timeout)
@@ -348,6 +387,7 @@ class Runner:
         if self._threads is not None:
             self._threads.submit(loop, run)
             return
+        ctx._began = time.monotonic()
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
         task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))

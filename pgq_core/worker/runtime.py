@@ -179,6 +179,7 @@ class Worker:
         self._pending: list[Held] = []
         self._buffer: collections.deque[Held] = collections.deque()
         self._buffer_retry_at = 0.0
+        self._queued_ahead = 0
         self._first_pending_at = 0.0
         self._stopping = False
         self._immediate = False
@@ -215,7 +216,8 @@ class Worker:
         return self._claims.idle_delay
 
     def snapshot(self) -> WorkerSnapshot:
-        held = [h for h in list(self._held.values()) if h.started_at and h.outcome is None]
+        held = [h for h in list(self._held.values()) if h.ctx._began and h.outcome is None]
+        wall = time.time() - time.monotonic()
         return WorkerSnapshot(
             id=self.id,
             queues=self.queues,
@@ -225,7 +227,9 @@ class Worker:
             failed=self._failed,
             lost=self._lost,
             running=tuple(
-                RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, h.started_at)
+                RunningJob(
+                    h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began
+                )
                 for h in held
             ),
             buffered=len(self._buffer),
@@ -269,6 +273,8 @@ class Worker:
         self._runner = Runner(
             self.handler, self.concurrency, f"pgq-job-{self.id}", self._slot_freed
         )
+        if not self._runner.is_async and self.timeout is None:
+            self._queued_ahead = self.concurrency
         self._link = Link(
             self.dsn,
             self.schema,
@@ -374,7 +380,17 @@ class Worker:
         self._claims.notified()
         self._wakeup()
 
+    def _take_back(self) -> None:
+        """Jobs waiting on the threads' queue that no thread began go back to the buffer."""
+        if self._runner is None:
+            return
+        taken = {ctx.id for ctx in self._runner.take_back()}
+        if taken:
+            waiting = [h for h in self._held.values() if h.job.id in taken]
+            self._buffer.extendleft(reversed(waiting))
+
     def _request_stop(self, immediately: bool) -> None:
+        self._take_back()
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
@@ -430,7 +446,7 @@ class Worker:
         assert self._runner is not None
         youngest = None
         if self._runner.occupied >= self.concurrency:
-            youngest = max((h.began for h in self._held.values() if h.began), default=None)
+            youngest = max((h.ctx._began for h in self._held.values()), default=None) or None
         self._target = self._prefetch.size(youngest)
 
     # -- the main loop: settle, claim, wait ---------------------------------------------------
@@ -702,20 +718,21 @@ class Worker:
         """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
         ctx = JobContext(job, self.id, self.schema)
         ctx.timeout = self.timeout
-        held = Held(job, ctx, 0.0)
+        held = Held(job, ctx)
         self._held[job.id] = held
         if self._heart is not None:
             self._heart.track(job.id, job.fence)
         self._buffer.append(held)
 
     def _fill(self) -> None:
-        """Start buffered jobs on the free slots; none once the worker is stopping."""
+        """Start buffered jobs on the free slots; none once the worker is stopping. Plain
+        functions without a timeout get one more job per thread, waiting on the threads' queue,
+        so a thread that finishes starts the next without waiting for the event loop."""
         runner = self._runner
         assert runner is not None
-        while self._buffer and not self._stopping and runner.occupied < self.concurrency:
+        slots = self.concurrency + self._queued_ahead
+        while self._buffer and not self._stopping and runner.occupied < slots:
             held = self._buffer.popleft()
-            held.started_at = time.time()
-            held.began = time.monotonic()
             job = held.job
             if isinstance(job.payload, UnreadablePayload):
                 error = f"the payload cannot be read: {job.payload.reason}"
@@ -732,7 +749,7 @@ class Worker:
         """A handler ended: queue its job's settlement (unless the job was given up) and start
         the next buffered job on the slot it freed."""
         if outcome.kind in ("returned", "raised"):
-            self._prefetch.handler_ended(held.began)
+            self._prefetch.handler_ended(held.ctx._began)
         self._settle_later(held, outcome)
         self._fill()
 
@@ -784,7 +801,7 @@ class Worker:
         self._release(held)
         if held in self._pending:
             self._pending.remove(held)
-        if not held.started_at and held in self._buffer:
+        if not held.ctx._began and held in self._buffer:
             self._buffer.remove(held)
         self._lost += 1
         assert self._runner is not None
@@ -877,6 +894,7 @@ class Worker:
 
     async def _hand_back(self, deadline: float) -> None:
         """Tell running handlers to stop and release their jobs (the attempt not counted)."""
+        self._take_back()
         remaining = [h for h in self._held.values() if h.outcome is None]
         if not remaining:
             return

@@ -42,8 +42,6 @@ class Held:
 
     job: Job
     ctx: JobContext
-    #: when its handler started (wall clock); 0 while it waits in the buffer
-    started_at: float
     outcome: Outcome | None = None
     #: its settlement was in flight when the connection broke: it may have committed unseen
     uncertain: bool = False
@@ -51,8 +49,6 @@ class Held:
     not_before: float = 0.0
     #: how many settlements in a row found its row locked by another session
     busy: int = 0
-    #: when its handler started (monotonic), for the prefetch policy's run times
-    began: float = 0.0
 
 
 @dataclass
