@@ -859,7 +859,7 @@ class Worker:
             return
         busy = set(settled.busy)
         for h in waiting:
-            if h.job.id not in busy:
+            if h.job.id not in busy and h in self._buffer:  # not lost meanwhile
                 self._buffer.remove(h)
                 self._release(h)
         if busy:
