@@ -523,6 +523,7 @@ def test_restart_under_the_same_id_leaves_the_killed_claim_to_its_lease(
         (("q", "--handler", "no_such_mod:f"), "pgq: error: cannot import handler module"),
         (("q", "--handler", "handlers_for_tests:noop", "--lease", "soon"), "not a duration"),
         (("q", "--handler", "handlers_for_tests:noop", "--concurrency", "0"), "concurrency"),
+        (("q", "--handler", "handlers_for_tests:noop", "--prefetch", "-1"), "--prefetch"),
     ],
 )
 def test_cli_bad_input_is_one_line(

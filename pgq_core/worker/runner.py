@@ -276,8 +276,12 @@ class _Threads:
         for run, outcome in ended:
             self._deliver(run, outcome)
 
-    def take_queued(self) -> list[_Running]:
-        """The runs no thread has begun, taken out of the queue: no thread will run them."""
+    def queued(self) -> int:
+        return self._work.qsize()
+
+    def take_queued(self, keep: int) -> list[_Running]:
+        """The runs no thread has begun but the first `keep`, taken out of the queue: no thread
+        will run them."""
         taken, stops = [], 0
         while True:
             try:
@@ -288,8 +292,11 @@ class _Threads:
                 stops += 1
             else:
                 taken.append(item)
+        for run in taken[:keep]:
+            self._work.put(run)
         for _ in range(stops):
             self._work.put(_STOP)
+        taken = taken[keep:]
         self._given -= len(taken)
         return taken
 
@@ -356,12 +363,13 @@ class Runner:
             with self._threads_lock:
                 self._in_threads -= 1
 
-    def take_back(self) -> list[JobContext]:
-        """Jobs started on a thread's queue that no thread has begun: taken back, never run,
-        their slots free (`ctx._began` tells which were begun)."""
+    def take_back(self, slots: int = 0) -> list[JobContext]:
+        """Jobs started on the threads' queue that no thread has begun, beyond what `slots`
+        threads run next: taken back, never run, their slots free."""
         if self._threads is None:
             return []
-        runs = self._threads.take_queued()
+        begun = self._occupied - self._threads.queued()
+        runs = self._threads.take_queued(keep=max(0, slots - begun))
         for run in runs:
             run.ended = True
             self._occupied -= 1

@@ -380,17 +380,17 @@ class Worker:
         self._claims.notified()
         self._wakeup()
 
-    def _take_back(self) -> None:
-        """Jobs waiting on the threads' queue that no thread began go back to the buffer."""
+    def _take_back(self, slots: int = 0) -> None:
+        """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
         if self._runner is None:
             return
-        taken = {ctx.id for ctx in self._runner.take_back()}
+        taken = {ctx.id for ctx in self._runner.take_back(slots)}
         if taken:
             waiting = [h for h in self._held.values() if h.job.id in taken]
             self._buffer.extendleft(reversed(waiting))
 
     def _request_stop(self, immediately: bool) -> None:
-        self._take_back()
+        self._take_back(0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
