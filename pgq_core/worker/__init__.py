@@ -1,6 +1,7 @@
 """The worker runtime, as named parts (River's producer / completer / rescuer / notifier split):
 
-- `policy`: when to claim and from which queue, when to settle, how long to back off (no I/O);
+- `policy`: when to claim and from which queue, how many jobs to claim ahead, when to settle,
+  how long to back off (no I/O);
 - `link`: the statement connection and what a failed statement means;
 - `settler`: finished handlers to one settlement each, with the next claim, split per job
   when the database refuses one job's data;

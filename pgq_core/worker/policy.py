@@ -1,6 +1,6 @@
 """The worker's decisions that need no database: which queue to claim from next, how long to
-idle, when to flush settlements, how long to back off. Each takes the time as an argument (or
-a clock) so it is tested fast and exactly.
+idle, how many jobs to claim ahead, when to flush settlements, how long to back off. Each
+takes the time as an argument (or a clock) so it is tested fast and exactly.
 """
 
 from __future__ import annotations

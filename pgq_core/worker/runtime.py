@@ -1,10 +1,11 @@
 """The `Worker`: the state machine that composes the named parts.
 
-Parts: `ClaimRound` and `FlushPolicy` (policy.py) decide when to claim and settle; `Link`
-(link.py) runs statements; `Settler` (settler.py) turns finished handlers into settlements and
-the next claim; `Runner` (runner.py) runs handlers; `Heartbeater`
-(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
-`schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them.
+Parts: `ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how
+many jobs to hold ahead and when to settle; `Link` (link.py) runs statements; `Settler`
+(settler.py) turns finished handlers into settlements and the next claim; `Runner` (runner.py)
+runs handlers; `Heartbeater` (heartbeater.py) keeps leases alive from its own thread;
+`reap_forever` (reaper.py), `schedule_forever` (scheduler.py) and `listen` (listener.py) run
+beside them.
 
 Invariants:
 - A job is *held* from its claim until its settlement committed, a write of it matched no
