@@ -887,3 +887,23 @@ async def test_a_buffering_worker_drains_every_job_once(
     assert status_counts(queue) == {"done": 500}
     snap = worker.snapshot()
     assert (snap.done, snap.failed, snap.lost, snap.buffered) == (500, 0, 0, 0)
+
+
+async def test_a_plain_handlers_own_timeout_runs_from_its_start_not_its_claim(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A job's timeout (the handler's `timeout_for`) counts from when its handler starts: a
+    buffered job waiting behind a running one is not timed out for its wait."""
+    ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+
+    class Handler:
+        def __call__(self, ctx: JobContext) -> None:
+            time.sleep(0.4)
+
+        def timeout_for(self, ctx: JobContext) -> float:
+            return 0.6
+
+    worker = make_worker(dsn, schema, Handler(), concurrency=1, prefetch=2, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert [queue.job(i).status for i in ids] == ["done"] * 3
+    assert (worker.snapshot().done, worker.snapshot().failed) == (3, 0)

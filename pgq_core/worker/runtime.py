@@ -274,7 +274,8 @@ class Worker:
         self._runner = Runner(
             self.handler, self.concurrency, f"pgq-job-{self.id}", self._slot_freed
         )
-        if not self._runner.is_async and self.timeout is None:
+        timed = self.timeout is not None or hasattr(self.handler, "timeout_for")
+        if not self._runner.is_async and not timed:  # a timeout runs from the submit
             self._queued_ahead = self.concurrency
         self._link = Link(
             self.dsn,
