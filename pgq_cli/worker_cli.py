@@ -238,6 +238,7 @@ def worker_command(
     if reload:
         _supervise(burst, log_level, reload_dirs, grace)
     caught = catch_stop_signals()
+    ctx.call_on_close(caught.restore)
     if tasks_spec is not None:
         from pgq_core.tasks import Tasks
 
@@ -300,7 +301,7 @@ def worker_command(
         else:
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
-    asyncio.run(run_until_stopped(worker, on_signal, caught))
+    asyncio.run(run_until_stopped(worker, on_signal, caught.received))
     if burst:
         _tell_retries_waiting(ctx, worker.id, queues, log)
     if worker.handlers_still_running():

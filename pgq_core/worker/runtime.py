@@ -930,20 +930,35 @@ class Worker:
         log.info("worker %s: handed back %d job(s)", self.id, released)
 
 
-def catch_stop_signals() -> list[str]:
-    """Record SIGTERM and SIGINT from now until `run_until_stopped` takes them over: a worker
-    told to stop while it starts (importing its handler, connecting) stops as soon as it runs,
-    never dies of the signal. Call it first; give the list to `run_until_stopped`."""
-    import signal
+class CaughtSignals:
+    """SIGTERM and SIGINT recorded in `received` from `catch_stop_signals()` until
+    `run_until_stopped` takes them over: a worker told to stop while it starts (importing its
+    handler, connecting) stops as soon as it runs, never dies of the signal. `restore()` puts
+    back the handlers found, for a worker started in a process that goes on."""
 
-    received: list[str] = []
+    def __init__(self) -> None:
+        import signal
 
-    def record(signum: int, frame: object) -> None:
-        received.append(signal.Signals(signum).name)
+        self.received: list[str] = []
+        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in self._previous:
+            signal.signal(sig, self._record)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, record)
-    return received
+    def _record(self, signum: int, frame: object) -> None:
+        import signal
+
+        self.received.append(signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def catch_stop_signals() -> CaughtSignals:
+    """Record SIGTERM and SIGINT from now on (see `CaughtSignals`); call it first thing."""
+    return CaughtSignals()
 
 
 async def run_until_stopped(
