@@ -815,7 +815,9 @@ async def test_a_freed_slot_starts_a_buffered_job_and_buffered_leases_are_kept(
     )
     async with running(reaper):
         task = asyncio.create_task(worker.run())
-        await until(lambda: worker.snapshot().buffered == 3, what="three jobs buffered")
+        await until(
+            lambda: worker.snapshot().buffered == 3 and ran, what="one job running, 3 buffered"
+        )
         first = running_rows(queue)
         assert sorted(first) == sorted(ids) and ran == [ids[0]]
         await asyncio.sleep(3.0)
