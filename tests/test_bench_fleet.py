@@ -84,7 +84,11 @@ def test_a_worker_terminated_right_after_its_start_exits_zero(
     """The fleet's last SIGTERM may come just after a killed worker was started again: it is
     sent once the worker has taken over its signals, so the worker stops cleanly (it died
     with -15 while still importing, failing the short run's exit-code check)."""
-    env = dict(os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=queue.schema)
+    home = str(Path(handlers.__file__).resolve().parent.parent)  # as `pgq bench` sets it
+    paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(
+        os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=queue.schema, PYTHONPATH=os.pathsep.join(paths)
+    )
     fleet = Fleet(env, ["--handler", handlers.FENCED_EFFECT_SPEC], tmp_path, 2)
     for slot in fleet.slots:
         fleet.start(slot)
