@@ -81,7 +81,7 @@ def pgq_side(dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int, handle
         [
             sys.executable,
             "-m",
-            "pgq",
+            "pgq_cli",
             "--dsn",
             dsn,
             "--schema",

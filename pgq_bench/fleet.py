@@ -67,6 +67,8 @@ POOL_SAMPLE_EVERY = 2.0
 
 # The bench's own bookkeeping and checks (not queue SQL).
 SERVER_NOW = "SELECT clock_timestamp()"
+#: What a worker logs once it runs, its SIGTERM handled (runtime.Worker.run).
+STARTED_MARK = b" started: queues "
 #: Running jobs by worker id, with how long ago each was claimed: a restarted worker keeps its
 #: id, so the jobs its killed predecessor held (until their leases expire) are told apart by age.
 HELD = """
@@ -324,15 +326,28 @@ class Fleet:
                 )  # fmt: skip
                 self.start(slot)
 
+    def started(self, slot: Slot) -> bool:
+        """Its current process has logged its start (so it handles SIGTERM), or has exited."""
+        if slot.proc is None or slot.proc.poll() is not None:
+            return True
+        try:
+            return STARTED_MARK in slot.logs[-1].read_bytes()
+        except OSError:
+            return False
+
     def terminate_all(self, timeout: float = 60.0) -> list[int | None]:
+        """SIGTERM every worker once it has started (one just restarted may still be importing,
+        when SIGTERM would kill it outright), then wait for their exit codes."""
+        deadline = time.monotonic() + timeout
         for slot in self.slots:
             if slot.stopped_since is not None:
                 self.cont(slot)
+        while not all(self.started(s) for s in self.slots) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.send_signal(signal.SIGTERM)
         codes: list[int | None] = []
-        deadline = time.monotonic() + timeout
         for slot in self.slots:
             if slot.proc is None:
                 codes.append(None)

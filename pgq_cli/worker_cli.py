@@ -19,13 +19,15 @@ from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
 from pgq_core.errors import PgqError
 from pgq_core.extras import require
 from pgq_core.text import printable
-from pgq_core.worker import Worker, load_handler, run_until_stopped
+from pgq_core.worker import Worker, catch_stop_signals, load_handler, run_until_stopped
+from pgq_core.worker.policy import PREFETCH_CAP
 
 from .context import at_most, fail, lease_duration, queue_names, settings, when
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005
 WORKER_ID_MAX = 100
+PREFETCH_MAX = 10_000
 _WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]*")
 
 
@@ -120,6 +122,15 @@ def _tell_retries_waiting(
     help="Jobs run at once (and the most jobs ever held).",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0, PREFETCH_MAX),
+    default=None,
+    metavar="N",
+    help="Jobs claimed ahead of the free slots, so a slot that frees starts the next at once "
+    "(0: none). Default: sized from the handlers' run time against a round trip, at most "
+    f"{PREFETCH_CAP}; none for long jobs.",
+)
+@click.option(
     "--lease", default="30s", show_default=True, callback=lease_duration,
     help="Lease per claim, 1s to 1d, e.g. 30s or 2m (bare numbers are seconds); heartbeats "
     "every third.",
@@ -196,6 +207,7 @@ def worker_command(
     handler_spec: str | None,
     tasks_spec: str | None,
     concurrency: int,
+    prefetch: int | None,
     lease: timedelta,
     burst: bool,
     grace: timedelta,
@@ -225,6 +237,8 @@ def worker_command(
         raise click.UsageError("--reload-dir goes with --reload")
     if reload:
         _supervise(burst, log_level, reload_dirs, grace)
+    caught = catch_stop_signals()
+    ctx.call_on_close(caught.restore)
     if tasks_spec is not None:
         from pgq_core.tasks import Tasks
 
@@ -257,6 +271,7 @@ def worker_command(
         handler,
         schema=target.schema,
         concurrency=concurrency,
+        prefetch=prefetch,
         lease=lease,
         burst=burst,
         grace=grace.total_seconds(),
@@ -286,7 +301,7 @@ def worker_command(
         else:
             log.info("received %s: finishing running jobs; send again to stop at once", name)
 
-    asyncio.run(run_until_stopped(worker, on_signal))
+    asyncio.run(run_until_stopped(worker, on_signal, caught.received))
     if burst:
         _tell_retries_waiting(ctx, worker.id, queues, log)
     if worker.handlers_still_running():

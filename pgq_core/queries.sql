@@ -118,7 +118,8 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claim
 -- Never waits on a row lock: a held row another session has locked is skipped and reported
 -- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
 -- held job ('done': our completion had already committed unseen; a job not reported is lost),
--- then ('claimed', job...) per claim. Completions and claims touch disjoint rows.
+-- then ('claimed', job...) per claim, in the order they are to run (a worker that claims
+-- ahead runs them in turn). Completions and claims touch disjoint rows.
 -- Queue control as in `claim`; a limited queue's count of running jobs leaves out the jobs this
 -- statement completes, so a worker at the limit takes the next job as it settles one.
 WITH held AS (
@@ -159,7 +160,7 @@ WITH held AS (
       LIMIT coalesce((SELECT n FROM gate), %(limit)s)
       FOR UPDATE SKIP LOCKED
    ))
-  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, priority, run_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
   SELECT id, 'completed', fence, %(worker)s FROM settled
@@ -175,7 +176,8 @@ SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NU
 UNION ALL
 SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL FROM unsettled
 UNION ALL
-SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed;
+(SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed
+  ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
 -- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never

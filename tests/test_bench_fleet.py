@@ -5,6 +5,7 @@ tampered effects table, a lost job and a stale completion."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from pgq_bench import handlers
-from pgq_bench.fleet import check
+from pgq_bench.fleet import Fleet, check
 from pgq_cli.cli import main
 from pgq_core import LeaseLost, Queue
 from pgq_core.worker import JobContext
@@ -74,6 +75,24 @@ def test_fleet_short_run_passes_its_checks(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fleet\\_%'")
         assert left.fetchone() == (0,), "the throwaway schema is dropped"
+
+
+@pytest.mark.slow
+def test_a_worker_terminated_right_after_its_start_exits_zero(
+    dsn: str, queue: Queue, tmp_path: Path
+) -> None:
+    """The fleet's last SIGTERM may come just after a killed worker was started again: it is
+    sent once the worker has taken over its signals, so the worker stops cleanly (it died
+    with -15 while still importing, failing the short run's exit-code check)."""
+    home = str(Path(handlers.__file__).resolve().parent.parent)  # as `pgq bench` sets it
+    paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(
+        os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=queue.schema, PYTHONPATH=os.pathsep.join(paths)
+    )
+    fleet = Fleet(env, ["--handler", handlers.FENCED_EFFECT_SPEC], tmp_path, 2)
+    for slot in fleet.slots:
+        fleet.start(slot)
+    assert fleet.terminate_all() == [0, 0]
 
 
 def test_fleet_without_pgbouncer_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

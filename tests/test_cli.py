@@ -698,3 +698,26 @@ def test_a_burst_worker_says_which_retries_it_leaves_waiting(
         cwd=Path(__file__).parent.parent,
     )
     assert quiet.returncode == 0 and "waiting for their retry" not in quiet.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("worker", "q"),  # no handler: a usage error
+        ("worker", "q", "--handler", "no_such_module:f"),
+        ("worker", "q", "--handler", "handlers_for_tests:noop", "--burst"),
+    ],
+)
+def test_a_worker_run_in_process_leaves_the_signal_handlers_as_it_found_them(
+    pgq: Pgq, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pgq worker` records SIGTERM/SIGINT from its first line; in a process that goes on
+    after it (a test, an embedding app) the handlers are put back, whichever way it ended:
+    before, a usage error left SIGTERM recorded and ignored for the rest of the process."""
+    import signal
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    pgq(*args)
+    assert {sig: signal.getsignal(sig) for sig in before} == before

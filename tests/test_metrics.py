@@ -268,7 +268,9 @@ async def test_worker_metrics_match_sql(queue: Queue, dsn: str, schema: str) -> 
             raise RuntimeError("no")
 
     metrics = WorkerMetrics()
-    worker = Worker(dsn, ["wm"], handler, schema=schema, concurrency=5, metrics=metrics)
+    worker = Worker(  # no buffer: each step claims at most 5 jobs
+        dsn, ["wm"], handler, schema=schema, concurrency=5, metrics=metrics, prefetch=0
+    )
     port = metrics.serve(0)
     task = asyncio.create_task(worker.run())
     try:

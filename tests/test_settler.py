@@ -4,7 +4,6 @@ job's data is split so that the others still settle."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -34,7 +33,7 @@ async def link(dsn: str, schema: str) -> AsyncIterator[Link]:
 
 async def claim(link: Link, schema: str, n: int) -> list[Held]:
     (jobs,) = await link.call(ops.claim("q", n, LEASE, WORKER))
-    return [Held(job, JobContext(job, WORKER, schema), time.time()) for job in jobs]
+    return [Held(job, JobContext(job, WORKER, schema)) for job in jobs]
 
 
 def ended(held: Held, outcome: Outcome) -> Held:

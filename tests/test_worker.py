@@ -97,8 +97,9 @@ async def test_burst_drains_and_settles_in_batches(dsn: str, schema: str, queue:
     assert completed_by == [(worker.id,)]
 
 
-async def test_never_holds_more_jobs_than_it_can_run(
-    dsn: str, schema: str, queue: Queue
+@pytest.mark.parametrize("prefetch", [0, 3])
+async def test_never_holds_more_jobs_than_it_can_run_and_buffer(
+    dsn: str, schema: str, queue: Queue, prefetch: int
 ) -> None:
     queue.enqueue_many([JobSpec("q", {}) for _ in range(40)])
     worker: Worker
@@ -106,7 +107,7 @@ async def test_never_holds_more_jobs_than_it_can_run(
     async def handler(ctx: JobContext) -> None:
         await asyncio.sleep(0.02)
 
-    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True)
+    worker = make_worker(dsn, schema, handler, concurrency=4, burst=True, prefetch=prefetch)
     held_in_db: list[int] = []
     task = asyncio.create_task(worker.run())
     with psycopg.connect(dsn, autocommit=True) as probe:
@@ -117,10 +118,13 @@ async def test_never_holds_more_jobs_than_it_can_run(
             row = probe.execute(count).fetchone()
             assert row is not None
             held_in_db.append(int(row[0]))
-            assert len(worker.snapshot().running) <= 4
+            snap = worker.snapshot()
+            assert len(snap.running) <= 4 and snap.buffered <= prefetch
             await asyncio.sleep(0.005)
     await task
-    assert max(held_in_db) <= 4
+    assert max(held_in_db) <= 4 + prefetch
+    if prefetch:
+        assert max(held_in_db) > 4, "the buffer was used"
     assert status_counts(queue) == {"done": 40}
 
 
@@ -775,3 +779,133 @@ async def test_after_a_lost_connection_held_jobs_are_kept_or_given_up(
     assert queue.job(kept).status == "done"
     assert (queue.job(stolen).status, queue.job(stolen).worker) == ("running", "other")
     assert caplog.text.count("database unavailable") <= 1
+
+
+# -- the buffer: jobs claimed ahead of the free slots -----------------------------------------
+
+
+def running_rows(queue: Queue) -> dict[int, tuple[Any, Any]]:
+    rows = queue.conn.execute(
+        sql.SQL(
+            "SELECT id, claimed_at, lease_until FROM {}.jobs WHERE status = 'running'"
+        ).format(sql.Identifier(queue.schema))
+    ).fetchall()
+    return {int(i): (claimed, until_) for i, claimed, until_ in rows}
+
+
+async def test_a_freed_slot_starts_a_buffered_job_and_buffered_leases_are_kept(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Buffered jobs are held like running ones: their leases outlive three lease lengths
+    only through the heartbeats (a second worker reaps every 0.5 s), and each runs once."""
+    ids = queue.enqueue_many([JobSpec("q", {"i": i}) for i in range(4)])
+    gate = asyncio.Event()
+    ran: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        if not ran:
+            ran.append(ctx.id)
+            await gate.wait()
+            return
+        ran.append(ctx.id)
+
+    reaper = make_worker(dsn, schema, lambda ctx: None, queues=["other"], reap_interval=0.5)
+    worker = make_worker(
+        dsn, schema, handler, concurrency=1, prefetch=3, lease=timedelta(seconds=1), burst=True
+    )
+    async with running(reaper):
+        task = asyncio.create_task(worker.run())
+        await until(
+            lambda: worker.snapshot().buffered == 3 and ran, what="one job running, 3 buffered"
+        )
+        first = running_rows(queue)
+        assert sorted(first) == sorted(ids) and ran == [ids[0]]
+        await asyncio.sleep(3.0)
+        later = running_rows(queue)
+        assert sorted(later) == sorted(ids), "no buffered job was reaped"
+        assert all(later[i][1] > first[i][1] for i in ids), "every lease was extended"
+        gate.set()
+        await asyncio.wait_for(task, TIMEOUT)
+    assert ran == ids
+    for job_id in ids:
+        job = queue.job(job_id)
+        assert (job.status, job.fence, job.attempts) == ("done", 1, 1)
+        assert [e.event for e in job.history] == ["enqueued", "claimed", "completed"]
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_stop_hands_buffered_jobs_back_at_once_without_their_attempt(
+    dsn: str, schema: str, queue: Queue, kind: str
+) -> None:
+    """A plain function's next job waits on its thread's queue: it is taken back with the
+    rest of the buffer, never run."""
+    running_id, *buffered = queue.enqueue_many([JobSpec("q", {}) for _ in range(4)])
+    gate = threading.Event()
+    started: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        started.append(ctx.id)
+        await asyncio.to_thread(gate.wait)
+
+    def sync_handler(ctx: JobContext) -> None:
+        started.append(ctx.id)
+        gate.wait()
+
+    worker = make_worker(
+        dsn, schema, handler if kind == "async" else sync_handler, concurrency=1, prefetch=3,
+        grace=3600.0,
+    )
+    task = asyncio.create_task(worker.run())
+    await until(lambda: len(worker.snapshot().running) == 1, what="one job running")
+    worker.stop()
+    await until(
+        lambda: all(queue.job(i).status == "ready" for i in buffered), what="buffer handed back"
+    )
+    assert worker.state == "draining" and started == [running_id], "the running job runs on"
+    gate.set()
+    await asyncio.wait_for(task, TIMEOUT)
+    assert started == [running_id], "no buffered job started after the stop"
+    assert queue.job(running_id).status == "done"
+    for job_id in buffered:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts, job.lease_until) == ("ready", 0, None)
+        assert [e.event for e in job.history] == ["enqueued", "claimed", "released"]
+        assert job.history[-1].detail == "worker shutdown: not started"
+    assert (worker.snapshot().done, worker.snapshot().buffered) == (1, 0)
+
+
+async def test_a_buffering_worker_drains_every_job_once(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    ids = queue.enqueue_many([JobSpec("q", {"i": i}) for i in range(500)])
+    seen: list[int] = []
+
+    def handler(ctx: JobContext) -> None:
+        seen.append(ctx.id)
+
+    worker = make_worker(dsn, schema, handler, concurrency=2, prefetch=40, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert sorted(seen) == sorted(ids)
+    assert status_counts(queue) == {"done": 500}
+    snap = worker.snapshot()
+    assert (snap.done, snap.failed, snap.lost, snap.buffered) == (500, 0, 0, 0)
+
+
+async def test_a_plain_handlers_own_timeout_runs_from_its_start_not_its_claim(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A job's timeout (the handler's `timeout_for`) counts from when its handler starts: a
+    buffered job waiting behind a running one is not timed out for its wait."""
+    ids = queue.enqueue_many([JobSpec("q", {}) for _ in range(3)])
+
+    class Handler:
+        def __call__(self, ctx: JobContext) -> None:
+            time.sleep(0.4)
+
+        def timeout_for(self, ctx: JobContext) -> float:
+            return 0.6
+
+    worker = make_worker(dsn, schema, Handler(), concurrency=1, prefetch=2, burst=True)
+    await asyncio.wait_for(worker.run(), TIMEOUT)
+    assert [queue.job(i).status for i in ids] == ["done"] * 3
+    assert (worker.snapshot().done, worker.snapshot().failed) == (3, 0)

@@ -283,7 +283,8 @@ async def test_finished_jobs_are_settled_not_handed_back_on_stop(
             await gate.wait()
         returned.append(ctx.id)
 
-    worker = make_worker(dsn, schema, handler, concurrency=3, flush_delay=3600)
+    # No buffer: a freed slot of a buffering worker claims at once, settling with its claim.
+    worker = make_worker(dsn, schema, handler, concurrency=3, flush_delay=3600, prefetch=0)
     async with running(worker):
         await until(lambda: len(returned) == 2, what="quick handlers returned")
         assert worker.snapshot().done == 0  # not settled yet: the flush waits

@@ -15,7 +15,7 @@ from pgq_core.models import Job
 from pgq_core.text import ERROR_TEXT_LIMIT, describe_exception, printable, storable
 from pgq_core.worker import JobContext
 from pgq_core.worker.link import is_transient
-from pgq_core.worker.policy import Backoff, ClaimRound, FlushPolicy
+from pgq_core.worker.policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
 from pgq_core.worker.runner import Runner, is_async
 
 
@@ -110,6 +110,87 @@ def test_jittered_backoff_stays_in_bounds() -> None:
     backoff = Backoff(first=0.5, cap=2.0, jitter=0.2)
     for _ in range(50):
         assert 0.4 <= backoff.next() <= 2.0
+
+
+# -- PrefetchPolicy -----------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed(policy: PrefetchPolicy, clock: Clock, *, run: float, step: float) -> None:
+    began = clock.now
+    clock.now += run
+    policy.handler_ended(began)
+    began = clock.now
+    clock.now += step
+    policy.step_ended(began)
+
+
+def test_no_buffer_before_a_handler_ended_and_a_step_was_timed() -> None:
+    clock = Clock()
+    policy = PrefetchPolicy(4, clock=clock)
+    assert policy.size() == 0
+    policy.step_ended(clock.now - 0.001)
+    assert policy.size() == 0
+    policy.handler_ended(clock.now - 0.0001)
+    assert policy.size() > 0
+
+
+def test_short_handlers_fill_what_the_slots_get_through_in_two_round_trips() -> None:
+    clock = Clock()
+    policy = PrefetchPolicy(2, clock=clock)
+    timed(policy, clock, run=0.001, step=0.002)
+    assert policy.size() == 8  # 2 slots * 2 round trips * 2 ms / 1 ms
+    noop = PrefetchPolicy(10, clock=clock)
+    timed(noop, clock, run=0.0, step=0.001)
+    assert noop.size() == noop.cap == 100
+
+
+def test_long_handlers_get_no_buffer() -> None:
+    clock = Clock()
+    policy = PrefetchPolicy(10, clock=clock)
+    timed(policy, clock, run=0.5, step=0.002)
+    assert policy.size() == 0
+
+
+def test_slots_all_held_by_a_slow_youngest_handler_shrink_the_buffer_before_it_ends() -> None:
+    clock = Clock()
+    policy = PrefetchPolicy(1, clock=clock)
+    timed(policy, clock, run=0.0001, step=0.001)
+    assert policy.size() == 20
+    assert policy.size(youngest_running=clock.now) == 20
+    assert policy.size(youngest_running=clock.now - 0.0005) == 4
+    assert policy.size(youngest_running=clock.now - 1.0) == 0
+
+
+def test_the_estimates_follow_the_handlers_as_they_change() -> None:
+    clock = Clock()
+    policy = PrefetchPolicy(1, clock=clock)
+    timed(policy, clock, run=0.0001, step=0.001)
+    assert policy.size() == 20
+    for _ in range(30):
+        timed(policy, clock, run=0.1, step=0.001)
+    assert policy.size() == 0
+    for _ in range(80):
+        timed(policy, clock, run=0.0001, step=0.001)
+    assert policy.size() in (19, 20)
+
+
+def test_an_operators_prefetch_is_kept_as_given() -> None:
+    clock = Clock()
+    off, fixed = PrefetchPolicy(4, fixed=0, clock=clock), PrefetchPolicy(4, fixed=7, clock=clock)
+    for policy in (off, fixed):
+        timed(policy, clock, run=0.0, step=0.01)
+    assert (off.size(), fixed.size()) == (0, 7)
+    for policy in (off, fixed):
+        timed(policy, clock, run=60.0, step=0.01)
+    assert (off.size(), fixed.size()) == (0, 7)
 
 
 # -- what a failed statement means ---------------------------------------------------------------

@@ -315,6 +315,56 @@ def test_sigterm_finishes_running_jobs_or_hands_them_back(
     assert "received SIGTERM" in log and "handed back 2 job(s)" in log
 
 
+def test_sigterm_hands_a_full_buffer_back_at_once_without_its_attempts(
+    queue: Queue, workers: Workers
+) -> None:
+    slow = queue.enqueue("buffered", {"sleep": 1.5})
+    buffered = queue.enqueue_many([JobSpec("buffered", {"sleep": 0}) for _ in range(5)])
+    proc = workers.start("buffered", "--handler", "handlers_for_tests:sleepy",
+                         "--concurrency", "1", "--prefetch", "5", "--grace", "30s")
+    wait_for(lambda: held_by(queue, proc) == 6, what="1 job running and 5 buffered")
+    proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: all(queue.job(i).status == "ready" for i in buffered),
+             what="the buffer handed back while the running job finishes")
+    assert proc.poll() is None and queue.job(slow).status == "running"
+    assert proc.wait(30) == 0, workers.log(proc)
+    assert queue.job(slow).status == "done"
+    for job_id in buffered:
+        job = queue.job(job_id)
+        assert (job.status, job.attempts) == ("ready", 0)
+        assert [e.event for e in job.history] == ["enqueued", "claimed", "released"]
+    assert "handed back 5 buffered job(s)" in workers.log(proc)
+
+
+def test_sigkill_with_a_full_buffer_loses_nothing(queue: Queue, workers: Workers) -> None:
+    """The buffer dies with its process: its jobs' leases run out, the reaper of another
+    worker returns them, and each job's effect is written once, by its last fence."""
+    create_effects(queue)
+    ids = queue.enqueue_many(
+        [JobSpec("buffered", {"sleep": 30}), *(JobSpec("buffered", {}) for _ in range(5))]
+    )
+    victim = workers.start("buffered", "--handler", "handlers_for_tests:fenced",
+                           "--concurrency", "1", "--prefetch", "5", "--lease", "1s")
+    wait_for(lambda: held_by(queue, victim) == 6, what="1 job running and 5 buffered")
+    victim.kill()
+    victim.wait(10)
+    queue.conn.execute(q(queue.schema, "UPDATE {s}.jobs SET payload = %s::jsonb WHERE id = %s"),
+                       ("{}", ids[0]))  # the slow job runs quickly for the next worker
+    heir = workers.start("buffered", "--handler", "handlers_for_tests:fenced",
+                         "--concurrency", "2", "--lease", "1s", "--poll-interval", "0.2s")
+    wait_for(lambda: all(queue.job(i).status == "done" for i in ids), what="every job done")
+    heir.terminate()
+    assert heir.wait(30) == 0, workers.log(heir)
+    for job_id in ids:
+        job = queue.job(job_id)
+        assert (job.status, job.fence, job.attempts) == ("done", 2, 2), job_id
+        assert [e.event for e in job.history] == [
+            "enqueued", "claimed", "reaped", "claimed", "completed"
+        ]
+    assert scalar(queue, "SELECT count(*) FROM {s}.effects e JOIN {s}.jobs j "
+                         "ON j.id = e.job_id AND e.fence = j.fence") == 6
+
+
 def test_second_signal_stops_at_once(queue: Queue, workers: Workers) -> None:
     stuck = queue.enqueue("term", {"sleep": 120})
     proc = workers.start("term", "--handler", "handlers_for_tests:sleepy", "--grace", "10m")
@@ -398,6 +448,29 @@ def test_cli_handler_module_from_the_current_directory(
     assert queue.job(job_id).status == "done"
 
 
+def test_sigterm_while_the_handler_module_imports_stops_cleanly(
+    queue: Queue, workers: Workers, tmp_path: Path
+) -> None:
+    """A worker told to stop while it is still starting (a supervisor's SIGTERM right after a
+    restart) stops as it would later: exit 0, nothing claimed; it died with -15 before."""
+    here = tmp_path / "app"
+    here.mkdir()
+    importing = tmp_path / "importing"
+    (here / "slow_jobs.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(importing)!r}).touch()\n"
+        "time.sleep(1.5)\n"
+        "def handle(ctx):\n    pass\n"
+    )
+    job_id = queue.enqueue("slow-start", {})
+    proc = workers.start("slow-start", "--handler", "slow_jobs:handle", cwd=here)
+    wait_for(importing.exists, what="the handler module importing")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, workers.log(proc)
+    assert "received SIGTERM" in workers.log(proc)
+    assert (queue.job(job_id).status, queue.job(job_id).attempts) == ("ready", 0)
+
+
 def test_cli_worker_id_names_its_claims(queue: Queue, workers: Workers) -> None:
     job_id = queue.enqueue("named", {})
     proc = workers.start("named", "--handler", "handlers_for_tests:noop", "--burst",
@@ -450,6 +523,7 @@ def test_restart_under_the_same_id_leaves_the_killed_claim_to_its_lease(
         (("q", "--handler", "no_such_mod:f"), "pgq: error: cannot import handler module"),
         (("q", "--handler", "handlers_for_tests:noop", "--lease", "soon"), "not a duration"),
         (("q", "--handler", "handlers_for_tests:noop", "--concurrency", "0"), "concurrency"),
+        (("q", "--handler", "handlers_for_tests:noop", "--prefetch", "-1"), "--prefetch"),
     ],
 )
 def test_cli_bad_input_is_one_line(

@@ -1,6 +1,7 @@
 """The worker runtime, as named parts (River's producer / completer / rescuer / notifier split):
 
-- `policy`: when to claim and from which queue, when to settle, how long to back off (no I/O);
+- `policy`: when to claim and from which queue, how many jobs to claim ahead, when to settle,
+  how long to back off (no I/O);
 - `link`: the statement connection and what a failed statement means;
 - `settler`: finished handlers to one settlement each, with the next claim, split per job
   when the database refuses one job's data;
@@ -15,7 +16,7 @@
 
 from .context import JobContext
 from .runner import Handler, load_handler
-from .runtime import RunningJob, Worker, WorkerSnapshot, run_until_stopped
+from .runtime import RunningJob, Worker, WorkerSnapshot, catch_stop_signals, run_until_stopped
 
 __all__ = [
     "Handler",
@@ -23,6 +24,7 @@ __all__ = [
     "RunningJob",
     "Worker",
     "WorkerSnapshot",
+    "catch_stop_signals",
     "load_handler",
     "run_until_stopped",
 ]

@@ -15,6 +15,7 @@ class JobContext:
     """What a handler gets: the claimed job, and whether its lease is still held."""
 
     __slots__ = (
+        "_began",
         "_completed",
         "_lost",
         "attempts",
@@ -41,6 +42,8 @@ class JobContext:
         self.schema = schema
         self._lost = False
         self._completed = False
+        #: when its handler began (time.monotonic()); 0.0 until then
+        self._began = 0.0
         self.timeout: float | None = None
 
     @property

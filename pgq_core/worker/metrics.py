@@ -67,7 +67,11 @@ class _SnapshotCollector(Collector):
             state.add_metric([snap.id, name], 1.0 if snap.state == name else 0.0)
         yield state
         for name, doc, value in (
-            ("pgq_worker_held_jobs", "Jobs this worker holds now", len(snap.running)),
+            (
+                "pgq_worker_held_jobs",
+                "Jobs this worker holds now (running or buffered)",
+                len(snap.running) + snap.buffered,
+            ),
             ("pgq_worker_concurrency", "Most jobs this worker runs at once", snap.concurrency),
         ):
             gauge = GaugeMetricFamily(name, doc, labels=list(labels))

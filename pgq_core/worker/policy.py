@@ -1,14 +1,19 @@
 """The worker's decisions that need no database: which queue to claim from next, how long to
-idle, when to flush settlements, how long to back off. Each takes the time as an argument (or
-a clock) so it is tested fast and exactly.
+idle, how many jobs to claim ahead, when to flush settlements, how long to back off. Each
+takes the time as an argument (or a clock) so it is tested fast and exactly.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 
 Jitter = Callable[[float, float], float]
+Clock = Callable[[], float]
+
+#: The most jobs a worker claims ahead of its slots when it sizes its buffer itself.
+PREFETCH_CAP = 100
 
 
 class Backoff:
@@ -127,3 +132,61 @@ class FlushPolicy:
         return (
             stopping or pending >= self.max_batch or pending >= held or now >= oldest + self.delay
         )
+
+
+class PrefetchPolicy:
+    """How many claimed jobs a worker keeps waiting for a free slot (its buffer).
+
+    Invariants: `fixed` (an operator's `--prefetch N`; 0 turns the buffer off) is kept as
+    given. Otherwise the buffer holds what the slots get through in `rounds` of the step's
+    round trip at the handlers' observed pace, so a buffered job waits about that long: none
+    until a handler has ended and a step has been timed, none once handlers take longer than
+    `concurrency * rounds` round trips (long jobs: nothing waits behind them while another
+    worker could run it), never more than `cap`. While every slot is busy, the youngest
+    handler's time so far counts as a run time: when all slots are held by handlers slower than
+    the estimate, the buffer shrinks before they end.
+    """
+
+    def __init__(
+        self,
+        concurrency: int,
+        fixed: int | None = None,
+        cap: int = PREFETCH_CAP,
+        rounds: float = 2.0,
+        weight: float = 0.2,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.concurrency = concurrency
+        self.fixed = fixed
+        self.cap = cap
+        self.rounds = rounds
+        self.weight = weight
+        self._clock = clock
+        self.run_time: float | None = None
+        self.round_trip: float | None = None
+
+    def _mean(self, mean: float | None, sample: float) -> float:
+        return sample if mean is None else mean + self.weight * (sample - mean)
+
+    def handler_ended(self, started: float) -> None:
+        """A handler that began at `started` (by the clock) has ended."""
+        self.run_time = self._mean(self.run_time, max(0.0, self._clock() - started))
+
+    def step_ended(self, started: float) -> None:
+        """A step (one round trip) that began at `started` has ended."""
+        self.round_trip = self._mean(self.round_trip, max(0.0, self._clock() - started))
+
+    def size(self, youngest_running: float | None = None) -> int:
+        """Jobs to hold beyond the running ones; `youngest_running` is when the most recent
+        handler began if every slot is busy (None while a slot is free)."""
+        if self.fixed is not None:
+            return self.fixed
+        if self.run_time is None or self.round_trip is None:
+            return 0
+        run = self.run_time
+        if youngest_running is not None:
+            run = max(run, self._clock() - youngest_running)
+        budget = self.concurrency * self.rounds * self.round_trip
+        if run * self.cap <= budget:
+            return self.cap
+        return int(budget / run + 1e-9)

@@ -28,6 +28,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -249,10 +250,15 @@ class _Threads:
 
     def _serve(self) -> None:
         while (run := self._work.get()) is not _STOP:
-            try:
-                outcome = self._run(run.ctx)
-            except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
-                outcome = Outcome("raised", describe_exception(exc))
+            ctx = run.ctx
+            if ctx._lost:  # given up before any thread began it: it never runs
+                outcome = CANCELLED
+            else:
+                ctx._began = time.monotonic()
+                try:
+                    outcome = self._run(ctx)
+                except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
+                    outcome = Outcome("raised", describe_exception(exc))
             with self._lock:
                 self._ended.append((run, outcome))
                 wake = len(self._ended) == 1
@@ -269,6 +275,30 @@ class _Threads:
         self._given -= len(ended)
         for run, outcome in ended:
             self._deliver(run, outcome)
+
+    def queued(self) -> int:
+        return self._work.qsize()
+
+    def take_queued(self, keep: int) -> list[_Running]:
+        """The runs no thread has begun but the first `keep`, taken out of the queue: no thread
+        will run them."""
+        taken, stops = [], 0
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stops += 1
+            else:
+                taken.append(item)
+        for run in taken[:keep]:
+            self._work.put(run)
+        for _ in range(stops):
+            self._work.put(_STOP)
+        taken = taken[keep:]
+        self._given -= len(taken)
+        return taken
 
     def shutdown(self) -> None:
         """Threads exit once their current handler (if any) returns; queued work is dropped."""
@@ -303,11 +333,17 @@ class Runner:
         self._abandoned: set[_Running] = set()
         self._threads_lock = threading.Lock()
         self._in_threads = 0
+        self._occupied = 0
 
     @property
     def abandoned(self) -> int:
         """Handlers given up that have not ended yet: each still occupies a slot."""
         return len(self._abandoned)
+
+    @property
+    def occupied(self) -> int:
+        """Slots occupied: handlers started that have not ended, given up or not."""
+        return self._occupied
 
     def still_running(self) -> int:
         """Handlers executing now (threads and tasks), given up or not."""
@@ -327,20 +363,39 @@ class Runner:
             with self._threads_lock:
                 self._in_threads -= 1
 
+    def take_back(self, slots: int = 0) -> list[JobContext]:
+        """Jobs started on the threads' queue that no thread has begun, beyond what `slots`
+        threads run next: taken back, never run, their slots free."""
+        if self._threads is None:
+            return []
+        begun = self._occupied - self._threads.queued()
+        runs = self._threads.take_queued(keep=max(0, slots - begun))
+        for run in runs:
+            run.ended = True
+            self._occupied -= 1
+            if run.timer is not None:
+                run.timer.cancel()
+            if self._running.get(run.ctx.id) is run:
+                del self._running[run.ctx.id]
+        return [run.ctx for run in runs]
+
     def start(
         self, ctx: JobContext, timeout: float | None, on_outcome: Callable[[Outcome], None]
     ) -> None:
         """Run the handler on `ctx`; `on_outcome` is called once, on the event loop, with how
-        it ended (see the module's invariants). Must be called on the event loop."""
+        it ended (see the module's invariants). Must be called on the event loop. A plain
+        function waits on the threads' queue while every thread is busy (see `take_back`)."""
         loop = asyncio.get_running_loop()
         run = _Running(ctx, on_outcome)
         timeout = ctx.timeout = self._timeout_for(ctx, timeout)
+        self._occupied += 1
         if timeout is not None:
             run.timer = loop.call_later(timeout, self._expire, run, timeout)
         self._running[ctx.id] = run
         if self._threads is not None:
             self._threads.submit(loop, run)
             return
+        ctx._began = time.monotonic()
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
         task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))
@@ -383,6 +438,8 @@ class Runner:
         self.abandon(run.ctx)
 
     def _ended(self, run: _Running, outcome: Outcome) -> None:
+        if not run.ended:
+            self._occupied -= 1
         run.ended = True
         if run.timer is not None:
             run.timer.cancel()

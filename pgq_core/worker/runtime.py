@@ -1,15 +1,23 @@
 """The `Worker`: the state machine that composes the named parts.
 
-Parts: `ClaimRound` and `FlushPolicy` (policy.py) decide when to claim and settle; `Link`
-(link.py) runs statements; `Settler` (settler.py) turns finished handlers into settlements and
-the next claim; `Runner` (runner.py) runs handlers; `Heartbeater`
-(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
-`schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them.
+Parts: `ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how
+many jobs to hold ahead and when to settle; `Link` (link.py) runs statements; `Settler`
+(settler.py) turns finished handlers into settlements and the next claim; `Runner` (runner.py)
+runs handlers; `Heartbeater` (heartbeater.py) keeps leases alive from its own thread;
+`reap_forever` (reaper.py), `schedule_forever` (scheduler.py) and `listen` (listener.py) run
+beside them.
 
 Invariants:
 - A job is *held* from its claim until its settlement committed, a write of it matched no
-  row (lost), or it was handed back. Held jobs plus handlers given up but still running never
-  exceed `concurrency`.
+  row (lost), or it was handed back. Handlers running, given up or not, never exceed
+  `concurrency`; held jobs never exceed `concurrency` plus the buffer's size when they were
+  claimed.
+- The buffer holds claimed jobs no handler has started; a freed slot takes the next one at
+  once, without waiting for a statement. Buffered jobs are held like running ones: fenced,
+  their leases extended by the heartbeater, orphans after a lost claim reply; on stop they are
+  handed back at once, their attempt not counted, and no buffered job starts after a stop.
+- A handler's ending never waits for its settlement: it joins the next step while its slot
+  runs the next buffered job.
 - Every way a handler ends is one settlement: returned -> complete; raised anything, timed
   out -> fail (retry or dead, as any failure); a fenced write of its own that matched no row
   -> lost. A job is counted done only once the statement completing it committed.
@@ -26,7 +34,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -56,7 +66,7 @@ from .link import (
     application_name,
 )
 from .listener import listen
-from .policy import Backoff, ClaimRound, FlushPolicy
+from .policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
 from .reaper import reap_forever
 from .runner import Handler, Outcome, Runner
 from .scheduler import schedule_forever
@@ -69,6 +79,8 @@ log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 HAND_BACK_TIMEOUT = 5.0
+#: The history's detail for buffered jobs handed back on stop.
+RETURNED_UNSTARTED = "worker shutdown: not started"
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,8 @@ class WorkerSnapshot:
     failed: int
     lost: int
     running: tuple[RunningJob, ...]
+    #: claimed jobs waiting in the worker's buffer for a free slot
+    buffered: int = 0
 
 
 class Worker:
@@ -120,6 +134,7 @@ class Worker:
         statement_timeout: float = 30.0,
         lock_timeout: float = 5.0,
         metrics: WorkerMetrics | None = None,
+        prefetch: int | None = None,
     ) -> None:
         if not queues or not all(queues):
             raise PgqError("a worker needs at least one non-empty queue name")
@@ -132,6 +147,8 @@ class Worker:
             raise PgqError("timeout must be positive")
         if statement_timeout <= 0 or lock_timeout <= 0:
             raise PgqError("statement and lock timeouts must be positive")
+        if prefetch is not None and prefetch < 0:
+            raise PgqError("prefetch must be 0 (no buffer) or more")
         self.id = worker_id or make_worker_id()
         self.dsn = dsn
         self.schema = schema
@@ -151,6 +168,8 @@ class Worker:
         self.timeouts = Timeouts(statement=statement_timeout, lock=lock_timeout)
         self._claims = ClaimRound(self.queues, poll_interval, idle_cap)
         self._flush = FlushPolicy(flush_delay, max(concurrency, 100))
+        self._prefetch = PrefetchPolicy(concurrency, prefetch)
+        self._target = 0
 
         self._state = "starting"
         self._done = 0
@@ -159,6 +178,9 @@ class Worker:
         self._held: dict[int, Held] = {}
         self._left_to_lease: dict[int, float] = {}
         self._pending: list[Held] = []
+        self._buffer: collections.deque[Held] = collections.deque()
+        self._buffer_retry_at = 0.0
+        self._queued_ahead = 0
         self._first_pending_at = 0.0
         self._stopping = False
         self._immediate = False
@@ -195,7 +217,8 @@ class Worker:
         return self._claims.idle_delay
 
     def snapshot(self) -> WorkerSnapshot:
-        held = list(self._held.values())
+        held = [h for h in list(self._held.values()) if h.ctx._began and h.outcome is None]
+        wall = time.time() - time.monotonic()
         return WorkerSnapshot(
             id=self.id,
             queues=self.queues,
@@ -205,9 +228,12 @@ class Worker:
             failed=self._failed,
             lost=self._lost,
             running=tuple(
-                RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, h.started_at)
+                RunningJob(
+                    h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began
+                )
                 for h in held
             ),
+            buffered=len(self._buffer),
         )
 
     def stop(self, immediately: bool = False) -> None:
@@ -245,7 +271,12 @@ class Worker:
             raise PgqError(f"worker {self.id} has already run")
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._runner = Runner(self.handler, self.concurrency, f"pgq-job-{self.id}", self._wakeup)
+        self._runner = Runner(
+            self.handler, self.concurrency, f"pgq-job-{self.id}", self._slot_freed
+        )
+        timed = self.timeout is not None or hasattr(self.handler, "timeout_for")
+        if not self._runner.is_async and not timed:  # a timeout runs from the submit
+            self._queued_ahead = self.concurrency
         self._link = Link(
             self.dsn,
             self.schema,
@@ -351,7 +382,17 @@ class Worker:
         self._claims.notified()
         self._wakeup()
 
+    def _take_back(self, slots: int = 0) -> None:
+        """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
+        if self._runner is None:
+            return
+        taken = {ctx.id for ctx in self._runner.take_back(slots)}
+        if taken:
+            waiting = [h for h in self._held.values() if h.job.id in taken]
+            self._buffer.extendleft(reversed(waiting))
+
     def _request_stop(self, immediately: bool) -> None:
+        self._take_back(0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
@@ -395,10 +436,20 @@ class Worker:
             self._heart.beat_now()
         self._wakeup()
 
-    @property
-    def _capacity(self) -> int:
+    def _room(self, settling: int) -> int:
+        """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
+        plus the buffer's size held, the slots of handlers given up left out."""
         assert self._runner is not None
-        return self.concurrency - len(self._held) - self._runner.abandoned
+        limit = self.concurrency + self._target - self._runner.abandoned
+        return limit - len(self._held) + settling
+
+    def _size_buffer(self) -> None:
+        """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
+        assert self._runner is not None
+        youngest = None
+        if self._runner.occupied >= self.concurrency:
+            youngest = max((h.ctx._began for h in self._held.values()), default=None) or None
+        self._target = self._prefetch.size(youngest)
 
     # -- the main loop: settle, claim, wait ---------------------------------------------------
 
@@ -406,10 +457,14 @@ class Worker:
         """One step per round trip: settle what finished and claim for the free slots."""
         assert self._link is not None
         while True:
+            self._fill()
             now = time.monotonic()
             can_talk = self._link.up and now >= self._retry_at
             if can_talk and self._recover_orphans:
                 await self._hand_back_orphans()
+                continue
+            if can_talk and self._stopping and self._buffer and now >= self._buffer_retry_at:
+                await self._return_buffered()
                 continue
             due = [h for h in self._pending if h.not_before <= now]
             flush = self._flush.due(
@@ -425,8 +480,15 @@ class Worker:
                 and (self._claims.due(now) or (self.burst and not self._held))
                 and self._can_renew(now)
             )
+            wanted = False
+            if claim:
+                self._size_buffer()
+                wanted = (
+                    len(self._buffer) <= self._target // 2
+                    and self._room(len(due) if self._target else 0) > 0
+                )
             self._note_starved()
-            if can_talk and (flush or (claim and self._capacity > 0)):
+            if can_talk and (flush or wanted):
                 claimed = await self._step(due, claim)
                 if (
                     self.burst
@@ -474,6 +536,8 @@ class Worker:
         deadlines = [now + 1.0]
         if self._stopping:
             deadlines.append(self._grace_deadline)
+            if self._buffer:
+                deadlines.append(self._buffer_retry_at)
         if not self._link.up:
             pass  # woken when the link is back
         elif self._retry_at > now:
@@ -485,7 +549,12 @@ class Worker:
                     deadlines.append(self._first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
-            if not self._stopping and self._capacity > 0 and self._can_renew(now):
+            if (
+                not self._stopping
+                and self._room(0) > 0
+                and len(self._buffer) <= self._target // 2
+                and self._can_renew(now)
+            ):
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
         return max(0.0, min(deadlines) - now)
 
@@ -524,9 +593,12 @@ class Worker:
     async def _step(self, batch: list[Held], claim: bool) -> int:
         """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
         (split apart only when a statement fails for its data). Returns how many were claimed."""
-        for h in batch:
-            self._pending.remove(h)
-        free = self._capacity + len(batch)
+        if len(batch) == len(self._pending):
+            self._pending.clear()
+        else:
+            settling = set(batch)
+            self._pending = [h for h in self._pending if h not in settling]
+        free = self._room(len(batch))
         queue = self._claims.next_queue() if claim and free > 0 else None
         started = time.monotonic()
         try:
@@ -537,6 +609,7 @@ class Worker:
                 doing = f"claiming from {queue}" if queue is not None else "settling"
                 self._stop_burst(f"{doing} refused ({exc})")
             return 0
+        self._prefetch.step_ended(started)
         if queue is not None and result.claim_refused is not None:
             refused = f"claiming from {queue} refused ({result.claim_refused})"
             if self.burst:
@@ -547,9 +620,10 @@ class Worker:
         claimed = len(result.claimed)
         if queue is not None:
             for job in result.claimed:
-                self._start(job)
+                self._hold(job)
             self._claims.claimed(queue, claimed, time.monotonic())
         self._apply(result)
+        self._fill()
         if self.metrics is not None:
             dead = sum(
                 h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
@@ -642,22 +716,46 @@ class Worker:
 
     # -- running jobs -----------------------------------------------------------------------
 
-    def _start(self, job: Job) -> None:
+    def _hold(self, job: Job) -> None:
+        """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
         ctx = JobContext(job, self.id, self.schema)
         ctx.timeout = self.timeout
-        held = Held(job, ctx, time.time())
+        held = Held(job, ctx)
         self._held[job.id] = held
         if self._heart is not None:
             self._heart.track(job.id, job.fence)
-        if isinstance(job.payload, UnreadablePayload):
-            error = f"the payload cannot be read: {job.payload.reason}"
-            self._on_outcome(held, Outcome("raised", storable(error)))
-            return
-        assert self._runner is not None
-        self._runner.start(ctx, self.timeout, lambda outcome: self._on_outcome(held, outcome))
+        self._buffer.append(held)
+
+    def _fill(self) -> None:
+        """Start buffered jobs on the free slots; none once the worker is stopping. Plain
+        functions without a timeout get one more job per thread, waiting on the threads' queue,
+        so a thread that finishes starts the next without waiting for the event loop."""
+        runner = self._runner
+        assert runner is not None
+        slots = self.concurrency + self._queued_ahead
+        while self._buffer and not self._stopping and runner.occupied < slots:
+            held = self._buffer.popleft()
+            job = held.job
+            if isinstance(job.payload, UnreadablePayload):
+                error = f"the payload cannot be read: {job.payload.reason}"
+                self._finished(held, Outcome("raised", storable(error)))
+                continue
+            runner.start(held.ctx, self.timeout, functools.partial(self._on_outcome, held))
+
+    def _slot_freed(self) -> None:
+        """A handler given up has really ended: its slot takes the next buffered job."""
+        self._fill()
+        self._wakeup()
 
     def _on_outcome(self, held: Held, outcome: Outcome) -> None:
-        """A handler ended: queue its job's settlement (unless the job was given up)."""
+        """A handler ended: queue its job's settlement (unless the job was given up) and start
+        the next buffered job on the slot it freed."""
+        if outcome.kind in ("returned", "raised"):
+            self._prefetch.handler_ended(held.ctx._began)
+        self._settle_later(held, outcome)
+        self._fill()
+
+    def _settle_later(self, held: Held, outcome: Outcome) -> None:
         assert self._runner is not None
         if self._held.get(held.job.id) is not held or held.outcome is not None:
             return
@@ -674,6 +772,9 @@ class Worker:
                 outcome.error,
                 "cancelled" if self._runner.is_async else "abandoned in its thread",
             )
+        self._finished(held, outcome)
+
+    def _finished(self, held: Held, outcome: Outcome) -> None:
         held.outcome = outcome
         if not self._pending:
             self._first_pending_at = time.monotonic()
@@ -702,6 +803,8 @@ class Worker:
         self._release(held)
         if held in self._pending:
             self._pending.remove(held)
+        if not held.ctx._began and held in self._buffer:
+            self._buffer.remove(held)
         self._lost += 1
         assert self._runner is not None
         self._runner.abandon(held.ctx)
@@ -747,6 +850,28 @@ class Worker:
                 len(orphans),
             )
 
+    async def _return_buffered(self) -> None:
+        """On stop, the buffered jobs go back at once (their attempt not counted)."""
+        waiting = list(self._buffer)
+        pairs = [(h.job.id, h.job.fence) for h in waiting]
+        try:
+            (settled,) = await self._call(ops.hand_back(pairs, self.id, RETURNED_UNSTARTED))
+        except (Disconnected, Transient, DataFault):
+            self._buffer_retry_at = time.monotonic() + 0.1
+            return
+        busy = set(settled.busy)
+        for h in waiting:
+            if h.job.id not in busy and h in self._buffer:  # not lost meanwhile
+                self._buffer.remove(h)
+                self._release(h)
+        if busy:
+            self._buffer_retry_at = time.monotonic() + 0.1
+        log.info(
+            "worker %s: handed back %d buffered job(s) not started",
+            self.id,
+            len(settled.applied),
+        )
+
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
         deadline = time.monotonic() + HAND_BACK_TIMEOUT
@@ -771,6 +896,7 @@ class Worker:
 
     async def _hand_back(self, deadline: float) -> None:
         """Tell running handlers to stop and release their jobs (the attempt not counted)."""
+        self._take_back()
         remaining = [h for h in self._held.values() if h.outcome is None]
         if not remaining:
             return
@@ -794,6 +920,7 @@ class Worker:
             remaining = [h for h in remaining if h.job.id in busy]
             if remaining:
                 await asyncio.sleep(0.1)
+        self._buffer = collections.deque(h for h in self._buffer if self._held.get(h.job.id) is h)
         if remaining:
             log.warning(
                 "worker %s: could not hand back %d job(s); they return when their leases expire",
@@ -803,10 +930,44 @@ class Worker:
         log.info("worker %s: handed back %d job(s)", self.id, released)
 
 
+class CaughtSignals:
+    """SIGTERM and SIGINT recorded in `received` from `catch_stop_signals()` until
+    `run_until_stopped` takes them over: a worker told to stop while it starts (importing its
+    handler, connecting) stops as soon as it runs, never dies of the signal. `restore()` puts
+    back the handlers found, for a worker started in a process that goes on."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.received: list[str] = []
+        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in self._previous:
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        import signal
+
+        self.received.append(signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def catch_stop_signals() -> CaughtSignals:
+    """Record SIGTERM and SIGINT from now on (see `CaughtSignals`); call it first thing."""
+    return CaughtSignals()
+
+
 async def run_until_stopped(
-    worker: Worker, on_signal: Callable[[str, int], None] | None = None
+    worker: Worker,
+    on_signal: Callable[[str, int], None] | None = None,
+    caught: Sequence[str] = (),
 ) -> None:
-    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once."""
+    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once.
+    `caught` are the signals `catch_stop_signals` recorded before; they count as received now."""
     import signal
 
     loop = asyncio.get_running_loop()
@@ -820,6 +981,8 @@ async def run_until_stopped(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, handle, sig.name)
+    for name in list(caught):
+        handle(name)
     try:
         await worker.run()
     finally:

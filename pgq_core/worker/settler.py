@@ -42,7 +42,6 @@ class Held:
 
     job: Job
     ctx: JobContext
-    started_at: float
     outcome: Outcome | None = None
     #: its settlement was in flight when the connection broke: it may have committed unseen
     uncertain: bool = False
