@@ -716,7 +716,12 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("unique key", d.unique_key or ""),
     ):
         fields.add_row(label, _text(value))
-    fields.add_row("last error", _text(d.last_error, multiline=True))
+    error = _text(d.last_error, multiline=True)
+    if d.last_error_truncated and d.last_error_bytes is not None:
+        error.append(
+            f" ... ({_size(d.last_error_bytes)} in all; --full shows all)", style="dim"
+        )
+    fields.add_row("last error", error)
     if d.result is not None:
         shown = json.dumps(d.result, ensure_ascii=False)
         if len(shown) > SHOW_CHARS:

@@ -36,7 +36,7 @@ from pgq_core.filters import (
 )
 from pgq_core.models import ErrorGroup, Health, JobRow
 from pgq_core.ops import BULK_BATCH
-from pgq_core.text import printable
+from pgq_core.text import first_line, printable
 
 from .context import duration, echo_json, queue_option, settings, when
 
@@ -388,7 +388,7 @@ def jobs_table(rows: Sequence[JobRow]) -> Table:
             no_wrap=col in ("id", "status", "attempts", "fence", "run at"),
         )
     for r in rows:
-        error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
+        error = first_line(r.last_error, r.last_error_truncated, 60)
         table.add_row(
             str(r.id),
             _p(r.queue),
@@ -640,6 +640,12 @@ def _print_errors(groups: Sequence[ErrorGroup]) -> None:
         console.print(f"[bold]{_p(g.group)}[/bold] example job {g.example_id}:")
         for line in printable(g.example_error, multiline=True).splitlines() or [""]:
             console.print("  " + escape(line), highlight=False)
+        if g.example_error_truncated:
+            console.print(
+                f"  [dim]... (cut: {g.example_error_bytes:,} bytes in all;"
+                f" pgq show {g.example_id} --full)[/dim]",
+                highlight=False,
+            )
 
 
 # ---------------------------------------------------------------------------- health

@@ -60,6 +60,9 @@ UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
 #: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
 #: committed (or finished) between the statements. Each round needs a new race to fail.
 UNIQUE_ROUNDS = 5
+#: Characters of a long text (last_error, an error group's example) that lists carry: the
+#: server cuts it, so a list of big errors stays small; `job` and `job_preview` read it whole.
+LIST_TEXT_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -601,11 +604,31 @@ def leases(limit: int = 100) -> Op[list[Lease]]:
     return Op("leases", {"limit": limit}, lambda rows: [Lease(*r) for r in rows])
 
 
-def jobs(queue: str | None = None, status: str | None = None, limit: int = 50) -> Op[list[JobRow]]:
+def cut_bytes(text: str | None, size: int | None) -> bool:
+    """True when `text` is a cut of a stored text of `size` bytes (UTF-8)."""
+    return text is not None and size is not None and len(text.encode("utf-8")) < size
+
+
+def _job_row(row: tuple[Any, ...]) -> JobRow:
+    """A list row: its columns, then last_error's whole size in bytes (the text is cut)."""
+    *columns, size = row
+    job = JobRow(*columns)
+    return replace(
+        job, last_error_bytes=size, last_error_truncated=cut_bytes(job.last_error, size)
+    )
+
+
+def jobs(
+    queue: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    error_chars: int = LIST_TEXT_CHARS,
+) -> Op[list[JobRow]]:
+    """Of each job's last_error only the first `error_chars` characters (`JobRow`)."""
     return Op(
         "jobs",
-        {"queue": queue, "status": status, "limit": limit},
-        lambda rows: [JobRow(*r) for r in rows],
+        {"queue": queue, "status": status, "limit": limit, "error_chars": error_chars},
+        lambda rows: [_job_row(r) for r in rows],
     )
 
 
@@ -652,13 +675,16 @@ class PayloadPreview:
 
 
 def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] | None]:
-    """The job without its payload (`payload` is None) and a bounded preview of it."""
+    """The job without its payload (`payload` is None) and a bounded preview of it; its
+    last_error cut to `chars` characters too."""
 
     def read(rows: Rows) -> tuple[JobDetail, PayloadPreview] | None:
         if not rows:
             return None
         *columns, text, size = rows[0]
-        return JobDetail(*columns), PayloadPreview(str(text), int(size))
+        job = JobDetail(*columns)
+        job = replace(job, last_error_truncated=cut_bytes(job.last_error, job.last_error_bytes))
+        return job, PayloadPreview(str(text), int(size))
 
     return Op("job_preview", {"id": job_id, "chars": chars}, read)
 
@@ -805,13 +831,18 @@ def _check_queue(queue: str) -> None:
 BULK_BATCH = 1000
 
 
-def jobs_filtered(where: JobFilter, limit: int = 50) -> Op[list[JobRow]]:
-    def read(rows: Rows) -> list[JobRow]:
-        return [JobRow(*r) for r in rows]
+def jobs_filtered(
+    where: JobFilter, limit: int = 50, error_chars: int = LIST_TEXT_CHARS
+) -> Op[list[JobRow]]:
+    """As `jobs`: each last_error cut to `error_chars` characters."""
 
+    def read(rows: Rows) -> list[JobRow]:
+        return [_job_row(r) for r in rows]
+
+    params = {"limit": limit, "error_chars": error_chars}
     if where.payload and where.live_only():
-        return Op("jobs_filtered_live", {"limit": limit}, read, where)
-    return Op("jobs_filtered", {"limit": limit}, read, where)
+        return Op("jobs_filtered_live", params, read, where)
+    return Op("jobs_filtered", params, read, where)
 
 
 def count_filtered(where: JobFilter) -> Op[int]:
@@ -852,15 +883,36 @@ def bulk(
 
 
 def errors(
-    queue: str | None = None, since: timedelta | None = None, limit: int = 100
+    queue: str | None = None,
+    since: timedelta | None = None,
+    limit: int = 100,
+    error_chars: int = LIST_TEXT_CHARS,
 ) -> Op[list[ErrorGroup]]:
-    def read(rows: Rows) -> list[ErrorGroup]:
-        return [
-            ErrorGroup(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), int(r[7]), r[8])
-            for r in rows
-        ]
+    """Each group's example error cut to `error_chars` characters (`ErrorGroup`)."""
 
-    return Op("errors", {"queue": queue, "since": since, "limit": limit}, read)
+    def read(rows: Rows) -> list[ErrorGroup]:
+        groups = []
+        for r in rows:
+            (group, pattern, dead, failed, first, last, queues, example, error, size) = r
+            groups.append(
+                ErrorGroup(
+                    group=group,
+                    pattern=pattern,
+                    dead=dead,
+                    failed=failed,
+                    first_seen=first,
+                    last_seen=last,
+                    queues=list(queues),
+                    example_id=int(example),
+                    example_error=error,
+                    example_error_bytes=size,
+                    example_error_truncated=cut_bytes(error, size),
+                )
+            )
+        return groups
+
+    params = {"queue": queue, "since": since, "limit": limit, "error_chars": error_chars}
+    return Op("errors", params, read)
 
 
 def health_tables(schema: str) -> Op[list[TableHealth]]:

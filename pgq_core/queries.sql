@@ -596,11 +596,15 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
 
 -- name: jobs
 -- Browse jobs by queue and status, newest first; dead jobs by time of death, the latest first.
+-- Of last_error only its first `error_chars` characters and its whole size in bytes (read from
+-- the stored value's header, without reading the text), so a list never carries big errors.
 -- Two branches, one of which a one-time filter skips, so each keeps an order an index serves
 -- (id DESC) or a small sort does (the dead rows of a queue by finished_at).
 SELECT * FROM (
   (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-          last_error, queued_at, finished_at, priority, unique_key
+          pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
+          finished_at, priority, unique_key,
+          pg_catalog.octet_length(last_error) AS last_error_bytes
      FROM {schema}.jobs
     WHERE %(status)s::text = 'dead' AND status = 'dead'
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -608,7 +612,9 @@ SELECT * FROM (
     LIMIT %(limit)s)
   UNION ALL
   (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-          last_error, queued_at, finished_at, priority, unique_key
+          pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
+          finished_at, priority, unique_key,
+          pg_catalog.octet_length(last_error) AS last_error_bytes
      FROM {schema}.jobs
     WHERE %(status)s::text IS DISTINCT FROM 'dead'
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -620,10 +626,11 @@ SELECT * FROM (
           DESC NULLS LAST, id DESC;
 
 -- name: job
--- One job, every column.
+-- One job, every column, and last_error's size in bytes.
 SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
-       extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key
+       extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
+       pg_catalog.octet_length(last_error)
   FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: history
@@ -646,11 +653,13 @@ SELECT pg_catalog.set_config('statement_timeout',
 
 -- name: job_preview
 -- One job, every column, but of the payload only its first `chars` characters of JSON text and
--- its whole size in bytes, so a huge payload is never sent to be shown.
+-- its whole size in bytes, and of last_error its first `chars` characters (its size in bytes
+-- before them), so a huge payload or error is never sent to be shown.
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
-       last_error, queued_at, worker, claimed_at,
+       pg_catalog.substr(last_error, 1, %(chars)s::int), queued_at, worker, claimed_at,
        extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
-       pg_catalog.left(p.text, %(chars)s::int), pg_catalog.octet_length(p.text)
+       pg_catalog.octet_length(last_error), pg_catalog.left(p.text, %(chars)s::int),
+       pg_catalog.octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
  WHERE id = %(id)s;
@@ -783,9 +792,11 @@ SELECT count(*), pg_catalog.min(run_at) FROM {schema}.jobs
 -- (`actor`) and the filter (`detail`). Each returns (last id looked at, ids changed).
 
 -- name: jobs_filtered
--- Jobs matching a filter, newest first.
+-- Jobs matching a filter, newest first; last_error cut as in `jobs`.
 SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-       last_error, queued_at, finished_at, priority, unique_key
+       pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
+       finished_at, priority, unique_key,
+       pg_catalog.octet_length(last_error) AS last_error_bytes
   FROM {schema}.jobs j
  WHERE {where}
  ORDER BY id DESC
@@ -798,7 +809,9 @@ SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, wo
 -- through their partial indexes first (bounded by the live set) and sorts the few that match.
 WITH matching AS MATERIALIZED (
   SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-         last_error, queued_at, finished_at, priority, unique_key
+         pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
+         finished_at, priority, unique_key,
+         pg_catalog.octet_length(last_error) AS last_error_bytes
     FROM {schema}.jobs j
    WHERE {where}
 )
@@ -880,7 +893,8 @@ SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER
 -- is not failed) and dead ones, grouped by error_group (kept by trigger: the error's first line
 -- with ids, numbers, quoted values and URLs normalized). `seen` is finished_at for dead jobs and
 -- the failed attempt's claimed_at for failed ones. The example is the group's newest job, with
--- its full error; the pattern is computed from it alone.
+-- the first `error_chars` characters of its error and the error's whole size in bytes; the
+-- pattern is computed from it alone.
 WITH failing AS (
   SELECT id, queue, status, error_group,
          coalesce(finished_at, claimed_at, queued_at) AS seen
@@ -899,8 +913,11 @@ WITH failing AS (
          pg_catalog.max(id) AS example
     FROM failing GROUP BY 1
 )
-SELECT g.error_group, {schema}.error_pattern(j.last_error), g.dead, g.failed, g.first_seen,
-       g.last_seen, g.queues, g.example, j.last_error
+SELECT g.error_group AS error_group, {schema}.error_pattern(j.last_error) AS pattern,
+       g.dead AS dead, g.failed AS failed, g.first_seen AS first_seen, g.last_seen AS last_seen,
+       g.queues AS queues, g.example AS example_id,
+       pg_catalog.substr(j.last_error, 1, %(error_chars)s::int) AS example_error,
+       pg_catalog.octet_length(j.last_error) AS example_error_bytes
   FROM groups g JOIN {schema}.jobs j ON j.id = g.example
  ORDER BY g.dead + g.failed DESC, g.last_seen DESC
  LIMIT %(limit)s;

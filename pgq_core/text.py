@@ -70,3 +70,16 @@ def describe_exception(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str
     if not isinstance(message, str):
         return storable(f"{name} (unprintable)", limit)
     return storable(f"{name}: {message}" if message else name, limit)
+
+
+def first_line(text: str | None, cut: bool = False, width: int | None = None) -> str:
+    """The first line of `text` (empty for None), ending in an ellipsis when it goes on past
+    what is shown: past `width` characters, or past the end of a `cut` text."""
+    if not text:
+        return ""
+    line, newline, _ = text.partition("\n")
+    line = line.rstrip("\r")
+    more = cut and not newline
+    if width is not None and len(line) > width:
+        line, more = line[: max(0, width - 1)], True
+    return line + "…" if more else line

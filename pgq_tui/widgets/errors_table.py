@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from pgq_core.models import ErrorGroup
+from pgq_core.text import first_line
 
 from .. import humanize
 from .keyed_table import Column, KeyedTable, Row
@@ -47,7 +48,7 @@ def example_text(group: ErrorGroup | None) -> Text:
     """The selected group's newest job and the first line of its full error."""
     if group is None:
         return Text(" no failed or dead jobs with an error", style="grey50")
-    first = group.example_error.splitlines()[0] if group.example_error else ""
+    first = first_line(group.example_error, group.example_error_truncated)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append_text(
         humanize.db_text(f" {group.group} e.g. job {group.example_id}: ", style="grey62")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from pgq_core import JobRow
+from pgq_core.text import first_line
 
 from .. import humanize
 from ..state import Snapshot, urgency
@@ -51,7 +52,7 @@ def when(job: JobRow, now: float, lease: tuple[float, float | None] | None = Non
 
 def job_row(job: JobRow, now: float, lease: tuple[float, float | None] | None = None) -> Row:
     status = display_status(job, now)
-    error = (job.last_error or "").splitlines()[0] if job.last_error else ""
+    error = first_line(job.last_error, job.last_error_truncated)
     return (
         str(job.id),
         [

@@ -1,0 +1,101 @@
+"""What a human view reads is bounded by the server: lists and error groups carry a cut of a
+long `last_error` (with its size and a flag), only `pgq show` has it whole (and prints it
+whole only with --full). Big errors are written by plain SQL, as any session can."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from test_cli import ENV, Pgq, ok
+
+from pgq_core import Queue
+from pgq_core.filters import JobFilter
+from pgq_core.ops import LIST_TEXT_CHARS
+
+#: a first line of 150,000 characters, then a second line; 'é' is two bytes in UTF-8
+BIG_ERROR = "RuntimeError: job failed " + "é" * 150_000 + "\nsecond line"
+BIG_BYTES = len(BIG_ERROR.encode("utf-8"))
+
+
+@pytest.fixture
+def pgq(dsn: str, schema: str) -> Pgq:
+    from click.testing import CliRunner, Result
+
+    from pgq_cli.cli import main
+
+    runner = CliRunner(env=ENV)
+
+    def run(*args: str) -> Result:
+        return runner.invoke(main, ["--dsn", dsn, "--schema", schema, *args], prog_name="pgq")
+
+    return run
+
+
+def dead_with(conn: psycopg.Connection[Any], schema: str, queue: str, error: str) -> int:
+    row = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload, status, attempts, fence, last_error, worker,"
+            " finished_at) VALUES (%s, '{{}}', 'dead', 5, 5, %s, 'w', now()) RETURNING id"
+        ).format(sql.Identifier(schema)),
+        [queue, error],
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_lists_and_groups_carry_a_cut_error_with_its_size(
+    queue: Queue, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    big = dead_with(conn, schema, "mail", BIG_ERROR)
+    small = dead_with(conn, schema, "mail", "KeyError: 'x'")
+
+    listed = {j.id: j for j in queue.jobs("mail", "dead")}
+    assert len(listed[big].last_error or "") == LIST_TEXT_CHARS
+    assert BIG_ERROR.startswith(listed[big].last_error or "")
+    assert (listed[big].last_error_bytes, listed[big].last_error_truncated) == (BIG_BYTES, True)
+    assert listed[small].last_error == "KeyError: 'x'"
+    assert (listed[small].last_error_bytes, listed[small].last_error_truncated) == (13, False)
+
+    for where in (JobFilter(queue="mail"), JobFilter(error="runtimeerror")):
+        [found] = [j for j in queue.jobs_matching(where) if j.id == big]
+        assert len(found.last_error or "") == LIST_TEXT_CHARS and found.last_error_truncated
+
+    [group] = [g for g in queue.errors() if g.example_id == big]
+    assert len(group.example_error) == LIST_TEXT_CHARS
+    assert (group.example_error_bytes, group.example_error_truncated) == (BIG_BYTES, True)
+
+    whole = queue.job(big)
+    assert whole.last_error == BIG_ERROR and whole.last_error_bytes == BIG_BYTES
+
+
+def test_cli_prints_cut_errors_and_show_has_them_whole(
+    pgq: Pgq, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    big = dead_with(conn, schema, "mail", BIG_ERROR)
+
+    [row] = json.loads(ok(pgq("jobs", "--status", "dead", "--json")))
+    assert len(row["last_error"]) == LIST_TEXT_CHARS
+    assert (row["last_error_bytes"], row["last_error_truncated"]) == (BIG_BYTES, True)
+    [row] = json.loads(ok(pgq("jobs", "--error", "RuntimeError", "--json")))
+    assert row["last_error_truncated"] is True and len(row["last_error"]) == LIST_TEXT_CHARS
+    listed = ok(pgq("jobs", "--status", "dead"))
+    assert len(listed) < 4000 and "RuntimeError: job failed" in listed
+
+    [group] = json.loads(ok(pgq("errors", "--json")))
+    assert len(group["example_error"]) == LIST_TEXT_CHARS
+    assert (group["example_error_bytes"], group["example_error_truncated"]) == (BIG_BYTES, True)
+    grouped = ok(pgq("errors"))
+    assert len(grouped.encode("utf-8")) < 8 * LIST_TEXT_CHARS
+    assert f"cut: {BIG_BYTES:,} bytes in all; pgq show {big} --full" in grouped
+
+    shown = ok(pgq("show", str(big)))
+    assert "second line" not in shown and len(shown) < 80_000
+    assert "--full shows all" in shown
+    assert "second line" in ok(pgq("show", str(big), "--full"))
+    detail = json.loads(ok(pgq("show", str(big), "--json")))
+    assert detail["last_error"] == BIG_ERROR
+    assert (detail["last_error_bytes"], detail["last_error_truncated"]) == (BIG_BYTES, False)
