@@ -4,7 +4,9 @@ whole only with --full). Big errors are written by plain SQL, as any session can
 
 from __future__ import annotations
 
+import importlib
 import json
+import secrets
 from typing import Any
 
 import psycopg
@@ -12,7 +14,7 @@ import pytest
 from psycopg import sql
 from test_cli import ENV, Pgq, ok
 
-from pgq_core import Queue
+from pgq_core import Queue, migrate
 from pgq_core.filters import JobFilter
 from pgq_core.ops import LIST_TEXT_CHARS
 
@@ -99,3 +101,42 @@ def test_cli_prints_cut_errors_and_show_has_them_whole(
     detail = json.loads(ok(pgq("show", str(big), "--json")))
     assert detail["last_error"] == BIG_ERROR
     assert (detail["last_error_bytes"], detail["last_error_truncated"]) == (BIG_BYTES, False)
+
+
+def test_error_groups_normalise_before_they_cut(
+    queue: Queue, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    """Ids of different lengths early in a first line over 200 characters: one group."""
+    tail = " while reading " + "the order book " * 20
+    ids = [dead_with(conn, schema, "mail", f"ValueError: order {n}{tail}") for n in (7, 123456)]
+    dead_with(conn, schema, "mail", f"KeyError: 'customer_{'9' * 300}'")
+    dead_with(conn, schema, "mail", f"KeyError: 'customer_{'1' * 5}'")
+    groups = {g.pattern: g for g in queue.errors()}
+    pattern = f"ValueError: order <n>{tail}"[:200]
+    assert set(groups) == {pattern, "KeyError: <str>"}
+    assert (groups[pattern].dead, groups[pattern].example_id) == (2, max(ids))
+    assert groups["KeyError: <str>"].dead == 2
+
+
+def test_errors_stored_before_version_13_are_regrouped_by_it(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = importlib.import_module("pgq_core.migrate")  # the package's `migrate` is the function
+    shipped = m.migrations()
+    name = f"t_{secrets.token_hex(5)}"
+    tail = " at " + "frame " * 50
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            monkeypatch.setattr(m, "migrations", lambda: [v for v in shipped if v[0] < 13])
+            migrate(conn, name)
+            for n in (1, 22, 333):
+                dead_with(conn, name, "mail", f"IndexError: row {n}{tail}")
+            count = sql.SQL("SELECT count(DISTINCT error_group) FROM {}.jobs").format(
+                sql.Identifier(name)
+            )
+            assert conn.execute(count).fetchone() == (3,)
+            monkeypatch.setattr(m, "migrations", lambda: shipped)
+            assert 13 in migrate(conn, name)
+            assert conn.execute(count).fetchone() == (1,)
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
