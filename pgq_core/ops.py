@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from .config import QUEUE_NAME_MAX_BYTES, check_queue_name
+from .config import QUEUE_NAME_MAX_BYTES, check_new_queue_name, check_queue_name
 from .errors import PgqError
 from .filters import JobFilter
 from .models import (
@@ -146,7 +146,7 @@ def check_backoff(seconds: float | None, what: str) -> float | None:
 
 
 def _check_spec(spec: JobSpec) -> None:
-    check_queue_name(spec.queue)
+    check_new_queue_name(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
     if spec.unique_key is not None:
@@ -720,9 +720,9 @@ def schedules() -> Op[list[Schedule]]:
 
 
 def check_schedule_name(name: str) -> str:
-    """ValueError unless `name` can name a schedule (the rules of a queue name)."""
+    """ValueError unless `name` can name a schedule (the rules of a new queue's name)."""
     try:
-        return check_queue_name(name)
+        return check_new_queue_name(name)
     except ValueError as exc:
         raise ValueError(str(exc).replace("queue name", "schedule name")) from None
 
@@ -741,7 +741,7 @@ def add_schedule(
     from .cron import check_cron
 
     check_schedule_name(name)
-    check_queue_name(queue)
+    check_new_queue_name(queue)
     check_cron(cron)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -785,8 +785,9 @@ def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | 
 
 
 def pause(queue: str, actor: str | None, reason: str | None) -> Op[datetime]:
-    """Returns when the queue was paused."""
-    _check_queue(queue)
+    """Returns when the queue was paused. Not a name with an invisible character
+    (`config.check_new_queue_name`): it prints like another queue's."""
+    check_new_queue_name(queue)
     params = {"queue": queue, "actor": actor, "reason": reason}
     return Op("pause", params, lambda rows: rows[0][0])
 
@@ -798,8 +799,13 @@ def resume(queue: str, channel: str) -> Op[datetime | None]:
 
 
 def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | None]:
-    """Returns the limit before (None: none); wakes the queue's workers."""
-    _check_queue(queue)
+    """Returns the limit before (None: none); wakes the queue's workers. A limit is set only
+    on a name without an invisible character (`config.check_new_queue_name`); any name's
+    limit can be removed (None)."""
+    if max_running is None:
+        _check_queue(queue)
+    else:
+        check_new_queue_name(queue)
     if max_running is not None and max_running < 0:
         raise ValueError(f"the limit must not be negative, got {max_running}")
     params = {"queue": queue, "max_running": max_running, "channel": channel}

@@ -757,7 +757,7 @@ class DashboardApp(App[None]):
     ) -> None:
         try:
             ids = await call
-        except (Disconnected, PgqError) as exc:
+        except (Disconnected, PgqError, ValueError) as exc:  # ValueError: a name refused
             self.alert(str(exc), title="action failed", severity="error")
             return
         text = describe(ids)

@@ -22,7 +22,7 @@ def group_row(group: ErrorGroup, now: float) -> Row:
             Text(humanize.count(group.failed), style="yellow" if group.failed else "grey50"),
             Text(humanize.ago(now - group.first_seen.timestamp())),
             Text(humanize.ago(now - group.last_seen.timestamp())),
-            humanize.db_text(", ".join(group.queues)),
+            humanize.name_text(", ".join(group.queues)),
             humanize.db_text(group.pattern.splitlines()[0] if group.pattern else "", style="red"),
         ],
     )

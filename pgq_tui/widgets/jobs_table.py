@@ -57,7 +57,7 @@ def job_row(job: JobRow, now: float, lease: tuple[float, float | None] | None = 
         str(job.id),
         [
             Text(str(job.id)),
-            humanize.db_text(job.queue),
+            humanize.name_text(job.queue),
             Text(status, style=STATUS_STYLE.get(status, "")),
             Text(
                 f"{job.attempts}/{job.max_attempts}",

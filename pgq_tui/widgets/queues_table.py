@@ -27,7 +27,7 @@ def oldest_due(seconds: float | None) -> Text:
 
 def queue_cell(stats: QueueStats) -> Text:
     """The queue's name, marked when it is paused (its workers claim nothing)."""
-    cell = humanize.db_text(stats.queue, style="bold")
+    cell = humanize.name_text(stats.queue, style="bold")
     if stats.paused:
         cell.append(" ⏸ paused", style="bold yellow")
     return cell
