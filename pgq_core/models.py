@@ -59,6 +59,16 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueWindow:
+    """The queues a view shows: `stats` of the queues from the `offset`th by name (0: the
+    first), out of `total` queues in all."""
+
+    stats: list[QueueStats]
+    offset: int
+    total: int
+
+
+@dataclass(frozen=True)
 class Lease:
     id: int
     queue: str

@@ -29,6 +29,7 @@ from .models import (
     PartitionDay,
     PruneReport,
     QueueStats,
+    QueueWindow,
     Schedule,
     Settled,
     TableHealth,
@@ -596,8 +597,21 @@ def prune_flow(
 
 
 def stats(soon: timedelta | None = None) -> Op[list[QueueStats]]:
-    """`expiring` counts leases with under a third of their length left, or under `soon`."""
-    return Op("stats", {"soon": soon}, lambda rows: [QueueStats(*r) for r in rows])
+    """Every queue. `expiring` counts leases with under a third of their length left, or
+    under `soon`."""
+    params = {"soon": soon, "offset": 0, "limit": None}
+    return Op("stats", params, lambda rows: [QueueStats(*r[:-1]) for r in rows])
+
+
+def stats_window(offset: int, limit: int, soon: timedelta | None = None) -> Op[QueueWindow]:
+    """At most `limit` queues by name from the `offset`th (0: the first), and how many there
+    are in all (0 when the window starts past the last)."""
+
+    def read(rows: Rows) -> QueueWindow:
+        total = int(rows[0][-1]) if rows else 0
+        return QueueWindow([QueueStats(*r[:-1]) for r in rows], offset, total)
+
+    return Op("stats", {"soon": soon, "offset": offset, "limit": limit}, read)
 
 
 def leases(limit: int = 100) -> Op[list[Lease]]:

@@ -548,6 +548,9 @@ SELECT day, outcome FROM {schema}.job_events_add_partitions(
 -- (paused, limit, paused at, by, why); a paused or limited queue is listed even with no jobs.
 -- Reads the partial indexes, queue_counts and queue_settings only; never scans done rows.
 -- Expiring: under a third of its lease left (expired included), or under `soon` when given.
+-- A window of the queues by name: `limit` of them (NULL: all) from the `offset`th; each row
+-- also carries how many queues there are in all, so a view of 5,000 queues gets only the rows
+-- it shows and can still say where they stand.
 WITH ready AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
@@ -577,12 +580,14 @@ SELECT q.queue,
        coalesce(r.ready, 0), coalesce(r.scheduled, 0), coalesce(ru.running, 0),
        coalesce(ru.expiring, 0), coalesce(d.dead, 0), coalesce(c.done, 0),
        coalesce(c.completed, 0), r.oldest_due_seconds,
-       s.paused_at IS NOT NULL, s.max_running, s.paused_at, s.paused_by, s.pause_reason
+       s.paused_at IS NOT NULL, s.max_running, s.paused_at, s.paused_by, s.pause_reason,
+       count(*) OVER () AS queues_in_all
   FROM queues q
   LEFT JOIN ready r USING (queue) LEFT JOIN running ru USING (queue)
   LEFT JOIN dead d USING (queue) LEFT JOIN counts c USING (queue)
   LEFT JOIN settings s USING (queue)
- ORDER BY q.queue;
+ ORDER BY q.queue
+OFFSET %(offset)s LIMIT %(limit)s;
 
 -- name: leases
 -- Running jobs, the lease closest to expiry first.

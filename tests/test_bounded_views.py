@@ -140,3 +140,69 @@ def test_errors_stored_before_version_13_are_regrouped_by_it(
             assert conn.execute(count).fetchone() == (1,)
         finally:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def many_queues(conn: psycopg.Connection[Any], schema: str, count: int) -> list[str]:
+    names = [f"queue-{n:04d}" for n in range(count)]
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload) SELECT unnest(%s::text[]), '{{}}'"
+        ).format(sql.Identifier(schema)),
+        [names],
+    )
+    return names
+
+
+def test_the_server_sends_a_window_of_the_queues(
+    queue: Queue, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    names = many_queues(conn, schema, 250)
+    window = queue.stats_window(0, 100)
+    assert [s.queue for s in window.stats] == names[:100]
+    assert (window.offset, window.total) == (0, 250)
+    window = queue.stats_window(200, 100)
+    assert [s.queue for s in window.stats] == names[200:]
+    assert all(s.ready == 1 for s in window.stats) and window.total == 250
+    assert queue.stats_window(300, 100).stats == []
+    assert [s.queue for s in queue.stats()] == names
+
+
+def test_window_offset_moves_only_near_an_end_with_more_beyond() -> None:
+    from pgq_tui.state import QUEUES_EDGE, QUEUES_WINDOW, window_offset
+
+    assert window_offset(0, 100, 100, 99) is None  # every queue is shown
+    assert window_offset(0, 100, 5000, 50) is None
+    assert window_offset(0, 100, 5000, 100 - QUEUES_EDGE) == 100 - QUEUES_EDGE - 50
+    assert window_offset(4900, 100, 5000, 99) is None  # the last queues are shown
+    assert window_offset(4850, 100, 5000, 99) == 4899
+    assert window_offset(300, 100, 5000, 0) == 250
+    assert window_offset(20, 100, 5000, QUEUES_EDGE - 1) == 0
+    assert window_offset(0, 100, 5000, 0) is None
+    assert QUEUES_WINDOW == 100
+
+
+async def test_the_dashboard_holds_a_window_of_the_queues_and_moves_it_with_the_cursor(
+    dsn: str, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    from pgq_tui.launch import make_app
+    from pgq_tui.testing import wait_for
+    from pgq_tui.widgets.queues_table import QueuesTable
+
+    names = many_queues(conn, schema, 250)
+    app = make_app(dsn, schema, "db", refresh=0.2)
+    async with app.run_test(size=(132, 38)) as pilot:
+        table = app.dashboard.query_one(QueuesTable)
+        await wait_for(pilot, lambda: table.row_count > 0, "the queues")
+        assert table.row_count == 100
+        assert str(table.border_title) == "queues 1-100 of 250"
+        await pilot.press("ctrl+end")  # the last row of the window: it moves on
+        await wait_for(pilot, lambda: table.get_row_at(0)[0].plain == names[49], "moved")
+        assert table.row_count == 100 and table.selected_key == names[99]
+        assert str(table.border_title) == "queues 50-149 of 250"
+        for _ in range(4):
+            await pilot.press("ctrl+end")
+            await pilot.pause(0.3)
+        await wait_for(pilot, lambda: table.selected_key == names[-1], "the last queue")
+        assert str(table.border_title) == "queues 151-250 of 250"
+        await pilot.press("ctrl+home")
+        await wait_for(pilot, lambda: app.queues_offset < 101, "moving back")
