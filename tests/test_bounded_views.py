@@ -241,3 +241,36 @@ def test_stats_counts_each_queue_once_without_joining_per_queue_counts(
     assert (stats[names[0]].ready, stats[names[0]].dead) == (1, 1)
     assert (stats[names[1]].dead, stats[names[1]].paused) == (0, True)
     assert stats[names[1]].pause_reason == "maintenance" and stats[names[3]].limit == 2
+
+
+async def test_the_dashboard_lists_and_opens_a_job_with_a_big_error_bounded(
+    dsn: str, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.launch import make_app
+    from pgq_tui.screens.job_detail import ERROR_CHARS, JobDetailScreen
+    from pgq_tui.testing import wait_for
+    from pgq_tui.widgets.jobs_table import JobsTable
+
+    big = dead_with(conn, schema, "mail", BIG_ERROR)
+    app = make_app(dsn, schema, "db", refresh=0.2)
+    async with app.run_test(size=(132, 38)) as pilot:
+        await wait_for(pilot, lambda: app.dashboard.data is not None, "the first poll")
+        await pilot.press("enter")  # the queue's jobs: dead first
+        jobs = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: jobs.row_count == 1, "the dead job")
+        [row] = app.dashboard.data.jobs if app.dashboard.data else []
+        assert row.id == big and row.last_error_truncated
+        assert len(row.last_error or "") == LIST_TEXT_CHARS
+        assert jobs.get_row_at(0)[-1].plain.endswith("…")
+        await pilot.press("enter")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job is not None,
+            "the job detail",
+        )
+        shown = str(app.screen.query_one("#job-error", Static).render())
+        assert shown.startswith("last error RuntimeError: job failed")
+        assert len(shown) < ERROR_CHARS + 200
+        assert f"pgq show {big} --full" in shown
