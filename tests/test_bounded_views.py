@@ -274,3 +274,47 @@ async def test_the_dashboard_lists_and_opens_a_job_with_a_big_error_bounded(
         assert shown.startswith("last error RuntimeError: job failed")
         assert len(shown) < ERROR_CHARS + 200
         assert f"pgq show {big} --full" in shown
+
+
+async def test_the_queues_table_looks_only_at_rows_whose_figures_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tick with the same figures reads no row of the table; a changed queue is the only
+    row read and updated."""
+    from dataclasses import replace
+
+    from textual.app import App, ComposeResult
+
+    from pgq_core import QueueStats
+    from pgq_tui.state import Snapshot
+    from pgq_tui.throughput import Throughput
+    from pgq_tui.widgets.queues_table import QueuesTable
+
+    class Board(App[None]):
+        def compose(self) -> ComposeResult:
+            yield QueuesTable()
+
+    stats = [QueueStats(f"q{n:03d}", n, 0, 0, 0, 1, 5, 5, None) for n in range(100)]
+    throughput = Throughput()
+    async with Board().run_test(size=(132, 38)) as pilot:
+        table = pilot.app.query_one(QueuesTable)
+        table.show(Snapshot(stats, [], [], (None, None, None), 1000.0, 0.1), throughput, 1000.0)
+        await pilot.pause()
+        assert table.row_count == 100
+        read: list[object] = []
+        updated: list[object] = []
+        get_row, update_cell = table.get_row, table.update_cell
+        monkeypatch.setattr(table, "get_row", lambda key: read.append(key) or get_row(key))
+        monkeypatch.setattr(
+            table,
+            "update_cell",
+            lambda key, *a, **kw: updated.append(key) or update_cell(key, *a, **kw),
+        )
+        again = [replace(s) for s in stats]  # equal figures, new objects (a new poll)
+        table.show(Snapshot(again, [], [], (None, None, None), 1001.0, 0.1), throughput, 1001.0)
+        assert (read, updated) == ([], [])
+        again[7] = replace(again[7], dead=9)
+        table.show(Snapshot(again, [], [], (None, None, None), 1002.0, 0.1), throughput, 1002.0)
+        assert read == ["q007"] and set(updated) == {"q007"}
+        await pilot.pause()
+        assert table.get_row("q007")[5].plain == "9"

@@ -28,6 +28,10 @@ def group_row(group: ErrorGroup, now: float) -> Row:
     )
 
 
+#: the most characters of the example's first line shown under the table
+EXAMPLE_CELLS = 400
+
+
 class ErrorsTable(KeyedTable):
     COLUMNS: tuple[Column, ...] = (
         ("group", "group", 12, 3),
@@ -48,7 +52,7 @@ def example_text(group: ErrorGroup | None) -> Text:
     """The selected group's newest job and the first line of its full error."""
     if group is None:
         return Text(" no failed or dead jobs with an error", style="grey50")
-    first = first_line(group.example_error, group.example_error_truncated)
+    first = first_line(group.example_error, group.example_error_truncated, EXAMPLE_CELLS)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append_text(
         humanize.db_text(f" {group.group} e.g. job {group.example_id}: ", style="grey62")
