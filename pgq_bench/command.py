@@ -5,6 +5,7 @@ package only when it runs, so no other `pgq` command loads the bench."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from .producers import ProducersOptions, print_producers, run_producers
 from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
 from .scale import ScaleOptions, print_scale, run_stats_scale
 from .soak import SoakOptions, print_soak, run_soak
+from .views import ViewsOptions, print_views, run_views_scale
 
 #: --jobs when not given: per side in the default run, per run with --same-resources.
 DEFAULT_JOBS = 20_000
@@ -78,6 +80,11 @@ def run_command(
     lease: timedelta | None = None,
     pool_size: int = 8,
     seed: int | None = None,
+    view_queues: int = 0,
+    big_errors: int = 0,
+    error_bytes: int = 1_000_000,
+    idle_seconds: float = 20.0,
+    views_python: str | None = None,
     as_json: bool = False,
 ) -> None:
     """`pgq bench` with its parsed options: the default run, --stats-scale, --same-resources,
@@ -93,6 +100,9 @@ def run_command(
             "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, --fleet "
             "and --pickup are separate runs: pick one"
         )
+    views = bool(view_queues or big_errors)
+    if views and not stats_scale:
+        raise click.UsageError("--queues and --big-errors are options of --stats-scale")
     if soak is not None and soak.total_seconds() <= 0:
         raise click.UsageError("--soak must be longer than 0s")
     if fleet is not None and fleet.total_seconds() <= 0:
@@ -142,6 +152,15 @@ def run_command(
                 payload_bytes=payload_bytes,
             )
             result = run_pickup(target, embedded, pickup_opts, say)
+        elif views:
+            views_opts = ViewsOptions(
+                view_queues,
+                big_errors,
+                error_bytes,
+                idle_seconds,
+                python=views_python or sys.executable,
+            )
+            result = run_views_scale(target, embedded, views_opts, say)
         elif stats_scale:
             scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
             result = run_stats_scale(target, embedded, scale, say)
@@ -181,6 +200,8 @@ def run_command(
         print_producers(result, console)
     elif pickup:
         print_pickup(result, console)
+    elif views:
+        print_views(result, console)
     elif stats_scale:
         print_scale(result, console)
     elif same_resources:

@@ -19,7 +19,7 @@ from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from .cli import INT4, _console, _queue, _text, parse_payload
-from .context import PgqGroup, echo_json, fail, queue_option, when
+from .context import PgqGroup, echo_json, fail, new_queue_option, when
 
 #: Characters of a schedule's payload shown in `schedule list`.
 PAYLOAD_CHARS = 60
@@ -60,7 +60,7 @@ def schedule_group() -> None:
 
 @schedule_group.command("add")
 @click.argument("name", callback=_name)
-@click.option("--queue", "-q", "queue_name", required=True, callback=queue_option)
+@click.option("--queue", "-q", "queue_name", required=True, callback=new_queue_option)
 @click.option("--cron", "cron", required=True, callback=_cron, help='e.g. "*/5 * * * *" (UTC).')
 @click.option("--payload", callback=_payload, help="The job's payload as JSON (default {}).")
 @click.option(

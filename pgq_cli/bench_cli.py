@@ -150,6 +150,44 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="--stats-scale: calls timed per query.",
 )
 @click.option(
+    "--queues",
+    "view_queues",
+    default=0,
+    type=click.IntRange(0, 1_000_000),
+    help="--stats-scale: instead, the human views over this many queues (5000): `pgq jobs`, "
+    "`pgq errors` and the dashboard (first draw, idle CPU and RSS, quit).",
+)
+@click.option(
+    "--big-errors",
+    default=0,
+    type=click.IntRange(0, 1_000_000),
+    help="--stats-scale: instead (or as well as --queues), the human views over this many "
+    "dead jobs with a --error-bytes last_error (10000).",
+)
+@click.option(
+    "--error-bytes",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(1, 100_000_000),
+    help="--big-errors: the size of each last_error.",
+)
+@click.option(
+    "--idle",
+    "idle_seconds",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="--queues/--big-errors: seconds the dashboard idles while measured.",
+)
+@click.option(
+    "--python",
+    "views_python",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="--queues/--big-errors: the Python that runs `pgq` and the dashboard (another "
+    "checkout's venv measures that checkout); default this one.",
+)
+@click.option(
     "--same-resources",
     is_flag=True,
     help="Instead: the seed (C threads, one process) against one `pgq worker --concurrency C` "

@@ -42,6 +42,7 @@ from .context import (
     duration,
     echo_json,
     fail,
+    new_queue_option,
     queue_option,
     raw_byte,
     settings,
@@ -66,6 +67,8 @@ ENQUEUE_STEP_BYTES = 64 * 1024 * 1024
 PAYLOAD_MAX_BYTES = 255 * 1024 * 1024
 #: Characters of a payload `pgq show` prints unless --full.
 SHOW_CHARS = 64 * 1024
+#: the most cells a queue name takes in a table; a longer one is cut with an ellipsis
+NAME_CELLS = 40
 #: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
 RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=UTC)
@@ -456,6 +459,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
         name = _text(r.queue)
+        if name.cell_len > NAME_CELLS:  # one long name must not push the counts off the screen
+            name.truncate(NAME_CELLS, overflow="ellipsis")
         if r.paused:
             name.append(" (paused)", style="yellow")
         if r.limit is not None:
@@ -477,7 +482,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue_name", metavar="QUEUE", callback=queue_option)
+@click.argument("queue_name", metavar="QUEUE", callback=new_queue_option)
 @click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
 @click.option(
     "--file",
@@ -716,7 +721,12 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("unique key", d.unique_key or ""),
     ):
         fields.add_row(label, _text(value))
-    fields.add_row("last error", _text(d.last_error, multiline=True))
+    error = _text(d.last_error, multiline=True)
+    if d.last_error_truncated and d.last_error_bytes is not None:
+        error.append(
+            f" ... ({_size(d.last_error_bytes)} in all; --full shows all)", style="dim"
+        )
+    fields.add_row("last error", error)
     if d.result is not None:
         shown = json.dumps(d.result, ensure_ascii=False)
         if len(shown) > SHOW_CHARS:

@@ -25,6 +25,7 @@ from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
     check_lease,
+    check_new_queue_name,
     check_queue_name,
     connect_options,
     connect_timeout,
@@ -332,6 +333,20 @@ def queue_option(
         raise click.BadParameter("queue name must not be empty", ctx, param)
     try:
         return check_queue_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def new_queue_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """click callback: `queue_option`, and a name that prints unlike any other (no invisible
+    character, `config.check_new_queue_name`): for enqueue, pause, limit, a schedule's queue."""
+    name = queue_option(ctx, param, value)
+    if name is None:
+        return None
+    try:
+        return check_new_queue_name(name)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
 

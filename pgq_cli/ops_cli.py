@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pgq_core.config import check_new_queue_name
 from pgq_core.filters import (
     ACTION_STATUSES,
     FILTER_STATUSES,
@@ -36,9 +37,9 @@ from pgq_core.filters import (
 )
 from pgq_core.models import ErrorGroup, Health, JobRow
 from pgq_core.ops import BULK_BATCH
-from pgq_core.text import printable
+from pgq_core.text import first_line, printable
 
-from .context import duration, echo_json, queue_option, settings, when
+from .context import duration, echo_json, new_queue_option, queue_option, settings, when
 
 INT4_MAX = 2**31 - 1
 #: Options that make `jobs`, `requeue` or `kill` a filtered command (the rest are the plain
@@ -66,8 +67,15 @@ def _console() -> Console:
 
 
 def _queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A queue name a job can have (`context.queue_option`), as `pgq enqueue` takes."""
+    """A queue name a job can have (`context.queue_option`): any queue can be resumed."""
     name = queue_option(ctx, param, value)
+    assert name is not None
+    return name
+
+
+def _new_queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A queue name as `pgq enqueue` takes it (`context.new_queue_option`)."""
+    name = new_queue_option(ctx, param, value)
     assert name is not None
     return name
 
@@ -76,7 +84,7 @@ def _queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command("pause")
-@click.argument("queue_name", metavar="QUEUE", callback=_queue_arg)
+@click.argument("queue_name", metavar="QUEUE", callback=_new_queue_arg)
 @click.option("--reason", help="Why, recorded with who paused it and when.")
 @click.option("--json", "as_json", is_flag=True, help="Print the queue's settings as JSON.")
 @click.pass_context
@@ -174,6 +182,11 @@ def limit_command(
 ) -> None:
     """At most N jobs of QUEUE run at once, across all workers (`none`: no limit). N is 1 or
     more: to run none, `pgq pause QUEUE`."""
+    if max_running is not None:  # set only on a name enqueue takes; any queue's is removed
+        try:
+            check_new_queue_name(queue_name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'QUEUE'") from None
     with settings(ctx).queue() as q:
         known = q.has_jobs(queue_name)
         before = q.set_limit(queue_name, max_running)
@@ -388,7 +401,7 @@ def jobs_table(rows: Sequence[JobRow]) -> Table:
             no_wrap=col in ("id", "status", "attempts", "fence", "run at"),
         )
     for r in rows:
-        error = (r.last_error or "").splitlines()[0][:60] if r.last_error else ""
+        error = first_line(r.last_error, r.last_error_truncated, 60)
         table.add_row(
             str(r.id),
             _p(r.queue),
@@ -640,6 +653,12 @@ def _print_errors(groups: Sequence[ErrorGroup]) -> None:
         console.print(f"[bold]{_p(g.group)}[/bold] example job {g.example_id}:")
         for line in printable(g.example_error, multiline=True).splitlines() or [""]:
             console.print("  " + escape(line), highlight=False)
+        if g.example_error_truncated:
+            console.print(
+                f"  [dim]... (cut: {g.example_error_bytes:,} bytes in all;"
+                f" pgq show {g.example_id} --full)[/dim]",
+                highlight=False,
+            )
 
 
 # ---------------------------------------------------------------------------- health

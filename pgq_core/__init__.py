@@ -16,7 +16,18 @@ from .extras import MissingExtra
 from .fenced import fenced_write
 from .integrations import driver_connection, enqueue_in, sqlalchemy_engine
 from .migrate import migrate
-from .models import Enqueued, Job, JobDetail, JobEvent, JobRow, Lease, QueueStats, Schedule, Settled
+from .models import (
+    Enqueued,
+    Job,
+    JobDetail,
+    JobEvent,
+    JobRow,
+    Lease,
+    QueueStats,
+    QueueWindow,
+    Schedule,
+    Settled,
+)
 from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
 from .target import find_target
@@ -38,6 +49,7 @@ __all__ = [
     "PgqError",
     "Queue",
     "QueueStats",
+    "QueueWindow",
     "Schedule",
     "ScheduleExists",
     "SchemaMissing",

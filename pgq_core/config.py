@@ -14,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import embedded
 from .errors import PgqError
+from .text import first_invisible
 
 DEFAULT_SCHEMA = "pgq"
 #: Seconds to wait for a connection when neither the DSN nor PGCONNECT_TIMEOUT says otherwise.
@@ -227,9 +228,14 @@ def check_concurrency(concurrency: int) -> int:
     return concurrency
 
 
+def _visible_code(ch: str) -> str:
+    return f"U+{ord(ch):04X}"
+
+
 def check_queue_name(name: str) -> str:
     """ValueError unless `name` is storable and fits a NOTIFY payload: not empty, no NUL, valid
-    UTF-8, at most QUEUE_NAME_MAX_BYTES bytes."""
+    UTF-8, at most QUEUE_NAME_MAX_BYTES bytes. Any name a job can have (also one plain SQL
+    stored): what looking a queue up takes."""
     if not name:
         raise ValueError("queue name must not be empty")
     if "\x00" in name:
@@ -242,6 +248,20 @@ def check_queue_name(name: str) -> str:
         raise ValueError(
             f"queue name is {size} bytes long (UTF-8); at most {QUEUE_NAME_MAX_BYTES} fit "
             f"(it is indexed, and it is the NOTIFY payload, at most {NOTIFY_PAYLOAD_MAX_BYTES})"
+        )
+    return name
+
+
+def check_new_queue_name(name: str) -> str:
+    """`check_queue_name`, and no invisible character (`text.INVISIBLE`: zero-width joiner,
+    BOM, word joiner, soft hyphen, bidi controls...), so it prints unlike any other name: what
+    naming a queue takes (enqueue, pause, limit, a schedule's queue)."""
+    check_queue_name(name)
+    invisible = first_invisible(name)
+    if invisible is not None:
+        raise ValueError(
+            f"queue name holds an invisible character ({_visible_code(invisible)}): it would "
+            "print like another queue's name"
         )
     return name
 

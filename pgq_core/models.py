@@ -59,6 +59,16 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueWindow:
+    """The queues a view shows: `stats` of the queues from the `offset`th by name (0: the
+    first), out of `total` queues in all."""
+
+    stats: list[QueueStats]
+    offset: int
+    total: int
+
+
+@dataclass(frozen=True)
 class Lease:
     id: int
     queue: str
@@ -76,7 +86,9 @@ class Lease:
 
 @dataclass(frozen=True)
 class JobRow:
-    """A job as listed by `jobs`: everything but the payload."""
+    """A job as listed by `jobs`: everything but the payload. A list carries only the first
+    characters of `last_error` (`ops.LIST_TEXT_CHARS`): `last_error_bytes` is the whole
+    error's size in bytes and `last_error_truncated` says it was cut (`show` has it all)."""
 
     id: int
     queue: str
@@ -92,6 +104,8 @@ class JobRow:
     finished_at: datetime | None
     priority: int = 0
     unique_key: str | None = None
+    last_error_bytes: int | None = None
+    last_error_truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,6 +146,10 @@ class JobDetail:
     #: what the handler returned (JSON), stored with its completion
     result: Any = None
     unique_key: str | None = None
+    #: the whole last_error's size in bytes; `last_error_truncated`: `last_error` is its start
+    #: (a bounded read, `ops.job_preview`)
+    last_error_bytes: int | None = None
+    last_error_truncated: bool = False
     history: list[JobEvent] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,7 +192,9 @@ class Schedule:
 class ErrorGroup:
     """Failed (ready, waiting to retry) and dead jobs whose errors differ only in ids, numbers,
     quoted values and URLs. `group` is the id `--error-group` takes; `example_id` is the
-    group's newest job and `example_error` its full error text."""
+    group's newest job and `example_error` the first characters of its error
+    (`ops.LIST_TEXT_CHARS`): `example_error_bytes` is the whole error's size in bytes and
+    `example_error_truncated` says it was cut."""
 
     group: str
     pattern: str
@@ -185,6 +205,8 @@ class ErrorGroup:
     queues: list[str]
     example_id: int
     example_error: str
+    example_error_bytes: int = 0
+    example_error_truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

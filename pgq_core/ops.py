@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from .config import QUEUE_NAME_MAX_BYTES, check_queue_name
+from .config import QUEUE_NAME_MAX_BYTES, check_new_queue_name, check_queue_name
 from .errors import PgqError
 from .filters import JobFilter
 from .models import (
@@ -29,6 +29,7 @@ from .models import (
     PartitionDay,
     PruneReport,
     QueueStats,
+    QueueWindow,
     Schedule,
     Settled,
     TableHealth,
@@ -60,6 +61,9 @@ UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
 #: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
 #: committed (or finished) between the statements. Each round needs a new race to fail.
 UNIQUE_ROUNDS = 5
+#: Characters of a long text (last_error, an error group's example) that lists carry: the
+#: server cuts it, so a list of big errors stays small; `job` and `job_preview` read it whole.
+LIST_TEXT_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def check_backoff(seconds: float | None, what: str) -> float | None:
 
 
 def _check_spec(spec: JobSpec) -> None:
-    check_queue_name(spec.queue)
+    check_new_queue_name(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
     if spec.unique_key is not None:
@@ -593,19 +597,52 @@ def prune_flow(
 
 
 def stats(soon: timedelta | None = None) -> Op[list[QueueStats]]:
-    """`expiring` counts leases with under a third of their length left, or under `soon`."""
-    return Op("stats", {"soon": soon}, lambda rows: [QueueStats(*r) for r in rows])
+    """Every queue. `expiring` counts leases with under a third of their length left, or
+    under `soon`."""
+    params = {"soon": soon, "offset": 0, "limit": None}
+    return Op("stats", params, lambda rows: [QueueStats(*r[:-1]) for r in rows])
+
+
+def stats_window(offset: int, limit: int, soon: timedelta | None = None) -> Op[QueueWindow]:
+    """At most `limit` queues by name from the `offset`th (0: the first), and how many there
+    are in all (0 when the window starts past the last)."""
+
+    def read(rows: Rows) -> QueueWindow:
+        total = int(rows[0][-1]) if rows else 0
+        return QueueWindow([QueueStats(*r[:-1]) for r in rows], offset, total)
+
+    return Op("stats", {"soon": soon, "offset": offset, "limit": limit}, read)
 
 
 def leases(limit: int = 100) -> Op[list[Lease]]:
     return Op("leases", {"limit": limit}, lambda rows: [Lease(*r) for r in rows])
 
 
-def jobs(queue: str | None = None, status: str | None = None, limit: int = 50) -> Op[list[JobRow]]:
+def cut_bytes(text: str | None, size: int | None) -> bool:
+    """True when `text` is a cut of a stored text of `size` bytes (UTF-8)."""
+    return text is not None and size is not None and len(text.encode("utf-8")) < size
+
+
+def _job_row(row: tuple[Any, ...]) -> JobRow:
+    """A list row: its columns, then last_error's whole size in bytes (the text is cut)."""
+    *columns, size = row
+    job = JobRow(*columns)
+    return replace(
+        job, last_error_bytes=size, last_error_truncated=cut_bytes(job.last_error, size)
+    )
+
+
+def jobs(
+    queue: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    error_chars: int = LIST_TEXT_CHARS,
+) -> Op[list[JobRow]]:
+    """Of each job's last_error only the first `error_chars` characters (`JobRow`)."""
     return Op(
         "jobs",
-        {"queue": queue, "status": status, "limit": limit},
-        lambda rows: [JobRow(*r) for r in rows],
+        {"queue": queue, "status": status, "limit": limit, "error_chars": error_chars},
+        lambda rows: [_job_row(r) for r in rows],
     )
 
 
@@ -652,13 +689,16 @@ class PayloadPreview:
 
 
 def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] | None]:
-    """The job without its payload (`payload` is None) and a bounded preview of it."""
+    """The job without its payload (`payload` is None) and a bounded preview of it; its
+    last_error cut to `chars` characters too."""
 
     def read(rows: Rows) -> tuple[JobDetail, PayloadPreview] | None:
         if not rows:
             return None
         *columns, text, size = rows[0]
-        return JobDetail(*columns), PayloadPreview(str(text), int(size))
+        job = JobDetail(*columns)
+        job = replace(job, last_error_truncated=cut_bytes(job.last_error, job.last_error_bytes))
+        return job, PayloadPreview(str(text), int(size))
 
     return Op("job_preview", {"id": job_id, "chars": chars}, read)
 
@@ -694,9 +734,9 @@ def schedules() -> Op[list[Schedule]]:
 
 
 def check_schedule_name(name: str) -> str:
-    """ValueError unless `name` can name a schedule (the rules of a queue name)."""
+    """ValueError unless `name` can name a schedule (the rules of a new queue's name)."""
     try:
-        return check_queue_name(name)
+        return check_new_queue_name(name)
     except ValueError as exc:
         raise ValueError(str(exc).replace("queue name", "schedule name")) from None
 
@@ -715,7 +755,7 @@ def add_schedule(
     from .cron import check_cron
 
     check_schedule_name(name)
-    check_queue_name(queue)
+    check_new_queue_name(queue)
     check_cron(cron)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -759,8 +799,9 @@ def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | 
 
 
 def pause(queue: str, actor: str | None, reason: str | None) -> Op[datetime]:
-    """Returns when the queue was paused."""
-    _check_queue(queue)
+    """Returns when the queue was paused. Not a name with an invisible character
+    (`config.check_new_queue_name`): it prints like another queue's."""
+    check_new_queue_name(queue)
     params = {"queue": queue, "actor": actor, "reason": reason}
     return Op("pause", params, lambda rows: rows[0][0])
 
@@ -772,8 +813,13 @@ def resume(queue: str, channel: str) -> Op[datetime | None]:
 
 
 def set_limit(queue: str, max_running: int | None, channel: str) -> Op[int | None]:
-    """Returns the limit before (None: none); wakes the queue's workers."""
-    _check_queue(queue)
+    """Returns the limit before (None: none); wakes the queue's workers. A limit is set only
+    on a name without an invisible character (`config.check_new_queue_name`); any name's
+    limit can be removed (None)."""
+    if max_running is None:
+        _check_queue(queue)
+    else:
+        check_new_queue_name(queue)
     if max_running is not None and max_running < 0:
         raise ValueError(f"the limit must not be negative, got {max_running}")
     params = {"queue": queue, "max_running": max_running, "channel": channel}
@@ -805,13 +851,18 @@ def _check_queue(queue: str) -> None:
 BULK_BATCH = 1000
 
 
-def jobs_filtered(where: JobFilter, limit: int = 50) -> Op[list[JobRow]]:
-    def read(rows: Rows) -> list[JobRow]:
-        return [JobRow(*r) for r in rows]
+def jobs_filtered(
+    where: JobFilter, limit: int = 50, error_chars: int = LIST_TEXT_CHARS
+) -> Op[list[JobRow]]:
+    """As `jobs`: each last_error cut to `error_chars` characters."""
 
+    def read(rows: Rows) -> list[JobRow]:
+        return [_job_row(r) for r in rows]
+
+    params = {"limit": limit, "error_chars": error_chars}
     if where.payload and where.live_only():
-        return Op("jobs_filtered_live", {"limit": limit}, read, where)
-    return Op("jobs_filtered", {"limit": limit}, read, where)
+        return Op("jobs_filtered_live", params, read, where)
+    return Op("jobs_filtered", params, read, where)
 
 
 def count_filtered(where: JobFilter) -> Op[int]:
@@ -852,15 +903,36 @@ def bulk(
 
 
 def errors(
-    queue: str | None = None, since: timedelta | None = None, limit: int = 100
+    queue: str | None = None,
+    since: timedelta | None = None,
+    limit: int = 100,
+    error_chars: int = LIST_TEXT_CHARS,
 ) -> Op[list[ErrorGroup]]:
-    def read(rows: Rows) -> list[ErrorGroup]:
-        return [
-            ErrorGroup(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), int(r[7]), r[8])
-            for r in rows
-        ]
+    """Each group's example error cut to `error_chars` characters (`ErrorGroup`)."""
 
-    return Op("errors", {"queue": queue, "since": since, "limit": limit}, read)
+    def read(rows: Rows) -> list[ErrorGroup]:
+        groups = []
+        for r in rows:
+            (group, pattern, dead, failed, first, last, queues, example, error, size) = r
+            groups.append(
+                ErrorGroup(
+                    group=group,
+                    pattern=pattern,
+                    dead=dead,
+                    failed=failed,
+                    first_seen=first,
+                    last_seen=last,
+                    queues=list(queues),
+                    example_id=int(example),
+                    example_error=error,
+                    example_error_bytes=size,
+                    example_error_truncated=cut_bytes(error, size),
+                )
+            )
+        return groups
+
+    params = {"queue": queue, "since": since, "limit": limit, "error_chars": error_chars}
+    return Op("errors", params, read)
 
 
 def health_tables(schema: str) -> Op[list[TableHealth]]:

@@ -61,6 +61,7 @@ from .models import (
     PartitionDay,
     PruneReport,
     QueueStats,
+    QueueWindow,
     Schedule,
     Settled,
 )
@@ -563,6 +564,10 @@ class Queue:
     def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return self.run(ops.stats(soon))
 
+    def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        """At most `limit` queues from the `offset`th by name, and how many in all."""
+        return self.run(ops.stats_window(offset, limit))
+
     def leases(self, limit: int = 100) -> list[Lease]:
         return self.run(ops.leases(limit))
 
@@ -844,6 +849,10 @@ class AsyncQueue:
 
     async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
         return await self.run(ops.stats(soon))
+
+    async def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        """At most `limit` queues from the `offset`th by name, and how many in all."""
+        return await self.run(ops.stats_window(offset, limit))
 
     async def leases(self, limit: int = 100) -> list[Lease]:
         return await self.run(ops.leases(limit))

@@ -6,7 +6,9 @@ Invariants:
 - `describe_exception` never raises, whatever the exception's `__str__` does.
 - `printable` returns text with no control character left: each is shown as a visible escape
   (`\\x1b`), so database or handler text can never move the cursor, retitle the window or make
-  a terminal answer into stdin. It does not escape Rich markup: callers that print through
+  a terminal answer into stdin. Invisible characters (`INVISIBLE`: format characters and the
+  default-ignorable ones) are shown as escapes too, so two names that differ only by one never
+  print alike. It does not escape Rich markup: callers that print through
   Rich markup also pass the text through `rich.markup.escape` (or use `rich.text.Text`).
 """
 
@@ -25,6 +27,16 @@ _CONTROL = re.compile(
 CONTROL_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _CONTROL_WITH_NEWLINES = re.compile(f"[{CONTROL_CHARACTERS}]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: Characters that draw nothing: Unicode's format characters (category Cf) and its
+#: Default_Ignorable_Code_Point set (soft hyphen, zero-width joiners and spaces, word joiner,
+#: BOM, bidi controls, variation selectors, Hangul fillers, tags), as a regex class body.
+INVISIBLE = (
+    "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+    "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
+    "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -32,14 +44,24 @@ def _visible(match: re.Match[str]) -> str:
     code = ord(ch)
     if code <= 0xFF:
         return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def printable(text: str, *, multiline: bool = False) -> str:
-    """`text` with every control character shown as a visible escape. With `multiline`,
-    newlines and tabs are kept (for blocks of text); otherwise they are escaped too."""
+    """`text` with every control and invisible character shown as a visible escape. With
+    `multiline`, newlines and tabs are kept (for blocks of text); otherwise they are escaped
+    too."""
     pattern = _CONTROL if multiline else _CONTROL_WITH_NEWLINES
-    return pattern.sub(_visible, _SURROGATE.sub("\ufffd", text))
+    text = pattern.sub(_visible, _SURROGATE.sub("\ufffd", text))
+    return _INVISIBLE.sub(_visible, text)
+
+
+def first_invisible(text: str) -> str | None:
+    """The first invisible character (`INVISIBLE`) in `text`, or None."""
+    found = _INVISIBLE.search(text)
+    return found.group() if found else None
 
 
 def first_surrogate(text: str) -> str | None:
@@ -70,3 +92,16 @@ def describe_exception(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str
     if not isinstance(message, str):
         return storable(f"{name} (unprintable)", limit)
     return storable(f"{name}: {message}" if message else name, limit)
+
+
+def first_line(text: str | None, cut: bool = False, width: int | None = None) -> str:
+    """The first line of `text` (empty for None), ending in an ellipsis when it goes on past
+    what is shown: past `width` characters, or past the end of a `cut` text."""
+    if not text:
+        return ""
+    line, newline, _ = text.partition("\n")
+    line = line.rstrip("\r")
+    more = cut and not newline
+    if width is not None and len(line) > width:
+        line, more = line[: max(0, width - 1)], True
+    return line + "…" if more else line

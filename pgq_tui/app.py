@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from pgq_core import JobRow, Lease, PgqError, QueueStats
+from pgq_core import JobRow, Lease, PgqError, QueueWindow
 from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 
@@ -56,6 +56,7 @@ from .state import (
     DISCONNECTED,
     ERRORS_LIMIT,
     JOBS_LIMIT,
+    QUEUES_WINDOW,
     SLOW_REFRESH,
     HeaderState,
     JobsQuery,
@@ -156,6 +157,8 @@ class DashboardApp(App[None]):
         self._slow_read: dict[str, float] = {}
         self._slow_reading: set[str] = set()
         self.start_workers = tuple(start_workers)
+        #: the first queue (by name) of the Queues view's window
+        self.queues_offset = 0
 
     def get_default_screen(self) -> Screen[Any]:
         return self.dashboard
@@ -277,7 +280,7 @@ class DashboardApp(App[None]):
 
     async def _await_fetch(
         self,
-        fetch: asyncio.Future[tuple[list[QueueStats], list[Lease], float, list[JobRow]]],
+        fetch: asyncio.Future[tuple[QueueWindow, list[Lease], float, list[JobRow]]],
         jobs_query: JobsQuery,
     ) -> Message:
         started = self.clock()
@@ -291,7 +294,7 @@ class DashboardApp(App[None]):
             await asyncio.wait({fetch}, timeout=5)
             return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
-            stats, leases, leases_at, jobs = fetch.result()
+            window, leases, leases_at, jobs = fetch.result()
         except Disconnected as exc:
             return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
@@ -299,16 +302,32 @@ class DashboardApp(App[None]):
         except Exception as exc:  # noqa: BLE001 - never a traceback: show it and carry on
             return PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False)
         now = self.clock()
-        return Polled(Snapshot(stats, leases, jobs, jobs_query, now, now - started, leases_at))
+        return Polled(
+            Snapshot(
+                window.stats, leases, jobs, jobs_query, now, now - started, leases_at,
+                window.offset, window.total,
+            )
+        )
 
     async def _fetch(
         self, jobs_query: JobsQuery
-    ) -> tuple[list[QueueStats], list[Lease], float, list[JobRow]]:
-        stats = await self.source.stats()
+    ) -> tuple[QueueWindow, list[Lease], float, list[JobRow]]:
+        """The queues of the window the Queues view shows (the server sends no others)."""
+        window = await self.source.stats_window(self.queues_offset, QUEUES_WINDOW)
+        if not window.stats and window.offset:  # queues went away under the window
+            self.queues_offset = 0
+            window = await self.source.stats_window(0, QUEUES_WINDOW)
         leases = await self.source.leases(JOBS_LIMIT)
         leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
         jobs = await self._jobs(jobs_query)
-        return stats, leases, leases_at, jobs
+        return window, leases, leases_at, jobs
+
+    def move_queues_window(self, offset: int) -> None:
+        """The Queues view shows the queues from the `offset`th by name from the next poll
+        (asked for now)."""
+        if offset != self.queues_offset:
+            self.queues_offset = offset
+            self.request_refresh()
 
     async def _jobs(self, jobs_query: JobsQuery) -> list[JobRow]:
         """The Jobs view's rows: a queue by status, or the jobs a filter matches."""
@@ -757,7 +776,7 @@ class DashboardApp(App[None]):
     ) -> None:
         try:
             ids = await call
-        except (Disconnected, PgqError) as exc:
+        except (Disconnected, PgqError, ValueError) as exc:  # ValueError: a name refused
             self.alert(str(exc), title="action failed", severity="error")
             return
         text = describe(ids)

@@ -32,6 +32,10 @@ class Host(Protocol):
         (re-read every second), or None when the job is not among them."""
         ...
 
+    def move_queues_window(self, offset: int) -> None:
+        """Show the queues from the `offset`th by name (a poll is asked for)."""
+        ...
+
     def alert(self, message: str, *, title: str = "", severity: Severity = "information") -> None:
         """Say something to the operator (database text allowed: shown printable)."""
         ...

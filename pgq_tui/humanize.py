@@ -83,3 +83,16 @@ def db_text(value: str | None, *, multiline: bool = False, style: str = "") -> T
     """Text from the database (queue names, errors, worker ids, reasons) for a widget: a
     `Text` (never parsed as markup) with every control character shown as a visible escape."""
     return Text(printable(value or "", multiline=multiline), style=style)
+
+
+#: the most cells a name takes in a table before it is cut with an ellipsis
+NAME_CELLS = 40
+
+
+def name_text(value: str | None, *, style: str = "", cells: int = NAME_CELLS) -> Text:
+    """A name from the database (a queue's) for a table cell: `db_text`, cut with an ellipsis
+    past `cells` cells, so one long name cannot push the other columns off the screen."""
+    text = db_text(value, style=style)
+    if text.cell_len > cells:
+        text.truncate(cells, overflow="ellipsis")
+    return text

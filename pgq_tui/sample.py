@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from pgq_core import JobDetail, JobEvent, JobNotFound, JobRow, Lease, QueueStats
+from pgq_core import JobDetail, JobEvent, JobNotFound, JobRow, Lease, QueueStats, QueueWindow
 from pgq_core.filters import ACTION_STATUSES, JobFilter
 from pgq_core.models import ErrorGroup, Health, LockWait, TableHealth, XminHolder
 from pgq_core.worker import RunningJob, WorkerSnapshot
@@ -391,6 +391,9 @@ class SampleSource:
 
     async def stats(self) -> list[QueueStats]:
         return list(STATS)
+
+    async def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        return QueueWindow(STATS[offset : offset + limit], offset, len(STATS))
 
     async def leases(self, limit: int) -> list[Lease]:
         return LEASES[:limit]

@@ -17,7 +17,16 @@ from typing import Any, Protocol
 
 import psycopg
 
-from pgq_core import AsyncQueue, JobDetail, JobRow, Lease, QueueStats, listen_statement, ops
+from pgq_core import (
+    AsyncQueue,
+    JobDetail,
+    JobRow,
+    Lease,
+    QueueStats,
+    QueueWindow,
+    listen_statement,
+    ops,
+)
 from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -53,6 +62,10 @@ class Source(Protocol):
     """What the dashboard reads and does. Every method may raise `Disconnected`."""
 
     async def stats(self) -> list[QueueStats]: ...
+    async def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        """At most `limit` queues by name from the `offset`th, and how many in all."""
+        ...
+
     async def leases(self, limit: int) -> list[Lease]: ...
     async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]: ...
     async def job(self, job_id: int) -> JobDetail: ...
@@ -165,6 +178,10 @@ class PgSource:
 
     async def stats(self) -> list[QueueStats]:
         result: list[QueueStats] = await self._call("stats")
+        return result
+
+    async def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        result: QueueWindow = await self._call("stats_window", offset, limit)
         return result
 
     async def leases(self, limit: int) -> list[Lease]:

@@ -16,6 +16,10 @@ DISCONNECTED = "disconnected"
 
 #: rows fetched per poll for the Leases and Jobs views
 JOBS_LIMIT = 200
+#: queues fetched per poll (a window by name around the cursor: the server sends no more)
+QUEUES_WINDOW = 100
+#: the cursor this close to an end of the window moves the window (when there are more)
+QUEUES_EDGE = 10
 #: Jobs view status choices, in the order `s` cycles them; None is every status.
 JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
 #: What the Jobs view lists: (queue, status, None) while browsing a queue by status, or
@@ -60,10 +64,16 @@ class Snapshot:
     polled_at: float
     took: float
     leases_at: float = 0.0
+    #: `stats` are the queues from the `queues_offset`th by name, of `queues_total` (0: as
+    #: many as `stats` holds)
+    queues_offset: int = 0
+    queues_total: int = 0
 
     def __post_init__(self) -> None:
         if not self.leases_at:
             object.__setattr__(self, "leases_at", self.polled_at)
+        if not self.queues_total:
+            object.__setattr__(self, "queues_total", self.queues_offset + len(self.stats))
 
     def seconds_left(self, lease: Lease, now: float) -> float:
         """Time left now, from the server's own figure when read (no client/server skew)."""
@@ -162,3 +172,16 @@ class WorkerView(Protocol):
     def lost(self) -> int: ...
     @property
     def running(self) -> Sequence[RunningJobView]: ...
+
+
+def window_offset(offset: int, shown: int, total: int, cursor: int) -> int | None:
+    """Where the queues window should start once the cursor is on row `cursor` of the `shown`
+    rows of the window at `offset` (of `total` queues): None to stay, else an offset that puts
+    the cursor mid-window. The window moves only when the cursor is within QUEUES_EDGE rows of
+    an end that has more queues beyond it."""
+    near_end = cursor >= shown - QUEUES_EDGE and offset + shown < total
+    near_start = cursor < QUEUES_EDGE and offset > 0
+    if not (near_end or near_start):
+        return None
+    start = max(0, min(offset + cursor - QUEUES_WINDOW // 2, total - QUEUES_WINDOW))
+    return None if start == offset else start

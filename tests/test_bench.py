@@ -121,6 +121,41 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
     assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
 
 
+@pytest.mark.slow
+def test_stats_scale_views_tiny(dsn: str) -> None:
+    """--queues and --big-errors fill their fixtures, run `pgq jobs`, `pgq errors` and the
+    dashboard in processes of their own, and print each figure."""
+    before = _bench_schemas(dsn)
+    data = _run_json(
+        dsn, "--stats-scale", "--queues", "150", "--big-errors", "30", "--error-bytes",
+        "200000", "--idle", "2",
+    )  # fmt: skip
+    queues, big = data["scenarios"]["queues"], data["scenarios"]["big_errors"]
+    assert (queues["size"], big["size"]) == (150, 30)
+    for scenario in (queues, big):
+        assert [c["command"] for c in scenario["cli"]] == [
+            "pgq jobs --status dead --limit 1000",
+            "pgq errors",
+        ]
+        for run in scenario["cli"]:
+            assert run["exit"] == 0 and run["peak_rss_mb"] > 0 and run["bytes_printed"] > 0
+    assert big["cli"][1]["bytes_printed"] < 30 * 2000  # the examples are cut
+    assert [d["view"] for d in big["dashboard"]] == ["jobs", "errors"]
+    for run in queues["dashboard"] + big["dashboard"]:
+        assert "error" not in run, run
+        assert run["first_draw_seconds"] > 0 and run["idle_cpu_percent"] >= 0
+        assert run["rss_mb"] > 0 and run["quit_seconds"] >= 0
+    assert queues["dashboard"][0]["rows_in_queues_table"] == 100  # the window
+    assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
+
+
+def test_views_options_belong_to_stats_scale(dsn: str) -> None:
+    for args in (["--queues", "5"], ["--big-errors", "5"]):
+        result = CliRunner().invoke(main, ["--dsn", dsn, "bench", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "options of --stats-scale" in result.output
+
+
 def test_bench_help_names_both_claim_sizes() -> None:
     result = CliRunner().invoke(main, ["bench", "--help"])
     assert result.exit_code == 0, result.output

@@ -262,7 +262,8 @@ def test_a_payload_filter_over_live_statuses_lists_newest_first_within_the_limit
     assert [j.id for j in queue.jobs_matching(live, 100)] == newest
     where, params = live.where(schema)
     plain = conn.execute(
-        query_with("jobs_filtered", schema, where=where), {**params, "limit": 100}
+        query_with("jobs_filtered", schema, where=where),
+        {**params, "limit": 100, "error_chars": 100},
     ).fetchall()
     assert [r[0] for r in plain] == newest
 

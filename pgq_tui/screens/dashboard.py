@@ -34,6 +34,7 @@ from ..state import (
     LogLine,
     Snapshot,
     is_expiring,
+    window_offset,
 )
 from ..widgets.errors_table import ErrorsTable, example_text
 from ..widgets.health_panel import HealthPanel
@@ -183,6 +184,7 @@ class DashboardScreen(Screen[None]):
         self.data = data
         now = self.host.clock()
         self.query_one(QueuesTable).show(data, self.host.throughput, now)
+        self._render_queues_title()
         self._auto_status()
         self.query_one(LeasesTable).show(data, now)
         if data.jobs_query == self.jobs_query():
@@ -199,20 +201,14 @@ class DashboardScreen(Screen[None]):
         """Fresh leases alone (heartbeats move `lease_until` without a NOTIFY)."""
         if self.data is None:
             return
-        self.data = Snapshot(
-            self.data.stats, leases, self.data.jobs, self.data.jobs_query,
-            self.data.polled_at, self.data.took, at,
-        )
+        self.data = replace(self.data, leases=leases, leases_at=at)
         self.tick(self.host.clock())
 
     def show_jobs(self, jobs: list[JobRow], jobs_query: JobsQuery) -> None:
         """Fresh rows for the Jobs view alone (a queue or status was just chosen)."""
         if self.data is None or jobs_query != self.jobs_query():
             return
-        self.data = Snapshot(
-            self.data.stats, self.data.leases, jobs, jobs_query,
-            self.data.polled_at, self.data.took, self.data.leases_at,
-        )
+        self.data = replace(self.data, jobs=jobs, jobs_query=jobs_query)
         self.query_one(JobsTable).show(jobs, self.host.clock(), self.data)
         self._render_tab_labels()
         self._render_jobs_bar()
@@ -245,7 +241,18 @@ class DashboardScreen(Screen[None]):
         """Data older than a refresh during an outage: the tables dim and the age shows."""
         self.stale_for = stale_for
         self.set_class(stale_for is not None, "-stale")
-        title = "queues" if stale_for is None else f"queues · stale {humanize.duration(stale_for)}"
+        self._render_queues_title()
+
+    def _render_queues_title(self) -> None:
+        """"queues", with which of them the window shows when it does not show them all."""
+        title = "queues"
+        data = self.data
+        if data is not None and len(data.stats) < data.queues_total:
+            first = data.queues_offset + 1
+            last = data.queues_offset + len(data.stats)
+            title += f" {first:,}-{last:,} of {data.queues_total:,}"
+        if self.stale_for is not None:
+            title += f" · stale {humanize.duration(self.stale_for)}"
         self.query_one("#queues").border_title = title
 
     def say(self, message: str, style: str = "") -> None:
@@ -437,6 +444,13 @@ class DashboardScreen(Screen[None]):
         if event.data_table.id == "errors-table":
             self._render_errors_example()
         if event.data_table.id == "queues" and self.data is not None:
+            data = self.data
+            # where the cursor is now, not where this event saw it: a poll's rows may have
+            # moved it on the way (and back onto its queue)
+            cursor = self.query_one(QueuesTable).cursor_row
+            moved = window_offset(data.queues_offset, len(data.stats), data.queues_total, cursor)
+            if moved is not None:
+                self.host.move_queues_window(moved)
             self.status_chosen = False
             before = self.job_status
             self._auto_status()

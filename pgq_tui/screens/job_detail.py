@@ -33,6 +33,8 @@ from ..widgets.timeline import EVENTS, timeline
 
 #: characters of a payload's JSON text shown
 PAYLOAD_CHARS = 64 * 1024
+#: characters of the last error shown (a traceback's worth; `pgq show --full` has it all)
+ERROR_CHARS = 4000
 
 
 def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None = None) -> Table:
@@ -80,9 +82,18 @@ def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None =
 
 
 def last_error(job: JobDetail) -> Text:
+    """The error, past ERROR_CHARS cut, with the whole size said."""
     if not job.last_error:
         return Text("none", style="grey50")
-    return humanize.db_text(job.last_error, multiline=True, style="red")
+    error = job.last_error
+    text = humanize.db_text(error[:ERROR_CHARS], multiline=True, style="red")
+    if len(error) > ERROR_CHARS:
+        text.append(
+            f"\n… cut: {humanize.count(len(error))} characters in all"
+            f" (pgq show {job.id} --full)",
+            style="bold yellow",
+        )
+    return text
 
 
 def payload(job: JobDetail) -> Text:

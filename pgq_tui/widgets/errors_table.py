@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from pgq_core.models import ErrorGroup
+from pgq_core.text import first_line
 
 from .. import humanize
 from .keyed_table import Column, KeyedTable, Row
@@ -21,10 +22,14 @@ def group_row(group: ErrorGroup, now: float) -> Row:
             Text(humanize.count(group.failed), style="yellow" if group.failed else "grey50"),
             Text(humanize.ago(now - group.first_seen.timestamp())),
             Text(humanize.ago(now - group.last_seen.timestamp())),
-            humanize.db_text(", ".join(group.queues)),
+            humanize.name_text(", ".join(group.queues)),
             humanize.db_text(group.pattern.splitlines()[0] if group.pattern else "", style="red"),
         ],
     )
+
+
+#: the most characters of the example's first line shown under the table
+EXAMPLE_CELLS = 400
 
 
 class ErrorsTable(KeyedTable):
@@ -47,7 +52,7 @@ def example_text(group: ErrorGroup | None) -> Text:
     """The selected group's newest job and the first line of its full error."""
     if group is None:
         return Text(" no failed or dead jobs with an error", style="grey50")
-    first = group.example_error.splitlines()[0] if group.example_error else ""
+    first = first_line(group.example_error, group.example_error_truncated, EXAMPLE_CELLS)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append_text(
         humanize.db_text(f" {group.group} e.g. job {group.example_id}: ", style="grey62")

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 
 from pgq_core import JobRow
+from pgq_core.text import first_line
 
 from .. import humanize
 from ..state import Snapshot, urgency
 from .fence import fence_text
-from .keyed_table import Column, KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row, RowMemo
+
+#: the most characters of an error's first line a row shows (the job screen shows more)
+ERROR_CELLS = 160
 
 STATUS_STYLE = {
     "ready": "bold",
@@ -50,13 +55,16 @@ def when(job: JobRow, now: float, lease: tuple[float, float | None] | None = Non
 
 
 def job_row(job: JobRow, now: float, lease: tuple[float, float | None] | None = None) -> Row:
-    status = display_status(job, now)
-    error = (job.last_error or "").splitlines()[0] if job.last_error else ""
+    return job_cells(job, display_status(job, now), when(job, now, lease))
+
+
+def job_cells(job: JobRow, status: str, due: Text) -> Row:
+    error = first_line(job.last_error, job.last_error_truncated, ERROR_CELLS)
     return (
         str(job.id),
         [
             Text(str(job.id)),
-            humanize.db_text(job.queue),
+            humanize.name_text(job.queue),
             Text(status, style=STATUS_STYLE.get(status, "")),
             Text(
                 f"{job.attempts}/{job.max_attempts}",
@@ -64,7 +72,7 @@ def job_row(job: JobRow, now: float, lease: tuple[float, float | None] | None = 
             ),
             fence_text(job.fence),
             Text(humanize.short_worker(job.worker, 26), style="grey62"),
-            when(job, now, lease),
+            due,
             humanize.db_text(error, style="red"),
         ],
     )
@@ -83,6 +91,10 @@ class JobsTable(KeyedTable):
     )
     RIGHT = frozenset({"id", "attempts", "fence"})
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._memo = RowMemo()
+
     def show(self, jobs: Sequence[JobRow], now: float, data: Snapshot | None = None) -> None:
         """`data`: the leases to count a running job's lease down from (else its own row)."""
         rows = []
@@ -93,5 +105,8 @@ class JobsTable(KeyedTable):
                 if data is not None and lease is not None
                 else None
             )
-            rows.append(job_row(job, now, left))
+            status, due = display_status(job, now), when(job, now, left)
+            inputs = (job, status, due.plain, str(due.style))
+            rows.append(self._memo.row(str(job.id), inputs, job_cells, job, status, due))
+        self._memo.keep({str(job.id) for job in jobs})
         self.sync(rows)

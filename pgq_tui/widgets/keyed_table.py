@@ -3,7 +3,7 @@ columns by priority: the least needed hide first when the table is narrow."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -41,12 +41,35 @@ def fitting(columns: Sequence[Column], width: int, padding: int = 1) -> list[Col
     return shown
 
 
+class RowMemo:
+    """The last row built for each key and what it was built from: the same inputs give back
+    the same row object, which `KeyedTable.sync` passes over without reading a cell."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[object, Row]] = {}
+
+    def row(self, key: str, inputs: object, build: Callable[..., Row], *args: Any) -> Row:
+        """`build(*args)`, unless the row of `key` was built from equal `inputs`: that row."""
+        kept = self._rows.get(key)
+        if kept is not None and kept[0] == inputs:
+            return kept[1]
+        row = build(*args)
+        self._rows[key] = (inputs, row)
+        return row
+
+    def keep(self, keys: Collection[str]) -> None:
+        """Forget the rows of every other key."""
+        for key in [k for k in self._rows if k not in keys]:
+            del self._rows[key]
+
+
 class KeyedTable(DataTable[Cell]):
     """Rows are identified by a string key.
 
     `sync` updates only the cells that changed, removes and adds only the rows that came or
     went, reorders to the given order, and keeps the cursor on the row it was on (by key), so
-    numbers can change under an operator's cursor without the table jumping.
+    numbers can change under an operator's cursor without the table jumping. A row given as
+    the same cells object as last time (`RowMemo`) is not looked at at all.
     A column without a width fits its widest cell, also when a cell grows in place.
     Rows are given with a cell for every column of COLUMNS; hidden columns are skipped.
     """
@@ -60,6 +83,8 @@ class KeyedTable(DataTable[Cell]):
         self._all_rows: list[Row] = []
         self._keys: list[str] = []
         self._shown: list[Column] = list(self.COLUMNS)
+        #: the cells object each row on the table was last given (by key)
+        self._given: dict[str, Sequence[Cell]] = {}
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -82,6 +107,7 @@ class KeyedTable(DataTable[Cell]):
         self._shown = shown
         self.clear(columns=True)
         self._keys = []
+        self._given = {}
         self._add_columns()
         self.sync(self._all_rows)
         if selected is not None and selected in self.rows:
@@ -123,7 +149,11 @@ class KeyedTable(DataTable[Cell]):
         column_keys = [every[i] for i in shown]
         auto_width = {c[0] for c in self._shown if c[2] is None}
         existing = set(self._keys)
+        given: dict[str, Sequence[Cell]] = {}
         for key, all_cells in rows:
+            given[key] = all_cells
+            if key in existing and self._given.get(key) is all_cells:
+                continue
             cells = [self._align(every[i], all_cells[i]) for i in shown]
             if key in existing:
                 current = self.get_row(key)
@@ -140,6 +170,7 @@ class KeyedTable(DataTable[Cell]):
             position = {id(self.get_cell(key, first)): i for i, key in enumerate(order)}
             self.sort(first, key=lambda cell: position.get(id(cell), len(position)))
         self._keys = order
+        self._given = given
         if selected is not None and selected in wanted:
             index = self.get_row_index(selected)
             if index != self.cursor_row:

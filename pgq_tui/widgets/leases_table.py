@@ -49,7 +49,7 @@ def lease_row(lease: Lease, left: float) -> Row:
         str(lease.id),
         [
             Text(str(lease.id), style=id_style),
-            humanize.db_text(lease.queue),
+            humanize.name_text(lease.queue),
             countdown(left, lease.lease_seconds),
             Text(humanize.duration(lease.lease_seconds) if lease.lease_seconds else "—"),
             Text(humanize.short_worker(lease.worker, 34)),

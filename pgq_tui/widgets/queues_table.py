@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from pgq_core import QueueStats
@@ -9,7 +11,7 @@ from pgq_core import QueueStats
 from .. import humanize
 from ..state import Snapshot
 from ..throughput import Throughput
-from .keyed_table import Column, KeyedTable, Row
+from .keyed_table import Column, KeyedTable, Row, RowMemo
 
 DIM = "grey50"
 
@@ -27,7 +29,7 @@ def oldest_due(seconds: float | None) -> Text:
 
 def queue_cell(stats: QueueStats) -> Text:
     """The queue's name, marked when it is paused (its workers claim nothing)."""
-    cell = humanize.db_text(stats.queue, style="bold")
+    cell = humanize.name_text(stats.queue, style="bold")
     if stats.paused:
         cell.append(" ⏸ paused", style="bold yellow")
     return cell
@@ -37,6 +39,10 @@ def queue_row(stats: QueueStats, expiring: int, throughput: Throughput, now: flo
     """`expiring`: running jobs with under a third of their lease left (or expired)."""
     series = throughput.series(stats.queue, now)
     rate = throughput.rate(stats.queue, now)
+    return queue_cells(stats, expiring, series, rate)
+
+
+def queue_cells(stats: QueueStats, expiring: int, series: list[float], rate: float) -> Row:
     return (
         stats.queue,
         [
@@ -73,5 +79,18 @@ class QueuesTable(KeyedTable):
         {"ready", "scheduled", "running", "expiring", "dead", "done", "oldest", "rate"}
     )
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._memo = RowMemo()
+
     def show(self, data: Snapshot, throughput: Throughput, now: float) -> None:
-        self.sync([queue_row(s, data.expiring(s.queue, now), throughput, now) for s in data.stats])
+        """Rows are built again only for queues whose figures changed (`RowMemo`)."""
+        rows = []
+        for s in data.stats:
+            expiring = data.expiring(s.queue, now)
+            series = throughput.series(s.queue, now)
+            rate = throughput.rate(s.queue, now)
+            inputs = (s, expiring, tuple(series), rate)
+            rows.append(self._memo.row(s.queue, inputs, queue_cells, s, expiring, series, rate))
+        self._memo.keep({s.queue for s in data.stats})
+        self.sync(rows)

@@ -45,7 +45,7 @@ def worker_row(worker: WorkerView, now: float) -> Row:
         worker.id,
         [
             humanize.db_text(worker.id),
-            humanize.db_text(", ".join(worker.queues)),
+            humanize.name_text(", ".join(worker.queues)),
             Text(worker.state, style=STATE_STYLE.get(worker.state, "")),
             Text(f"{busy}/{worker.concurrency}", style="cyan" if busy else "grey50"),
             Text(humanize.count(worker.done), style="green" if worker.done else "grey50"),
