@@ -1,4 +1,4 @@
-"""Write docs/screenshots/*.svg: every dashboard view, from a real run of `pgq demo`'s setup.
+"""Write screenshots/*.svg: every dashboard view, from a real run of `pgq demo`'s setup.
 
 Run: .venv/bin/python scripts/screenshots.py [--warm-up 30] [--dsn DSN]
 
@@ -34,7 +34,7 @@ from pgq_tui.launch import make_app
 from pgq_tui.testing import NARROW, VIEWS, Steps, settle
 from pgq_tui.widgets.queues_table import QueuesTable
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+OUT = Path(__file__).resolve().parent.parent / "screenshots"
 LARGE = (132, 40)
 
 
