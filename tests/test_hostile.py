@@ -241,6 +241,7 @@ def silent_server() -> Iterator[int]:
 @pytest.mark.parametrize(
     "args", [["stats"], ["jobs"], ["migrate"], ["enqueue", "q", "{}"]]
 )
+@pytest.mark.slow
 def test_a_server_that_never_answers_is_a_timeout_not_a_hang(
     silent_server: int, args: list[str]
 ) -> None:

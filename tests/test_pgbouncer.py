@@ -118,6 +118,7 @@ def _pgq(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_operator_commands_through_the_pool(bouncer: str, queue: Queue, schema: str) -> None:
     env = _env(bouncer, schema)
     lines = "".join(f'{{"n": {i}}}\n' for i in range(20_000))

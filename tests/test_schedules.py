@@ -131,6 +131,7 @@ async def test_missed_slots_are_skipped_except_the_latest(dsn: str, schema: str)
         await asyncio.wait_for(task, 30)
 
 
+@pytest.mark.slow
 async def test_three_workers_enqueue_each_slot_of_a_1s_schedule_exactly_once(
     dsn: str, schema: str
 ) -> None:
@@ -207,6 +208,7 @@ def database_now(queue: Queue) -> datetime:
     return row[0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("skewed_clock")
 async def test_a_worker_75s_ahead_enqueues_the_minutes_slot_once(dsn: str, schema: str) -> None:
     """Before, every slot the worker computed lay past the database's clock and was refused:
@@ -224,6 +226,7 @@ async def test_a_worker_75s_ahead_enqueues_the_minutes_slot_once(dsn: str, schem
     assert {slot for slot, _ in slots} <= minutes and len(slots) == len({s for s, _ in slots})
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("skewed_clock")
 @pytest.mark.parametrize("skew", [75, -12], ids=["ahead-75s", "behind-12s"])
 async def test_slots_run_on_the_databases_clock(dsn: str, schema: str, skew: int) -> None:
@@ -241,6 +244,7 @@ async def test_slots_run_on_the_databases_clock(dsn: str, schema: str, skew: int
     assert all(0 <= late < 1.5 for late in lateness), lateness
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("skewed_clock")
 async def test_workers_with_different_clocks_enqueue_each_slot_exactly_once(
     dsn: str, schema: str

@@ -477,6 +477,7 @@ async def test_command_palette_offers_the_actions(dsn: str, schema: str) -> None
     } <= titles
 
 
+@pytest.mark.slow
 async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue) -> None:
     """The demo's mix on a real server: fast jobs finish, slow ones run, doomed ones die, and
     the frozen worker's late write is rejected as stale."""
@@ -565,6 +566,7 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
     dsn: str, schema: str, queue: Queue, presses: int
@@ -586,6 +588,7 @@ async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
     assert {j.id for j in queue.jobs("slow", "ready")} == set(ids)
 
 
+@pytest.mark.slow
 async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
     dsn: str, schema: str, queue: Queue
 ) -> None:

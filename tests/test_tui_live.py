@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgq_core import JobSpec, Queue
@@ -194,6 +195,7 @@ async def test_the_log_view_shows_what_the_apps_workers_log(
         await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
 
 
+@pytest.mark.slow
 async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
     dsn: str, schema: str, queue: Queue
 ) -> None:

@@ -299,6 +299,7 @@ async def test_finished_jobs_are_settled_not_handed_back_on_stop(
 # -- nothing else can starve a lease ---------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_another_sessions_row_lock_never_starves_the_other_leases(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -337,6 +338,7 @@ async def test_another_sessions_row_lock_never_starves_the_other_leases(
     assert queue.job(locked).status == "done"
 
 
+@pytest.mark.slow
 async def test_an_async_handler_that_blocks_the_loop_costs_no_other_lease(
     dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -363,6 +365,7 @@ async def test_an_async_handler_that_blocks_the_loop_costs_no_other_lease(
     assert "blocked for" in caplog.text and f"by job {blocker}" in caplog.text
 
 
+@pytest.mark.slow
 async def test_a_handler_holding_its_row_in_a_transaction_costs_no_other_lease(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -641,6 +644,7 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
     assert "refused every settlement" not in caplog.text
 
 
+@pytest.mark.slow
 async def test_a_job_the_database_refuses_to_settle_is_not_handed_back_as_an_orphan(
     dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -705,6 +709,7 @@ def test_worker_rejects_values_that_cannot_work(dsn: str) -> None:
         Worker(dsn, ["q"], lambda ctx: None, concurrency=10**12)
 
 
+@pytest.mark.slow
 async def test_after_a_failed_heartbeat_the_next_comes_within_a_second(
     dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
