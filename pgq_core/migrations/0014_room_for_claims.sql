@@ -9,6 +9,6 @@
 -- the WAL of one drained job fell from about 1,600 to 1,360 bytes, and the table after a drain
 -- is smaller, not larger (moved rows grew it): benchmarks/README.md, "Database work per job".
 -- The price: a backlog of ready jobs fills about 1.7 times the pages (an enqueue writes the same
--- WAL). Applies to pages filled from
--- now on; nothing is rewritten. Setting it twice changes nothing.
+-- WAL). Applies to pages filled from now on; nothing is rewritten. Setting it twice changes
+-- nothing.
 ALTER TABLE {schema}.jobs SET (fillfactor = 50);
