@@ -115,6 +115,9 @@ async def test_missed_slots_are_skipped_except_the_latest(dsn: str, schema: str)
     with Queue.connect(dsn, schema) as q:
         q.add_schedule("minutely", "other", "* * * * *")
         backdate(q, "minutely", 3600)  # an hour of slots passed with no worker running
+    second = datetime.now(UTC).second
+    if second >= 52:  # a minute turning during the test brings a slot of its own, no missed one
+        await asyncio.sleep(61 - second)
     worker = make_worker(dsn, schema, lambda ctx: None, queues=["q"])
     task = asyncio.create_task(worker.run())
     try:
