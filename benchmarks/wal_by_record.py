@@ -20,12 +20,13 @@ from typing import Any
 
 import psycopg
 
-from pgq_bench.common import server, throwaway_schema
-from pgq_bench.same_resources import (
+from pgq_bench import (
     SameResourcesOptions,
     drain_seed,
     fill_pgq,
     fill_seed,
+    server,
+    throwaway_schema,
     worker_command,
 )
 

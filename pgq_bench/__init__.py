@@ -30,8 +30,11 @@ if TYPE_CHECKING:
         SameResourcesOptions,
         drain_pgq,
         drain_seed,
+        fill_pgq,
+        fill_seed,
         print_same_resources,
         run_same_resources,
+        worker_command,
     )
     from .scale import (
         FIXTURE_EVENTS,
@@ -77,6 +80,8 @@ __all__ = [
     "drain_pgq",
     "drain_seed",
     "fill_fixture",
+    "fill_pgq",
+    "fill_seed",
     "load_average",
     "machine",
     "noop_async",
@@ -95,6 +100,7 @@ __all__ = [
     "server",
     "setup_seed",
     "throwaway_schema",
+    "worker_command",
 ]
 
 #: Where each exported name lives (a module of this package).
@@ -123,6 +129,9 @@ _HOME = {
             "SameResourcesOptions",
             "drain_pgq",
             "drain_seed",
+            "fill_pgq",
+            "fill_seed",
+            "worker_command",
             "print_same_resources",
             "run_same_resources",
         ),
