@@ -109,3 +109,26 @@ def test_benchmark_scripts_use_only_the_bench_public_api() -> None:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("pgq_bench."), (script.name, alias.name)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in tests/conftest.py and tests/support.py, never in a test_*.py
+    that another test module imports (that runs the other module's import-time side effects and
+    hides which helpers are shared)."""
+    tests = ROOT / "tests"
+    test_modules = {path.stem for path in tests.glob("test_*.py")}
+    found = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                module = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
+                if module in test_modules:
+                    found.append(f"{path.name} imports {name}")
+    assert found == []
