@@ -132,3 +132,17 @@ def test_no_test_module_imports_another() -> None:
                 if module in test_modules:
                     found.append(f"{path.name} imports {name}")
     assert found == []
+
+
+def test_the_pgq_group_is_its_options_and_a_table_of_commands() -> None:
+    """Every `pgq` command lives in its family's module and is imported when run: at start-up
+    the group holds none of its own (it held 15, three of them wrappers installed over the
+    plain ones from the bottom of cli.py)."""
+    code = (
+        "from pgq_cli.cli import LazyGroup, main\n"
+        "print(sorted(main.commands), sorted(LazyGroup.LAZY) == main.list_commands(None))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.split() == ["[]", "True"]

@@ -683,3 +683,14 @@ def test_a_worker_run_in_process_leaves_the_signal_handlers_as_it_found_them(
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     pgq(*args)
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_counts_print_with_thousands_separators_and_job_ids_without() -> None:
+    """One rule for every command (`pgq reap` printed `12000 jobs`, `pgq requeue --error ...`
+    `12,000 jobs`): counts are read, ids are copied."""
+    from pgq_cli import output
+
+    assert output.plural(1, "job") == "1 job"
+    assert output.plural(12000, "dead job") == "12,000 dead jobs"
+    ids = list(range(10000, 11025))
+    assert output.ids_text(ids) == ", ".join(map(str, ids[:20])) + ", … (1,005 more)"
