@@ -247,7 +247,7 @@ def _run_bulk(
         click.echo(f"  ids: {output.ids_text(changed)}")
 
 
-# ---------------------------------------------------------------------------- jobs
+# ---------------------------------------------------------------------------- the jobs table
 
 
 def jobs_table(rows: Sequence[JobRow]) -> Table:

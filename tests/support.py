@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import Result
@@ -20,6 +20,9 @@ from psycopg import sql
 
 from pgq_core import Queue
 from pgq_core.worker import Worker
+
+if TYPE_CHECKING:
+    from pgq_tui.app import DashboardApp
 
 TIMEOUT = 30.0
 
@@ -188,3 +191,11 @@ class OwnServer:
     def stop(self, mode: str = "fast") -> None:
         self._commands.pg_ctl(["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user,
                               timeout=60)
+
+
+def dashboard(dsn: str, schema: str, *, refresh: float = 0.2, **kwargs: Any) -> DashboardApp:
+    """The dashboard on the test database, polling every `refresh` seconds (Textual is imported
+    here, not by every test module that uses this one)."""
+    from pgq_tui.launch import make_app
+
+    return make_app(dsn, schema, "test-db", refresh=refresh, **kwargs)
