@@ -18,8 +18,9 @@ from pgq_core.errors import ScheduleExists
 from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
-from .cli import INT4, _console, _queue, _text, parse_payload
-from .context import PgqGroup, echo_json, fail, new_queue_option, when
+from . import output
+from .context import INT4, PgqGroup, echo_json, fail, new_queue_option, settings, when
+from .enqueue_cli import parse_payload
 
 #: Characters of a schedule's payload shown in `schedule list`.
 PAYLOAD_CHARS = 60
@@ -79,7 +80,7 @@ def add(
     replace: bool,
 ) -> None:
     """Add schedule NAME: enqueue PAYLOAD on QUEUE at every slot of CRON."""
-    with _queue(ctx) as q:
+    with settings(ctx).queue() as q:
         try:
             q.add_schedule(
                 name, queue_name, cron, payload, max_attempts=max_attempts, replace=replace
@@ -100,7 +101,7 @@ def add(
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every schedule with its last and next run."""
-    with _queue(ctx) as q:
+    with settings(ctx).queue() as q:
         rows = q.list_schedules()
     if as_json:
         echo_json([s.to_dict() for s in rows])
@@ -116,15 +117,15 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         if len(payload) > PAYLOAD_CHARS:
             payload = payload[: PAYLOAD_CHARS - 1] + "…"
         table.add_row(
-            _text(s.name),
-            _text(s.queue),
-            _text(s.cron),
+            output.text(s.name),
+            output.text(s.queue),
+            output.text(s.cron),
             when(s.last_slot) or "never",
             when(s.next_slot),
             str(s.max_attempts),
-            _text(payload),
+            output.text(payload),
         )
-    _console().print(table)
+    output.console().print(table)
 
 
 @schedule_group.command("remove")
@@ -132,7 +133,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def remove(ctx: click.Context, name: str) -> None:
     """Remove schedule NAME (jobs it already enqueued stay)."""
-    with _queue(ctx) as q:
+    with settings(ctx).queue() as q:
         q.remove_schedule(name)
     click.echo(f"removed schedule {printable(name)}")
 
@@ -143,7 +144,7 @@ def remove(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def run(ctx: click.Context, name: str, as_json: bool) -> None:
     """Enqueue schedule NAME's job now (its slots go on as before)."""
-    with _queue(ctx) as q:
+    with settings(ctx).queue() as q:
         job_id = q.run_schedule(name)
     if as_json:
         echo_json([job_id])

@@ -7,6 +7,7 @@ the password scrubbed; database errors are named by what happened (`explain`).""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -42,6 +43,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+#: PostgreSQL's int and bigint ranges, so an out-of-range number is a usage error.
+INT4_MAX = 2**31 - 1
+INT4 = click.IntRange(1, INT4_MAX)
+JOB_ID = click.IntRange(1, 2**63 - 1)
 
 
 @dataclass
@@ -137,6 +142,16 @@ def _one_line_click_error(exc: click.ClickException) -> click.ClickException:
         message = f"{message} (see '{exc.ctx.command_path} --help')"
     usage = isinstance(exc, click.UsageError) or exc.exit_code == EXIT_USAGE
     return OneLineUsageError(message) if usage else OneLineError(message)
+
+
+class DocstringCommand(click.Command):
+    """A command whose help is its docstring without the source's indentation, so its first
+    paragraph reads as `pgq --help` lists it (see `LazyGroup.LAZY`); `--help` prints the same."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            self.help = inspect.cleandoc(self.help)
 
 
 class PgqGroup(click.Group):

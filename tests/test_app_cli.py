@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli import Pgq, error_line, ok, pgq  # noqa: F401 - the fixture
+from support import Pgq, error_line, ok
 
 from pgq_core import Queue
 
 
-def test_enqueue_unique_key_twice_makes_one_job(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
+def test_enqueue_unique_key_twice_makes_one_job(pgq: Pgq, queue: Queue) -> None:
     first = ok(pgq("enqueue", "orders", '{"order": 42}', "--unique-key", "order:42"))
     job_id = int(first.split()[2])
     again = ok(pgq("enqueue", "orders", '{"order": 42}', "--unique-key", "order:42"))
@@ -27,7 +27,7 @@ def test_enqueue_unique_key_twice_makes_one_job(pgq: Pgq, queue: Queue) -> None:
     assert json.loads(ok(pgq("show", str(job_id), "--json")))["unique_key"] == "order:42"
 
 
-def test_unique_key_shown_printable(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
+def test_unique_key_shown_printable(pgq: Pgq, queue: Queue) -> None:
     job_id = queue.enqueue("q", {}, unique_key="k\x1b[31m")
     out = ok(pgq("enqueue", "q", "--unique-key", "k\x1b[31m"))
     assert "\x1b" not in out and "\\x1b" in out
@@ -43,13 +43,13 @@ def test_unique_key_shown_printable(pgq: Pgq, queue: Queue) -> None:  # noqa: F8
     ],
 )
 def test_enqueue_unique_key_usage_errors(
-    pgq: Pgq, queue: Queue, args: list[str], fragment: str  # noqa: F811
+    pgq: Pgq, queue: Queue, args: list[str], fragment: str
 ) -> None:
     error_line(pgq("enqueue", "q", *args, input="{}\n"), 2, fragment)
     assert queue.jobs() == []
 
 
-def test_requeue_says_when_a_unique_key_is_held(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
+def test_requeue_says_when_a_unique_key_is_held(pgq: Pgq, queue: Queue) -> None:
     dead = queue.enqueue("q", {}, unique_key="k")
     queue.kill([dead])
     queue.enqueue("q", {}, unique_key="k")
@@ -59,7 +59,7 @@ def test_requeue_says_when_a_unique_key_is_held(pgq: Pgq, queue: Queue) -> None:
     assert f"left dead (a ready or running job holds their unique key): {dead}" in out
 
 
-def test_schedule_add_list_run_remove(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
+def test_schedule_add_list_run_remove(pgq: Pgq, queue: Queue) -> None:
     added = ok(
         pgq(
             "schedule", "add", "digest", "--queue", "emails", "--cron", "*/5 * * * *",
@@ -99,13 +99,13 @@ def test_schedule_add_list_run_remove(pgq: Pgq, queue: Queue) -> None:  # noqa: 
     ],
 )
 def test_schedule_bad_input(
-    pgq: Pgq, queue: Queue, args: list[str], code: int, fragment: str  # noqa: F811
+    pgq: Pgq, queue: Queue, args: list[str], code: int, fragment: str
 ) -> None:
     error_line(pgq("schedule", *args), code, fragment)
     assert queue.list_schedules() == []
 
 
-def test_schedule_add_twice_needs_replace(pgq: Pgq, queue: Queue) -> None:  # noqa: F811
+def test_schedule_add_twice_needs_replace(pgq: Pgq, queue: Queue) -> None:
     ok(pgq("schedule", "add", "s", "--queue", "q", "--cron", "* * * * *"))
     error_line(  # it did not say how to change it (the test failed before)
         pgq("schedule", "add", "s", "--queue", "q", "--cron", "0 * * * *"),
@@ -126,5 +126,5 @@ def test_schedule_add_twice_needs_replace(pgq: Pgq, queue: Queue) -> None:  # no
         (["--tasks", "pgq_core:Queue"], "not a pgq_core.Tasks registry"),
     ],
 )
-def test_worker_tasks_usage_errors(pgq: Pgq, args: list[str], fragment: str) -> None:  # noqa: F811
+def test_worker_tasks_usage_errors(pgq: Pgq, args: list[str], fragment: str) -> None:
     error_line(pgq("worker", *args), 2, fragment)

@@ -109,3 +109,40 @@ def test_benchmark_scripts_use_only_the_bench_public_api() -> None:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("pgq_bench."), (script.name, alias.name)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in tests/conftest.py and tests/support.py, never in a test_*.py
+    that another test module imports (that runs the other module's import-time side effects and
+    hides which helpers are shared)."""
+    tests = ROOT / "tests"
+    test_modules = {path.stem for path in tests.glob("test_*.py")}
+    found = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                module = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
+                if module in test_modules:
+                    found.append(f"{path.name} imports {name}")
+    assert found == []
+
+
+def test_the_pgq_group_is_its_options_and_a_table_of_commands() -> None:
+    """Every `pgq` command lives in its family's module and is imported when run: at start-up
+    the group holds none of its own (it held 15, three of them wrappers installed over the
+    plain ones from the bottom of cli.py)."""
+    code = (
+        "from pgq_cli.cli import LazyGroup, main\n"
+        "print(sorted(main.commands), sorted(LazyGroup.LAZY) == main.list_commands(None))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.split() == ["[]", "True"]

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from test_cli import ENV, Pgq, ok
+from support import Pgq, ok
 
 from pgq_core import Queue, migrate
 from pgq_core.filters import JobFilter
@@ -21,20 +21,6 @@ from pgq_core.ops import LIST_TEXT_CHARS
 #: a first line of 150,000 characters, then a second line; 'é' is two bytes in UTF-8
 BIG_ERROR = "RuntimeError: job failed " + "é" * 150_000 + "\nsecond line"
 BIG_BYTES = len(BIG_ERROR.encode("utf-8"))
-
-
-@pytest.fixture
-def pgq(dsn: str, schema: str) -> Pgq:
-    from click.testing import CliRunner, Result
-
-    from pgq_cli.cli import main
-
-    runner = CliRunner(env=ENV)
-
-    def run(*args: str) -> Result:
-        return runner.invoke(main, ["--dsn", dsn, "--schema", schema, *args], prog_name="pgq")
-
-    return run
 
 
 def dead_with(conn: psycopg.Connection[Any], schema: str, queue: str, error: str) -> int:

@@ -7,15 +7,15 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from psycopg import sql
+from support import ENV, Pgq, error_line, ok
 
 from pgq_cli.cli import main
 from pgq_core import Queue
@@ -23,44 +23,6 @@ from pgq_core.migrate import migrations
 
 LEASE = timedelta(seconds=30)
 UNREACHABLE = "postgresql://pgq:s3cret@127.0.0.1:1/pgq?connect_timeout=3"
-ENV = {"PGQ_DSN": None, "PGQ_SCHEMA": None, "PGQ_DEBUG": None, "COLUMNS": "160"}
-
-Pgq = Callable[..., Result]
-
-
-@pytest.fixture
-def pgq(dsn: str, schema: str) -> Pgq:
-    """Runs `pgq --dsn <dsn> --schema <schema> ARGS...` in-process."""
-    runner = CliRunner(env=ENV)
-
-    def run(*args: str, input: str | None = None) -> Result:
-        return runner.invoke(
-            main, ["--dsn", dsn, "--schema", schema, *args], input=input, prog_name="pgq"
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exception is None, result.output
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def error_line(result: Result, code: int, *fragments: str) -> str:
-    """The run failed with exactly one `pgq: error:` line on stderr and nothing on stdout."""
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("pgq: error: "), lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0]
-    return lines[0]
-
-
 def q(schema: str, text: str) -> sql.Composed:
     return sql.SQL(text).format(s=sql.Identifier(schema))
 
@@ -721,3 +683,14 @@ def test_a_worker_run_in_process_leaves_the_signal_handlers_as_it_found_them(
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     pgq(*args)
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_counts_print_with_thousands_separators_and_job_ids_without() -> None:
+    """One rule for every command (`pgq reap` printed `12000 jobs`, `pgq requeue --error ...`
+    `12,000 jobs`): counts are read, ids are copied."""
+    from pgq_cli import output
+
+    assert output.plural(1, "job") == "1 job"
+    assert output.plural(12000, "dead job") == "12,000 dead jobs"
+    ids = list(range(10000, 11025))
+    assert output.ids_text(ids) == ", ".join(map(str, ids[:20])) + ", … (1,005 more)"

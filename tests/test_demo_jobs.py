@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from test_worker import TIMEOUT, make_worker
+from support import TIMEOUT, make_worker
 
 from pgq_cli.demo_jobs import DEMO_QUEUES, handle
 from pgq_core import JobSpec, Queue

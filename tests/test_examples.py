@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from test_worker import TIMEOUT, make_worker
+from support import TIMEOUT, make_worker
 
 from pgq_core import Queue, Tasks
 

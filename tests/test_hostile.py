@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgq_cli import cli
+from pgq_cli import cli, enqueue_cli
 from pgq_cli.cli import main
 from pgq_core import PgqError, Queue, migrate, parse_duration
 from pgq_core.config import (
@@ -582,7 +582,7 @@ def test_a_payload_python_cannot_read_is_one_clear_error_never_a_traceback(
 def test_a_too_large_line_is_named(
     dsn: str, schema: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "PAYLOAD_MAX_BYTES", 1000)
+    monkeypatch.setattr(enqueue_cli, "PAYLOAD_MAX_BYTES", 1000)
     text = '{"a": 1}\n' + json.dumps({"big": "x" * 2000}) + "\n"
     result = run("--dsn", dsn, "--schema", schema, "enqueue", "q", "--file", "-", input=text)
     one_error_line(result, 2, "line 2 is too large", "nothing was enqueued")
@@ -592,7 +592,7 @@ def test_a_too_large_line_is_named(
 def test_a_file_goes_in_statements_bounded_by_bytes(
     dsn: str, schema: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "ENQUEUE_STEP_BYTES", 3000)
+    monkeypatch.setattr(enqueue_cli, "ENQUEUE_STEP_BYTES", 3000)
     lines = [json.dumps({"i": i, "pad": "x" * 900}) for i in range(20)]
     result = run(
         "--dsn", dsn, "--schema", schema, "enqueue", "q", "--file", "-", "--json",
@@ -600,7 +600,7 @@ def test_a_file_goes_in_statements_bounded_by_bytes(
     )
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)) == 20 == count_jobs(conn, schema)
-    steps = list(cli._steps([(object(), 1000)] * 20))  # type: ignore[list-item]
+    steps = list(enqueue_cli._steps([(object(), 1000)] * 20))  # type: ignore[list-item]
     assert [len(s) for s in steps] == [3] * 6 + [2]
 
 

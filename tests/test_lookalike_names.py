@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from test_cli import ENV, Pgq, error_line, ok
+from support import Pgq, error_line, ok
 
 from pgq_core import Queue
 from pgq_core.text import INVISIBLE, first_invisible, printable
@@ -23,20 +23,6 @@ from pgq_tui.widgets.queues_table import QueuesTable
 #: zero-width joiner, BOM, word joiner, soft hyphen, a bidi override, a tag, a variation
 #: selector, the Mongolian vowel separator
 INVISIBLES = ("\u200d", "\ufeff", "\u2060", "\u00ad", "\u202e", "\U000e0041", "\ufe0f", "\u180e")
-
-
-@pytest.fixture
-def pgq(dsn: str, schema: str) -> Pgq:
-    from click.testing import CliRunner, Result
-
-    from pgq_cli.cli import main
-
-    runner = CliRunner(env=ENV)
-
-    def run(*args: str) -> Result:
-        return runner.invoke(main, ["--dsn", dsn, "--schema", schema, *args], prog_name="pgq")
-
-    return run
 
 
 def plain_sql_job(conn: psycopg.Connection[Any], schema: str, queue: str) -> None:

@@ -240,7 +240,7 @@ def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) ->
     own check: a value it lets through would start serving.)"""
     import click
 
-    from pgq_cli.prod_cli import _listen_address
+    from pgq_cli.metrics_cli import _listen_address
 
     with pytest.raises(click.BadParameter, match="not HOST:PORT"):
         _listen_address(click.Context(click.Command("metrics")), click.Option(["--listen"]), listen)
@@ -253,7 +253,7 @@ def test_pgq_metrics_takes_only_an_ascii_port_and_whole_brackets(listen: str) ->
 def test_pgq_metrics_listen_forms(listen: str, expected: tuple[str, int]) -> None:
     import click
 
-    from pgq_cli.prod_cli import _listen_address
+    from pgq_cli.metrics_cli import _listen_address
 
     ctx = click.Context(click.Command("metrics"))
     assert _listen_address(ctx, click.Option(["--listen"]), listen) == expected

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from test_cli import ENV, Pgq, error_line, ok
+from support import Pgq, error_line, ok
 
 from pgq_core import Queue, ops
 from pgq_core.config import QUEUE_NAME_MAX_BYTES
@@ -21,22 +21,6 @@ from pgq_core.filters import JobFilter, parse_payload_match
 from pgq_core.queries import query_with
 
 LEASE = timedelta(seconds=30)
-
-
-@pytest.fixture
-def pgq(dsn: str, schema: str) -> Pgq:
-    from click.testing import CliRunner, Result
-
-    from pgq_cli.cli import main
-
-    runner = CliRunner(env=ENV)
-
-    def run(*args: str, input: str | None = None) -> Result:
-        return runner.invoke(
-            main, ["--dsn", dsn, "--schema", schema, *args], input=input, prog_name="pgq"
-        )
-
-    return run
 
 
 def _fail_one(queue: Queue, job_id: int, name: str, error: str) -> None:

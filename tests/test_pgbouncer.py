@@ -8,89 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support import POOL_SIZE
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.source import PgSource
 
 TESTS = Path(__file__).resolve().parent
-POOL_SIZE = 5
 BAD = ("prepared statement", "bind message", "Traceback", "ERROR")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-@pytest.fixture(scope="module")
-def bouncer(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PgBouncer in transaction mode in front of the test server, pool of POOL_SIZE server
-    connections; yields its DSN."""
-    exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    if not Path(exe).exists():
-        pytest.skip("pgbouncer is not installed")
-    server = conninfo_to_dict(dsn)
-    user = str(server.get("user") or os.environ.get("USER") or "postgres")
-    target = " ".join(
-        f"{key}={_quote(str(server[key]))}"
-        for key in ("host", "port", "dbname", "user", "password")
-        if server.get(key)
-    )
-    home = tmp_path_factory.mktemp("pgbouncer")
-    port = _free_port()
-    (home / "users.txt").write_text(f'"{user}" ""\n')
-    ini = home / "pgbouncer.ini"
-    ini.write_text(
-        f"[databases]\npgq = {target}\n\n[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {home / 'users.txt'}\n"
-        f"pool_mode = transaction\ndefault_pool_size = {POOL_SIZE}\n"
-        f"max_db_connections = {POOL_SIZE}\nmax_client_conn = 500\n"
-        f"ignore_startup_parameters = extra_float_digits\n"
-        f"logfile = {home / 'pgbouncer.log'}\npidfile = {home / 'pgbouncer.pid'}\n"
-    )
-    argv = [exe, str(ini)]
-    if os.getuid() == 0:
-        argv = ["unshare", "--user", *argv]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    pooled = make_conninfo(
-        host="127.0.0.1", port=port, dbname="pgq", user=user, connect_timeout=5
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with psycopg.connect(pooled, prepare_threshold=None) as conn:
-                    conn.execute("SELECT 1")
-                break
-            except psycopg.OperationalError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log = home / "pgbouncer.log"
-                    text = log.read_text() if log.exists() else ""
-                    pytest.fail(f"pgbouncer did not start: {text}")
-                time.sleep(0.1)
-        yield pooled
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
-from test_worker import TIMEOUT, make_worker
+from support import TIMEOUT, make_worker
 
 from pgq_cli.cli import main
 from pgq_core import JobSpec, LeaseLost, Queue, ops

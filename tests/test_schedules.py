@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from psycopg import sql
-from test_worker import make_worker, until
+from support import make_worker, until
 
 from pgq_core import PgqError, Queue, ops
 from pgq_core.cron import latest_slot, next_slot, slot_key

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from psycopg import sql
-from test_worker import TIMEOUT, events, make_worker, retry_wait
+from support import TIMEOUT, events, make_worker, retry_wait
 
 from pgq_core import (
     AsyncQueue,

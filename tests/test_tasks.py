@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker import make_worker, until
+from support import make_worker, until
 
 from pgq_core import (
     PgqError,

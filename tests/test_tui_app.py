@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from support import dashboard
 from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
 
@@ -59,11 +60,6 @@ def db_counts(queue: Queue, name: str) -> dict[str, int]:
         "ready": stats.ready, "scheduled": stats.scheduled, "running": stats.running,
         "expiring": stats.expiring, "dead": stats.dead, "done": stats.done,
     }
-
-
-def dashboard(dsn: str, schema: str, **kwargs: Any) -> DashboardApp:
-    kwargs.setdefault("refresh", 0.2)
-    return make_app(dsn, schema, "test-db", **kwargs)
 
 
 async def polled(pilot: Pilot[Any], app: DashboardApp, more: int = 2) -> None:

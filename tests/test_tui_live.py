@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from support import dashboard
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
-from pgq_tui.launch import make_app
 from pgq_tui.pool import THREAD_NAME, WorkerPool
 from pgq_tui.testing import wait_for
 from pgq_tui.widgets.jobs_table import JobsTable
@@ -68,11 +68,6 @@ def set_lease_left(conn: psycopg.Connection[Any], schema: str, job_id: int, left
     )
 
 
-def dashboard(dsn: str, schema: str, **kwargs: Any) -> DashboardApp:
-    kwargs.setdefault("refresh", 2.0)
-    return make_app(dsn, schema, "test-db", **kwargs)
-
-
 async def test_a_notify_reaches_the_screen_without_waiting_for_a_poll(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -102,7 +97,7 @@ async def test_the_countdown_follows_a_heartbeat_within_a_second(
     queue.enqueue("hb", {})
     [job] = queue.claim("hb", 1, timedelta(seconds=30), "beating-worker")
     set_lease_left(conn, schema, job.id, 12.0)  # as if the last heartbeat was 18 s ago
-    app = dashboard(dsn, schema)
+    app = dashboard(dsn, schema, refresh=2.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: (shown_left(app, job.id) or 99) < 13, "about 12 s left")
         queue.heartbeat(job.id, job.fence)  # lease_until = now() + 30 s
@@ -130,7 +125,7 @@ async def test_expiring_means_a_third_of_the_lease_in_every_view_and_in_stats(
     # the fourth job keeps its full 30 s lease
     [stats] = queue.stats()
     assert stats.expiring == 2  # under a third of the lease left, expired included
-    app = dashboard(dsn, schema)
+    app = dashboard(dsn, schema, refresh=2.0)
     async with app.run_test(size=SIZE) as pilot:
         leases = app.dashboard.query_one(LeasesTable)
         await wait_for(pilot, lambda: leases.row_count == 5, "five leases")
@@ -153,7 +148,7 @@ async def test_dead_jobs_are_listed_by_time_of_death(
         queue.kill([job_id])
         time.sleep(0.01)
     assert [j.id for j in queue.jobs("d", "dead")] == [first, third, second]
-    app = dashboard(dsn, schema)
+    app = dashboard(dsn, schema, refresh=2.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: shown_int(app, "d", "dead") == 3, "3 dead")
         await pilot.press("enter")  # browse the queue: dead first
@@ -175,7 +170,7 @@ async def test_the_log_view_shows_what_the_apps_workers_log(
             await asyncio.sleep(0.02)
 
     job_id = queue.enqueue("logged", {})
-    app = dashboard(dsn, schema, handler=until_released, start_workers=["logged"])
+    app = dashboard(dsn, schema, refresh=2.0, handler=until_released, start_workers=["logged"])
     async with app.run_test(size=SIZE) as pilot:
         book = app.dashboard.log_book
         await wait_for(
@@ -208,7 +203,7 @@ async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
         time.sleep(8)  # blocks this worker's event loop: the point of the test
 
     queue.enqueue("block", {})
-    app = dashboard(dsn, schema, handler=blocking, start_workers=["block"], grace=10.0)
+    app = dashboard(dsn, schema, refresh=2.0, handler=blocking, start_workers=["block"], grace=10.0)
     app.animation_level = "none"  # Pilot.press waits for the tab underline's animation
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, started.is_set, "the handler to block")

@@ -8,11 +8,11 @@ from typing import Any
 
 import psycopg
 from rich.console import Console
+from support import dashboard
 from textual.pilot import Pilot
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
-from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import BulkConfirmScreen
 from pgq_tui.testing import wait_for
 from pgq_tui.widgets.errors_table import ErrorsTable
@@ -20,10 +20,6 @@ from pgq_tui.widgets.health_panel import health_renderable
 from pgq_tui.widgets.jobs_table import JobsTable
 
 SIZE = (140, 40)
-
-
-def dashboard(dsn: str, schema: str) -> DashboardApp:
-    return make_app(dsn, schema, "test-db", refresh=0.2)
 
 
 def make_dead(queue: Queue, name: str, errors: list[str]) -> list[int]:

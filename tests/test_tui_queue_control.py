@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support import dashboard
 from textual.pilot import Pilot
 
 from pgq_core import Queue
 from pgq_tui.app import PAUSE_REASON, DashboardApp
-from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.help import HelpScreen
 from pgq_tui.testing import wait_for
@@ -18,11 +18,6 @@ from pgq_tui.widgets.keyed_table import plain
 from pgq_tui.widgets.queues_table import QueuesTable
 
 SIZE = (140, 40)
-
-
-def dashboard(dsn: str, schema: str, **kwargs: Any) -> DashboardApp:
-    kwargs.setdefault("refresh", 0.2)
-    return make_app(dsn, schema, "test-db", **kwargs)
 
 
 def queue_cell(app: DashboardApp, name: str) -> str:

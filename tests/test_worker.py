@@ -7,8 +7,6 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -17,56 +15,11 @@ import pytest
 from pgproxy import PgProxy
 from prometheus_client import CollectorRegistry
 from psycopg import sql
+from support import TIMEOUT, events, make_worker, retry_wait, running, status_counts, until
 
 from pgq_core import DontRetry, JobSpec, PgqError, Queue, fenced_write
 from pgq_core.worker import JobContext, Worker, load_handler
 from pgq_core.worker.metrics import WorkerMetrics
-
-TIMEOUT = 30.0
-
-
-async def until(condition: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> None:
-    """Poll `condition` (sync or async) until truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if isinstance(value, Awaitable):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or condition}")
-        await asyncio.sleep(0.02)
-
-
-@asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(worker.run())
-    try:
-        await until(lambda: worker.state != "starting" or task.done(), what="worker start")
-        yield task
-    finally:
-        worker.stop(immediately=True)
-        await asyncio.wait_for(task, TIMEOUT)
-
-
-def make_worker(dsn: str, schema: str, handler: Any, **kw: Any) -> Worker:
-    kw.setdefault("lease", timedelta(seconds=30))
-    kw.setdefault("poll_interval", 0.05)
-    return Worker(dsn, kw.pop("queues", ["q"]), handler, schema=schema, **kw)
-
-
-def status_counts(queue: Queue) -> dict[str, int]:
-    rows = queue.conn.execute(
-        sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY status").format(
-            sql.Identifier(queue.schema)
-        )
-    ).fetchall()
-    return {str(s): int(n) for s, n in rows}
-
-
-def events(queue: Queue, job_id: int) -> list[tuple[str, int, str | None]]:
-    return [(e.event, e.fence, e.worker) for e in queue.history(job_id)]
 
 
 async def test_burst_drains_and_settles_in_batches(dsn: str, schema: str, queue: Queue) -> None:
@@ -163,20 +116,6 @@ async def test_raising_fails_the_job_with_its_error_and_backoff(
     dead = queue.job(final)
     assert (dead.status, dead.last_error) == ("dead", "ValueError: boom last")
     assert [e[0] for e in events(queue, final)] == ["enqueued", "claimed", "dead"]
-
-
-def retry_wait(queue: Queue, job_id: int) -> float:
-    """Seconds from the job's latest 'failed' history row to the run_at it was given."""
-    found = queue.conn.execute(
-        sql.SQL(
-            "SELECT extract(epoch FROM j.run_at - e.at)::float8 FROM {s}.jobs j"
-            " JOIN {s}.job_events e ON e.job_id = j.id AND e.event = 'failed'"
-            " WHERE j.id = %s ORDER BY e.id DESC LIMIT 1"
-        ).format(s=sql.Identifier(queue.schema)),
-        [job_id],
-    ).fetchone()
-    assert found is not None
-    return float(found[0])
 
 
 async def test_a_jobs_own_backoff_wins_over_the_workers(

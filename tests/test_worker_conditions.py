@@ -27,9 +27,16 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from test_pgbouncer import bouncer  # noqa: F401 - the fixture
-from test_worker import TIMEOUT, make_worker, running, status_counts, until
-from test_worker_faults import ReaperThread, claims
+from support import (
+    TIMEOUT,
+    OwnServer,
+    ReaperThread,
+    claims,
+    make_worker,
+    running,
+    status_counts,
+    until,
+)
 
 from pgq_core import JobSpec, Queue, config, migrate
 from pgq_core.worker import JobContext, link
@@ -352,8 +359,6 @@ def scarce_server(dsn: str) -> Iterator[tuple[str, str]]:
                     )
                 )
         return
-    from test_worker_processes import OwnServer
-
     root = Path(tempfile.mkdtemp(prefix="pgqc", dir="/tmp"))  # short: unix socket path limit
     os.chmod(root, 0o755)
     server = OwnServer(root)
@@ -426,7 +431,7 @@ async def test_workers_beyond_the_servers_connections_claim_only_what_they_can_r
 
 @pytest.mark.slow
 def test_workers_through_an_unannounced_pgbouncer_drain_every_job_once(
-    bouncer: str,  # noqa: F811
+    bouncer: str,
     dsn: str,
     schema: str,
     queue: Queue,
@@ -503,7 +508,7 @@ def undetected_pooler(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.slow
 async def test_a_poolers_errors_switch_the_worker_to_pooled_mode_and_cost_no_attempt(
-    bouncer: str,  # noqa: F811
+    bouncer: str,
     schema: str,
     queue: Queue,
     undetected_pooler: None,
@@ -607,7 +612,7 @@ async def test_a_permission_denied_settlement_is_retried_not_charged_to_the_job(
 
 @pytest.mark.slow
 def test_the_cli_through_an_unannounced_pgbouncer_says_so_once_and_works(
-    bouncer: str,  # noqa: F811
+    bouncer: str,
     schema: str,
     queue: Queue,
 ) -> None:

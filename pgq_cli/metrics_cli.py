@@ -1,5 +1,5 @@
-"""`pgq metrics` (the Prometheus exporter) and `pgq config` (schema settings): loaded only when
-run, so prometheus_client is never imported by `pgq --help` or any other command."""
+"""`pgq metrics`, the Prometheus exporter: loaded only when run, so prometheus_client is never
+imported by `pgq --help` or any other command."""
 
 from __future__ import annotations
 
@@ -12,15 +12,12 @@ from typing import Any
 
 import click
 import psycopg
-from rich.console import Console
-from rich.text import Text
 
 from pgq_core.config import connect_options, describe
 from pgq_core.extras import require
-from pgq_core.ops import NOTIFY_MODES
 from pgq_core.text import printable
 
-from .context import at_most, echo_json, settings
+from .context import at_most, settings
 
 _LISTEN = re.compile(r"(?:\[(?P<bracketed>[^\[\]]*)\]|(?P<host>[^\[\]]*)):(?P<port>[0-9]{1,5})")
 
@@ -101,32 +98,3 @@ def metrics_command(
         server.server_close()
         collector.close()
     sys.exit(0)
-
-
-@click.group("config", invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
-@click.pass_context
-def config_group(ctx: click.Context, as_json: bool) -> None:
-    """Show the schema's settings, or change one (`pgq config notify edge`)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    with settings(ctx).queue() as q:
-        values = q.settings()
-    if as_json:
-        echo_json(values)
-        return
-    console = Console(soft_wrap=False)
-    for name, value in values.items():
-        console.print(Text(f"{printable(name)} = {printable(value)}"))
-
-
-@config_group.command("notify")
-@click.argument("mode", type=click.Choice(NOTIFY_MODES), required=False)
-@click.pass_context
-def notify_command(ctx: click.Context, mode: str | None) -> None:
-    """When the jobs trigger sends NOTIFY: always (every statement that makes jobs ready now),
-    edge (only when a queue goes from nothing due to something due) or off (workers poll).
-    Without MODE, print the current one."""
-    with settings(ctx).queue() as q:
-        value = q.set_notify(mode) if mode else q.settings().get("notify", "always")
-    click.echo(f"notify = {printable(value)}")

@@ -1,0 +1,340 @@
+"""`pgq enqueue`: one job from an argument or stdin, or a JSON-lines file in one transaction.
+
+Invariants: a payload is strict JSON (no NaN, no lone surrogates, no NUL) checked before any
+row is written; a file is all enqueued or none of it; a bad line is named by its number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+import click
+
+from pgq_core import JobSpec, ops
+from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
+from pgq_core.text import printable
+
+from . import output
+from .context import (
+    INT4,
+    DocstringCommand,
+    duration,
+    echo_json,
+    new_queue_option,
+    raw_byte,
+    settings,
+)
+
+#: Files with at least this many jobs get a progress bar (on a terminal).
+PROGRESS_THRESHOLD = 5000
+#: Jobs per `enqueue_many` call while a file is enqueued (all inside one transaction), and the
+#: most JSON text (bytes) one call carries: jsonb arrays hold at most 255 MB.
+ENQUEUE_STEP = 5000
+ENQUEUE_STEP_BYTES = 64 * 1024 * 1024
+#: The largest payload line of a file: a jsonb value holds at most 255 MB.
+PAYLOAD_MAX_BYTES = 255 * 1024 * 1024
+#: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
+RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AT_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+#: The longest --delay: 100 years.
+DELAY_MAX = timedelta(days=36525)
+
+
+# ---------------------------------------------------------------------------- parameter types
+
+
+def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """ISO 8601; a time without an offset is local time."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+        aware = parsed if parsed.tzinfo else parsed.astimezone()
+        in_range = RUN_AT_MIN <= aware <= RUN_AT_MAX
+    except (ValueError, OverflowError):
+        raise click.BadParameter(
+            f"not an ISO 8601 time: {value!r} (use e.g. 2030-01-31T09:00:00+00:00)", ctx, param
+        ) from None
+    if not in_range:
+        raise click.BadParameter(
+            f"{value!r} is out of range: give a time between 1970 and 9999", ctx, param
+        )
+    return aware
+
+
+def _delay(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    parsed = duration(ctx, param, value)
+    if parsed is not None and parsed > DELAY_MAX:
+        raise click.BadParameter("the delay must be at most 100 years", ctx, param)
+    return parsed
+
+
+def _unique_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return ops.check_unique_key(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _string_problem(value: Any) -> str | None:
+    """Why jsonb would reject a string inside a parsed JSON value, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "jsonb cannot hold \\u0000"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string holds a lone UTF-16 surrogate"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:20]}")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def parse_payload(text: str) -> Any:
+    """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
+
+    Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked;
+    a raw lone surrogate is a command-line byte that is not UTF-8.
+    """
+    problem = raw_byte(text)
+    if problem:
+        raise ValueError(problem)
+    try:
+        value = _DECODER.decode(text.rstrip())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    problem = _string_problem(value) if "\\u" in text else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def read_payload_lines(stream: IO[bytes], name: str) -> list[tuple[Any, int]]:
+    """Every non-blank line of a JSON-lines stream with its size in bytes; BadParameter naming
+    the first bad line (not UTF-8, not JSON, nested too deeply, too large)."""
+    payloads: list[tuple[Any, int]] = []
+    for number, raw in enumerate(stream, start=1):
+        if len(raw) > PAYLOAD_MAX_BYTES:
+            raise click.BadParameter(
+                f"{name}: line {number} is too large ({output.size(len(raw))}; a payload holds at "
+                f"most {output.size(PAYLOAD_MAX_BYTES)}); nothing was enqueued",
+                param_hint="'--file'",
+            )
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise click.BadParameter(
+                f"{name}: line {number} is not UTF-8 text; nothing was enqueued",
+                param_hint="'--file'",
+            ) from None
+        if not line.strip():
+            continue
+        try:
+            payloads.append((parse_payload(line), len(raw)))
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
+                param_hint="'--file'",
+            ) from None
+    return payloads
+
+
+def read_stdin_payload() -> str:
+    """One payload's JSON text from stdin (`pgq enqueue QUEUE -`), whole: it may span lines.
+    BadParameter if stdin is empty, not UTF-8 or larger than a payload may be."""
+    hint = "'PAYLOAD_JSON' (- reads stdin)"
+    stream: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise click.BadParameter("there is no stdin to read", param_hint=hint)
+    raw = stream.read(PAYLOAD_MAX_BYTES + 1)
+    if len(raw) > PAYLOAD_MAX_BYTES:
+        raise click.BadParameter(
+            f"stdin is too large (a payload holds at most {output.size(PAYLOAD_MAX_BYTES)})",
+            param_hint=hint,
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise click.BadParameter("stdin is not UTF-8 text", param_hint=hint) from None
+    if not text.strip():
+        raise click.BadParameter("stdin is empty: give one JSON value", param_hint=hint)
+    return text
+
+
+# ---------------------------------------------------------------------------- enqueue
+
+
+@click.command("enqueue", cls=DocstringCommand)
+@click.argument("queue_name", metavar="QUEUE", callback=new_queue_option)
+@click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
+@click.option(
+    "--file",
+    "-f",
+    "file",
+    type=click.File("rb"),
+    help="Enqueue one job per line of this JSON-lines file (- for stdin); all or nothing.",
+)
+@click.option("--delay", callback=_delay, help="Due after this long, e.g. 30s, 5m, 1h.")
+@click.option("--run-at", callback=_run_at, help="Due at this ISO 8601 time (no offset: local).")
+@click.option(
+    "--max-attempts",
+    type=INT4,
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help="Attempts before the job is dead.",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(-(2**31), 2**31 - 1),
+    default=0,
+    show_default=True,
+    help="Higher is claimed first among the queue's due jobs.",
+)
+@click.option(
+    "--unique-key",
+    callback=_unique_key,
+    help="Enqueue nothing while a ready, scheduled or running job holds this key.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
+@click.pass_context
+def enqueue_command(
+    ctx: click.Context,
+    queue_name: str,
+    payload: str | None,
+    file: IO[bytes] | None,
+    delay: timedelta | None,
+    run_at: datetime | None,
+    max_attempts: int,
+    priority: int,
+    unique_key: str | None,
+    as_json: bool,
+) -> None:
+    """Add a job to QUEUE with PAYLOAD_JSON (default {}; - reads it from stdin), or one job
+    per line of --file.
+
+    With --unique-key, a second enqueue while a job with that key is ready, scheduled or
+    running inserts nothing and prints the existing job's id."""
+    if payload is not None and file is not None:
+        raise click.UsageError("give PAYLOAD_JSON or --file, not both")
+    if delay is not None and run_at is not None:
+        raise click.UsageError("give --delay or --run-at, not both")
+    if unique_key is not None and file is not None:
+        raise click.UsageError("--unique-key names one job: it does not go with --file")
+
+    if file is None:
+        if payload == "-":
+            payload = read_stdin_payload()
+        try:
+            value = parse_payload(payload) if payload is not None else {}
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"not valid JSON ({exc})", param_hint="'PAYLOAD_JSON'"
+            ) from None
+        spec = JobSpec(
+            queue_name,
+            value,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+        )
+        with settings(ctx).queue() as q:
+            (outcome,) = q.enqueue_many_detailed([spec])
+        if as_json:
+            echo_json([outcome.id])
+        elif outcome.inserted:
+            click.echo(f"enqueued job {outcome.id} on {printable(queue_name)}")
+        else:
+            click.echo(
+                f"job {outcome.id} already holds unique key {printable(unique_key or '')}; "
+                "nothing enqueued"
+            )
+        return
+
+    name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
+    payloads = read_payload_lines(file, name)
+    specs = [
+        (
+            JobSpec(
+                queue_name,
+                p,
+                run_at=run_at,
+                delay=delay,
+                max_attempts=max_attempts,
+                priority=priority,
+            ),
+            size,
+        )
+        for p, size in payloads
+    ]
+    ids = _enqueue_all(ctx, specs)
+    if as_json:
+        echo_json(ids)
+    elif ids:
+        click.echo(
+            f"enqueued {output.plural(len(ids), 'job')} on {printable(queue_name)} "
+            f"(ids {ids[0]}..{ids[-1]})"
+        )
+    else:
+        click.echo(f"{name}: no jobs (only blank lines); nothing enqueued")
+
+
+def _steps(specs: list[tuple[JobSpec, int]]) -> Iterator[list[JobSpec]]:
+    """Consecutive runs of at most ENQUEUE_STEP jobs and ENQUEUE_STEP_BYTES of JSON each."""
+    step: list[JobSpec] = []
+    size = 0
+    for spec, spec_size in specs:
+        if step and (len(step) >= ENQUEUE_STEP or size + spec_size > ENQUEUE_STEP_BYTES):
+            yield step
+            step, size = [], 0
+        step.append(spec)
+        size += spec_size
+    if step:
+        yield step
+
+
+def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[int]:
+    """All specs in one transaction: a failure part-way leaves nothing enqueued. Each statement
+    carries a bounded step, so each stays under jsonb's size limit and the statement timeout."""
+    ids: list[int] = []
+    if not specs:
+        return ids
+    with settings(ctx).queue() as q, output.progress(total_hint=True) as progress:
+        task = progress.add_task(
+            "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
+        )
+        with q.conn.transaction():
+            for step in _steps(specs):
+                ids += q.enqueue_many(step)
+                progress.advance(task, len(step))
+    return ids

