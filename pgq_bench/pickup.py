@@ -26,7 +26,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ from .common import (
     throwaway_schema,
 )
 from .handlers import RECORD_START_SPECS, STARTS_FILE_ENV
+from .same_resources import worker_command
 
 #: Warm-up jobs (the worker connects, LISTENs, settles into idle), not counted.
 WARMUP = 3
@@ -124,22 +124,6 @@ class Starts:
             time.sleep(0.0005)
 
 
-def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pgq_cli",
-        "--schema",
-        schema,
-        "worker",
-        QUEUE_NAME,
-        "--concurrency",
-        str(concurrency),
-        "--handler",
-        RECORD_START_SPECS[kind],
-    ]
-
-
 def _tail(output: IO[bytes]) -> str:
     output.seek(0)
     lines = output.read().decode(errors="replace").strip().splitlines()[-OUTPUT_TAIL:]
@@ -205,7 +189,9 @@ def measure(
         psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn,
     ):
         conn.execute(BOOKKEEPING_TIMEOUT)
-        command = worker_command(schema, opts.concurrency, kind)
+        command = worker_command(
+            schema, opts.concurrency, kind, handler=RECORD_START_SPECS[kind], burst=False
+        )
         starts = Starts(Path(tmp) / "starts")
         committed: dict[int, float] = {}
         with worker_process(dsn, command, starts.path) as alive:

@@ -259,8 +259,12 @@ def drain_seed(
 # ---------------------------------------------------------------- pgq: one worker process
 
 
-def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
-    """The `pgq worker` command line of one pgq run (the DSN goes in the environment)."""
+def worker_command(
+    schema: str, concurrency: int, kind: str, *, handler: str | None = None, burst: bool = True
+) -> list[str]:
+    """The `pgq worker` command line of one pgq run (the DSN goes in the environment): the
+    no-op handler of `kind` unless another `handler` spec is given, draining and exiting when
+    `burst`."""
     return [
         sys.executable,
         "-m",
@@ -271,9 +275,9 @@ def worker_command(schema: str, concurrency: int, kind: str) -> list[str]:
         QUEUE_NAME,
         "--concurrency",
         str(concurrency),
-        "--burst",
+        *(["--burst"] if burst else []),
         "--handler",
-        HANDLER_SPECS[kind],
+        handler or HANDLER_SPECS[kind],
     ]
 
 
