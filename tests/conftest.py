@@ -49,6 +49,23 @@ def schema(dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_database(dsn: str) -> Iterator[str]:
+    """The DSN of a database of this test's own, dropped after it: on a server other tests
+    share (PGQ_TEST_DSN, or two xdist workers on one server), their open snapshots hold back
+    the cleanup horizon of their own database only."""
+    name = f"pgq_db_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
 def queue(dsn: str, schema: str) -> Iterator[Queue]:
     with Queue.connect(dsn, schema) as q:
         yield q

@@ -59,37 +59,44 @@ def test_jobs_keeps_the_seed_columns_types_defaults_and_indexes(schema: str, con
     assert not [d for d in indexes.values() if "lease_until" in d]
 
 
-def test_heartbeats_are_hot_updates(schema: str, conn: Any, queue: Any) -> None:
+def test_heartbeats_are_hot_updates(own_database: str) -> None:
     """A heartbeat changes only lease_until, which no index holds, and fillfactor leaves room on
-    the page: PostgreSQL updates the row on its page with no new index entry (HOT)."""
+    the page: PostgreSQL updates the row on its page with no new index entry (HOT).
+
+    Twenty heartbeats overflow any page's free space, so HOT relies on pruning, which only
+    another session's open snapshot can hold back: the test has a database of its own, and
+    autovacuum is off on its table."""
     from datetime import timedelta
 
-    from pgq_core import JobSpec, ops
+    from pgq_core import JobSpec, Queue, ops
 
-    if conn.info.server_version < 150000:
-        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
-    queue.enqueue_many([JobSpec("q", {"pad": "x" * 200}) for _ in range(2000)])
-    held = [(j.id, j.fence) for j in queue.claim("q", 200, timedelta(seconds=60), "w")]
+    with psycopg.connect(own_database, autocommit=True) as conn:
+        if conn.info.server_version < 150000:
+            pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+        migrate(conn, "pgq")
+        conn.execute("ALTER TABLE pgq.jobs SET (autovacuum_enabled = off)")
+        with Queue.connect(own_database, "pgq") as queue:
+            queue.enqueue_many([JobSpec("q", {"pad": "x" * 200}) for _ in range(2000)])
+            held = [(j.id, j.fence) for j in queue.claim("q", 200, timedelta(seconds=60), "w")]
 
-    def updates() -> tuple[int, int]:
-        queue.conn.execute("SELECT pg_stat_force_next_flush()")
-        time.sleep(0.6)  # the flush happens when the backend next goes idle
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
-            " WHERE schemaname = %s AND relname = 'jobs'",
-            [schema],
-        ).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+            def updates() -> tuple[int, int]:
+                queue.conn.execute("SELECT pg_stat_force_next_flush()")
+                time.sleep(0.6)  # the flush happens when the backend next goes idle
+                conn.execute("SELECT pg_stat_clear_snapshot()")
+                row = conn.execute(
+                    "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                    " WHERE schemaname = 'pgq' AND relname = 'jobs'"
+                ).fetchone()
+                assert row is not None
+                return int(row[0]), int(row[1])
 
-    before = updates()
-    for _ in range(20):
-        assert len(queue.run(ops.extend_leases(held)).applied) == 200
-    after = updates()
+            before = updates()
+            for _ in range(20):
+                assert len(queue.run(ops.extend_leases(held)).applied) == 200
+            after = updates()
     updated, hot = after[0] - before[0], after[1] - before[1]
     assert updated == 4000
-    assert hot >= 0.8 * updated, (updated, hot)
+    assert hot >= 0.95 * updated, (updated, hot)
 
 
 def test_the_seeds_own_sql_runs_unchanged_against_the_table(schema: str, conn: Any) -> None:

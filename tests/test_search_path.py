@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from hostile_sql import Planter, pgq_sql_texts, runs, used_names
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue, migrate, ops
@@ -36,24 +36,21 @@ LEASE = timedelta(seconds=30)
 
 
 @pytest.fixture
-def hostile(dsn: str) -> Iterator[tuple[str, str]]:
+def hostile(dsn: str, own_database: str) -> Iterator[tuple[str, str]]:
     """(dsn of a database of this test's own, the name of a role with CREATE on its public)."""
     name = f"pgq_sp_{secrets.token_hex(4)}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    own = make_conninfo(dsn, dbname=name)
     try:
-        with psycopg.connect(own, autocommit=True) as conn:
+        with psycopg.connect(own_database, autocommit=True) as conn:
             conn.execute(
                 sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(name))
             )
-        yield own, name
+        yield own_database, name
     finally:
+        with psycopg.connect(own_database, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
