@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from psycopg.types.json import Jsonb
 
 from .config import QUEUE_NAME_MAX_BYTES, check_new_queue_name, check_queue_name
-from .errors import PgqError
+from .errors import PgqError, SchemaMissing
 from .filters import JobFilter
 from .models import (
     Enqueued,
@@ -1070,3 +1070,19 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
 def backend_pid() -> Op[int]:
     """The server process id the statement ran in (see `backend_pid` in queries.sql)."""
     return Op("backend_pid", {}, lambda rows: int(rows[0][0]))
+
+
+def require_schema(needed: int, schema: str) -> Op[int]:
+    """The schema's version; `SchemaMissing` when it is older than `needed` (the statements of
+    this pgq would fail on it: a worker must not start there)."""
+
+    def read(rows: list[tuple[Any, ...]]) -> int:
+        version = int(rows[0][0])
+        if version < needed:
+            raise SchemaMissing(
+                f"schema {schema!r} is at version {version}, this pgq needs {needed}:"
+                " run `pgq migrate` first"
+            )
+        return version
+
+    return Op("schema_version", {}, read)

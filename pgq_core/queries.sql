@@ -2,7 +2,9 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
 -- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
 -- matches zero rows, and the caller treats that as a lost lease.
--- Each transition writes its fence-history row in the same statement.
+-- Each transition writes its fence-history row in the same statement, one row per attempt: the
+-- row that ends an attempt carries its claim time, the running attempt is the job's own row,
+-- and the view job_history (migration 15) shows every transition.
 -- The worker's settle statements (settle_*, extend_leases, hand_back) find held rows by id
 -- through the running index (`id = ANY(ids)`: the cost follows the rows held, never the number
 -- running in the whole fleet), lock them with SKIP LOCKED, and update each by the row address
@@ -43,9 +45,6 @@ WITH input AS (
   RETURNING id, fence, unique_key
 ), new_jobs AS (
   SELECT * FROM plain UNION ALL SELECT * FROM keyed
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence)
-  SELECT id, 'enqueued', fence FROM new_jobs
 )
 SELECT id, true, unique_key FROM new_jobs
 UNION ALL
@@ -57,19 +56,14 @@ ORDER BY 1;
 
 -- name: enqueue_one
 -- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
--- it, the job and its history row, without the arrays a batch needs. Rows: (id).
-WITH job AS (
-  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                             backoff_cap)
-  VALUES (%(queue)s::text, %(payload)s::jsonb,
-          coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
-          %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
-          %(backoff_cap)s::float8)
-  RETURNING id, fence
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence) SELECT id, 'enqueued', fence FROM job
-)
-SELECT id FROM job;
+-- it, without the arrays a batch needs. Rows: (id).
+INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                           backoff_cap)
+VALUES (%(queue)s::text, %(payload)s::jsonb,
+        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+        %(backoff_cap)s::float8)
+RETURNING id;
 
 -- name: unique_holders
 -- The ready or running job holding each of `keys` (a key no job holds has no row).
@@ -105,9 +99,6 @@ WITH gate AS (
       FOR UPDATE SKIP LOCKED
    ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'claimed', fence, %(worker)s FROM claimed
 )
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
 
@@ -137,7 +128,7 @@ WITH held AS (
      SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, j.claimed_at
 ), gate AS (
   SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
               WHEN s.max_running IS NULL THEN %(limit)s
@@ -162,10 +153,8 @@ WITH held AS (
    ))
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, priority, run_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'completed', fence, %(worker)s FROM settled
-  UNION ALL
-  SELECT id, 'claimed', fence, %(worker)s FROM claimed
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at)
+  SELECT id, 'completed', fence, %(worker)s, claimed_at FROM settled
 ), unsettled AS (
   SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END AS outcome, t.id, t.fence
     FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
@@ -210,11 +199,12 @@ WITH held AS (
          finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
-  RETURNING j.id, j.fence, j.status, j.run_at, m.error
+  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
-         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
+         claimed_at
     FROM settled
 )
 SELECT 'failed', id, fence FROM settled
@@ -270,10 +260,10 @@ WITH held AS (
          attempts = greatest(j.attempts - 1, 0)
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'released', fence, %(worker)s, %(reason)s FROM released
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM released
 )
 SELECT 'released', id, fence FROM released
 UNION ALL
@@ -294,10 +284,11 @@ WITH orphans AS (
          attempts = greatest(j.attempts - 1, 0)
     FROM orphans o
    WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted'
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted',
+         claimed_at
     FROM released
 )
 SELECT id FROM released ORDER BY id;
@@ -320,10 +311,12 @@ WITH settled AS (
                     pg_catalog.unnest(%(results)s::jsonb[]))
       AS t(id, fence, result)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'completed', fence, %(worker)s FROM settled
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at, claimed_by)
+  SELECT id, 'completed', fence, %(worker)s, claimed_at,
+         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
+    FROM settled
 )
 SELECT id, fence FROM settled;
 
@@ -346,11 +339,12 @@ WITH settled AS (
     FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
                     pg_catalog.unnest(%(errors)s::text[])) AS t(id, fence, error)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-  RETURNING j.id, j.fence, j.status, j.run_at, t.error
+  RETURNING j.id, j.fence, j.status, j.run_at, t.error, j.claimed_at, j.worker
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
-         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
+         claimed_at, CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
     FROM settled
 )
 SELECT id, fence, status, run_at FROM settled;
@@ -364,10 +358,12 @@ WITH released AS (
     FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                     pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
    WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'released', fence, %(worker)s, %(reason)s FROM released
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at,
+         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
+    FROM released
 )
 SELECT id, fence FROM released;
 
@@ -399,11 +395,11 @@ WITH reaped AS (
       LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED
    )
-  RETURNING id, fence, status, worker
+  RETURNING id, fence, status, worker, claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'reaped' END, fence, worker,
-         'lease expired'
+         'lease expired', claimed_at
     FROM reaped
 )
 SELECT id, status FROM reaped ORDER BY id;
@@ -467,16 +463,24 @@ ORDER BY 2;
 
 -- name: kill
 -- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
--- its next write and gives the job up.
-WITH killed AS (
-  UPDATE {schema}.jobs
-     SET status = 'dead', fence = fence + 1, lease_until = NULL, finished_at = now(),
-         last_error = %(reason)s
+-- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
+-- (the kill's own row names the operator and the next fence).
+WITH victims AS (
+  SELECT id, status AS was, fence, worker, claimed_at FROM {schema}.jobs
    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'running')
-  RETURNING id, fence
+     FOR UPDATE
+), killed AS (
+  UPDATE {schema}.jobs j
+     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+         last_error = %(reason)s
+    FROM victims v
+   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'killed', fence, %(actor)s, %(reason)s FROM killed
+  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
+  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
+  UNION ALL
+  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(reason)s FROM killed
 )
 SELECT id FROM killed ORDER BY id;
 
@@ -645,9 +649,10 @@ SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, 
   FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: history
--- One job's fence history, oldest first.
+-- One job's fence history, oldest first (the view job_history, migration 15, puts back the
+-- rows an attempt no longer writes).
 SELECT at, event, fence, worker, detail
-  FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+  FROM {schema}.job_history WHERE job_id = %(id)s ORDER BY phase, at, seq;
 
 -- name: session_limits
 -- Bound every statement (and lock wait) of an operator's session. A limit the role, database
@@ -854,9 +859,10 @@ SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued O
 
 -- name: kill_filtered
 -- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
--- one fails its next write), one batch.
+-- one fails its next write), one batch; a running job's attempt gets its 'claimed' row as in
+-- `kill`.
 WITH victims AS (
-  SELECT j.id FROM {schema}.jobs j
+  SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at FROM {schema}.jobs j
    WHERE j.status IN ('ready', 'running') AND j.id > %(after)s AND {where}
    ORDER BY j.id
    LIMIT %(batch)s
@@ -867,10 +873,12 @@ WITH victims AS (
          last_error = %(reason)s
     FROM victims v
    WHERE j.id = v.id AND j.status IN ('ready', 'running')
-  RETURNING j.id, j.fence
+  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'killed', fence, %(actor)s, %(detail)s FROM killed
+  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
+  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
+  UNION ALL
+  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(detail)s FROM killed
 )
 SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
@@ -1059,3 +1067,7 @@ SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
 -- The server process this statement runs in. A pooler hands each client a cancel key of its
 -- own, so a process id that differs from the one the connection announced means a pooler.
 SELECT pg_catalog.pg_backend_pid() AS pid;
+
+-- name: schema_version
+-- The newest migration applied to the schema (a worker refuses to run on an older one).
+SELECT coalesce(pg_catalog.max(version), 0) FROM {schema}.schema_version;

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from pgq_cli.cli import main
-from pgq_core import JobSpec, Queue, migrate, ops
+from pgq_core import JobSpec, PgqError, Queue, migrate, ops
 from pgq_core.migrate import migrations
 from pgq_core.models import PartitionDay
 from pgq_core.queries import query
@@ -88,15 +88,18 @@ def age(conn: Any, schema: str, job_ids: list[int], days: float, *, finished: bo
     run(
         conn,
         schema,
-        "UPDATE {s}.job_events SET at = at - %s WHERE job_id = ANY(%s)",
+        "UPDATE {s}.job_events SET at = at - %s, claimed_at = claimed_at - %s"
+        " WHERE job_id = ANY(%s)",
+        shift,
         shift,
         job_ids,
     )
     run(
         conn,
         schema,
-        "UPDATE {s}.jobs SET queued_at = queued_at - %s,"
+        "UPDATE {s}.jobs SET queued_at = queued_at - %s, claimed_at = claimed_at - %s,"
         " finished_at = CASE WHEN %s THEN finished_at - %s END WHERE id = ANY(%s)",
+        shift,
         shift,
         finished,
         shift,
@@ -130,11 +133,8 @@ def test_partitions_exist_after_migrate(schema: str, conn: Any) -> None:
 def test_events_of_today_land_in_todays_partition(schema: str, conn: Any, queue: Queue) -> None:
     job_id = done_job(queue)
     todays = day_name(today(conn))
-    assert homes(conn, schema, job_id) == [
-        (todays, "enqueued"),
-        (todays, "claimed"),
-        (todays, "completed"),
-    ]
+    assert homes(conn, schema, job_id) == [(todays, "completed")]  # one row per attempt
+    assert [e.event for e in queue.history(job_id)] == ["enqueued", "claimed", "completed"]
 
 
 def test_an_event_outside_every_daily_partition_lands_in_the_default(
@@ -150,7 +150,7 @@ def test_an_event_outside_every_daily_partition_lands_in_the_default(
             job_id,
             offset,
         )
-    assert homes(conn, schema, job_id)[1:] == [
+    assert homes(conn, schema, job_id) == [
         ("job_events_default", "note"),
         ("job_events_default", "note"),
     ]
@@ -162,16 +162,23 @@ def test_a_jobs_history_reads_with_plain_sql(schema: str, conn: Any, queue: Queu
         conn,
         schema,
         "INSERT INTO {s}.job_events (job_id, at, event, fence)"
-        " VALUES (%s, now() - interval '40 days', 'old', 0)",
+        " VALUES (%s, now() + interval '40 days', 'late', 0)",
         job_id,
     )
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     cur = conn.execute(f"SELECT * FROM job_events WHERE job_id = {job_id} ORDER BY id")
     assert [d.name for d in cur.description] == [
-        *("id", "job_id", "at", "event", "fence", "worker", "detail")
+        *("id", "job_id", "at", "event", "fence", "worker", "detail", "claimed_at", "claimed_by")
     ]
-    assert [r[3] for r in cur.fetchall()] == ["enqueued", "claimed", "completed", "old"]
-    assert [e.event for e in queue.history(job_id)] == ["enqueued", "claimed", "completed", "old"]
+    assert [r[3] for r in cur.fetchall()] == ["completed", "late"]
+    cur = conn.execute(
+        f"SELECT event, fence, worker FROM job_history WHERE job_id = {job_id}"
+        " ORDER BY phase, at, seq"
+    )
+    assert cur.fetchall() == [
+        ("enqueued", 0, None), ("claimed", 1, "w"), ("completed", 1, None), ("late", 0, None)
+    ]
+    assert [e.event for e in queue.history(job_id)] == ["enqueued", "claimed", "completed", "late"]
 
 
 # ---------------------------------------------------------------------------- partitions ahead
@@ -306,7 +313,7 @@ def test_prune_drops_old_days_and_keeps_the_history_of_jobs_still_present(
     dropped = [day_name(first - timedelta(days=n)) for n in range(20, 7, -1)]
     assert report["deleted"] == 3
     assert report["partitions_dropped"] == dropped
-    assert report["history_rows_kept"] == 3 + 3 + 1  # dead, late_done, ready: from the old day
+    assert report["history_rows_kept"] == 1 + 1  # dead's and late_done's attempt: the old day
     assert report["partitions_locked"] == []
     parts = partitions(conn, schema)
     assert not set(dropped) & set(parts)
@@ -348,8 +355,8 @@ def test_prune_text_names_the_partitions_dropped(
     assert out.exit_code == 0, out.output
     assert out.output.splitlines() == [
         "pruned 0 done jobs older than 7d",
-        f"dropped 1 history partition ({day_name(first - timedelta(days=9))}), keeping 2 "
-        "history rows of jobs still present",
+        f"dropped 1 history partition ({day_name(first - timedelta(days=9))}), keeping 1 "
+        "history row of jobs still present",
     ]
 
 
@@ -379,7 +386,7 @@ def test_prune_deletes_a_pruned_jobs_history_from_the_default_and_later_days(
     assert {h for h, _ in homes(conn, schema, gone)} == {"job_events_default"}
     assert queue.prune_report(WEEK) == ops.PruneReport(deleted=1)
     assert homes(conn, schema, gone) == []
-    assert len(homes(conn, schema, still)) == 3
+    assert homes(conn, schema, still) == [("job_events_default", "completed")]
 
 
 def test_prunes_history_delete_reads_only_the_partitions_of_its_days(
@@ -450,8 +457,8 @@ def test_a_row_written_into_a_day_while_it_is_dropped_is_kept(
         time.sleep(0.3)
         assert dropper.is_alive()
     dropper.join(TIMEOUT)
-    assert outcome == [("dropped", 3)]
-    assert [e for _, e in homes(conn, schema, dead)] == ["enqueued", "killed", "by hand"]
+    assert outcome == [("dropped", 2)]
+    assert [e for _, e in homes(conn, schema, dead)] == ["killed", "by hand"]
     assert {h for h, _ in homes(conn, schema, dead)} == {"job_events_default"}
 
 
@@ -537,7 +544,10 @@ def test_upgrade_from_version_6_keeps_every_history_row(
             [(legacy,)] = run(conn, name, "SELECT count(*) FROM {s}.job_events_legacy")
             assert legacy == 300
             q = Queue(conn, name)
-            job_id = q.enqueue("q", {})
+            job_id = q.enqueue("fresh", {})
+            [claimed] = q.claim("fresh", 1, LEASE, "w")
+            assert claimed.id == job_id
+            q.complete(job_id, claimed.fence)
             [(new_id, home)] = run(
                 conn,
                 name,
@@ -648,51 +658,61 @@ async def test_prune_beside_a_running_worker_loses_nothing(
 async def test_workers_run_through_the_upgrade_from_version_6(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Migration 7 on a live queue: workers wait for it (it holds job_events), then write into
-    the partitioned table; no job and no history row is lost."""
+    """The upgrade from version 6 on a live queue: the application's producers insert while it
+    runs, a worker of this pgq refuses the old schema (one line naming `pgq migrate`) and drains
+    everything once it is done; no job and no history row is lost."""
     migrate_mod = importlib.import_module("pgq_core.migrate")
     name = f"t_{secrets.token_hex(5)}"
+    insert = (  # the application's own INSERT, as version 6 takes it
+        "INSERT INTO {s}.jobs (queue, payload)"
+        " SELECT 'q', jsonb_build_object('i', i) FROM generate_series(1, 20) i RETURNING id"
+    )
+
+    async def handler(ctx: JobContext) -> None:
+        await asyncio.sleep(0.005)
+
     with psycopg.connect(dsn, autocommit=True) as conn:
         try:
             with monkeypatch.context() as m:
                 m.setattr(migrate_mod, "migrations", lambda: migrations()[:6])
                 migrate(conn, name)
             q = Queue(conn, name)
-            # The application's own INSERT, as version 6 takes it: today's Queue writes the
-            # columns of later versions.
-            ids = [
-                r[0]
-                for r in run(
-                    conn,
-                    name,
-                    "INSERT INTO {s}.jobs (queue, payload)"
-                    " SELECT 'q', jsonb_build_object('i', i) FROM generate_series(0, 399) i"
-                    " RETURNING id",
-                )
-            ]
+            ids = [r[0] for r in run(conn, name, insert)]
+            early = Worker(dsn, ["q"], handler, schema=name, concurrency=4, burst=True)
+            with pytest.raises(PgqError, match=r"is at version 6, .* run `pgq migrate` first"):
+                await asyncio.wait_for(early.run(), TIMEOUT)
 
-            async def handler(ctx: JobContext) -> None:
-                await asyncio.sleep(0.005)
+            stop = threading.Event()
 
+            def produce() -> None:
+                with psycopg.connect(dsn, autocommit=True) as producer:
+                    while not stop.is_set():
+                        ids.extend(r[0] for r in run(producer, name, insert))
+                        time.sleep(0.01)
+
+            producer = threading.Thread(target=produce)
+            producer.start()
+            try:
+                time.sleep(0.1)
+
+                def upgrade() -> list[int]:
+                    with psycopg.connect(dsn, autocommit=True) as other:
+                        return migrate(other, name)
+
+                assert await asyncio.to_thread(upgrade) == [v for v, _, _ in migrations()][6:]
+                time.sleep(0.1)
+            finally:
+                stop.set()
+                producer.join(TIMEOUT)
+            assert len(ids) > 40, "the producer inserted before and after the upgrade"
             worker = Worker(dsn, ["q"], handler, schema=name, concurrency=4, burst=True)
-            task = asyncio.create_task(worker.run())
-            while worker.snapshot().done < 50:
-                await asyncio.sleep(0.01)
-
-            def upgrade() -> list[int]:
-                with psycopg.connect(dsn, autocommit=True) as other:
-                    return migrate(other, name)
-
-            assert await asyncio.to_thread(upgrade) == [v for v, _, _ in migrations()][6:]
-            assert worker.snapshot().done < 400, "the upgrade came after the drain"
-            await asyncio.wait_for(task, TIMEOUT)
-            assert worker.snapshot().done == 400
-            for job_id in ids:  # a plain INSERT writes no 'enqueued' row; the worker's are all here
-                assert [e.event for e in q.history(job_id)] == ["claimed", "completed"]
+            await asyncio.wait_for(worker.run(), TIMEOUT)
+            assert worker.snapshot().done == len(ids)
+            [(done,)] = run(conn, name, "SELECT count(*) FROM {s}.jobs WHERE status = 'done'")
+            assert done == len(ids)
+            for job_id in ids:  # the enqueue of a plain INSERT is read from the job's row
+                assert [e.event for e in q.history(job_id)] == ["enqueued", "claimed", "completed"]
             held = run(conn, name, "SELECT DISTINCT tableoid::regclass::text FROM {s}.job_events")
-            assert {r[0].split(".")[-1] for r in held} == {
-                "job_events_legacy",
-                day_name(today(conn)),
-            }
+            assert {r[0].split(".")[-1] for r in held} == {day_name(today(conn))}
         finally:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

@@ -49,6 +49,7 @@ import psycopg
 from .. import ops
 from ..config import check_concurrency, check_lease, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
+from ..migrate import latest_version
 from ..models import Job
 from ..ops import Op
 from ..queue import make_worker_id
@@ -302,6 +303,7 @@ class Worker:
             except psycopg.OperationalError as exc:
                 reason = scrub(first_line(str(exc)), self.dsn)
                 raise PgqError(f"database unavailable: {reason}") from None
+            await self._link.call(ops.require_schema(latest_version(), self.schema))
             log.info(
                 "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
                 self.id,
