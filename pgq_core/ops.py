@@ -1164,7 +1164,7 @@ def latency(
         raise ValueError(f"limit must not be negative, got {limit}")
     from .durations import duration_label  # here: the top of this module is others' to edit
 
-    names = None if queues is None else [check_queue_name(q) for q in queues]
+    names = None if queues is None else list(queues)
     short = min(recent, since)
     labels = (
         (duration_label(since),)
