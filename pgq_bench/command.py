@@ -60,6 +60,7 @@ def run_command(
     rounds: int,
     stats_scale: bool,
     done_jobs: int,
+    done_last_hour: int | None,
     ready_jobs: int,
     running_jobs: int,
     dead_jobs: int,
@@ -162,7 +163,10 @@ def run_command(
             )
             result = run_views_scale(target, embedded, views_opts, say)
         elif stats_scale:
-            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
+            recent = done_jobs // 10 if done_last_hour is None else done_last_hour
+            if recent > done_jobs:
+                raise click.UsageError("--done-last-hour must not exceed --done")
+            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat, recent)
             result = run_stats_scale(target, embedded, scale, say)
         elif same_resources:
             opts = SameResourcesOptions(

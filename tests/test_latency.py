@@ -15,9 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from support import Pgq, error_line, ok
-from test_metrics import scrape, served
 
 from pgq_core import Queue, ops
 from pgq_core.exporter import QueueCollector
@@ -273,8 +274,19 @@ def test_exporter_exposes_latency_quantiles(dsn: str, queue: Queue) -> None:
     def connect() -> psycopg.Connection[Any]:
         return psycopg.connect(dsn, autocommit=True)
 
-    with served(QueueCollector(connect, queue.schema)) as port:
-        got = scrape(port)
+    collector = QueueCollector(connect, queue.schema)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        text = generate_latest(registry).decode()  # what /metrics serves
+    finally:
+        collector.close()
+    got = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert got[("pgq_up", ())] == 1
     labels = (("quantile", "0.95"), ("queue", "a"), ("window", "5m"))
     assert got[("pgq_job_wait_seconds", labels)] == cont(RECENT_WAITS, 0.95)
     assert got[("pgq_job_run_seconds", labels)] == cont(RECENT_RUNS, 0.95)
