@@ -1046,6 +1046,8 @@ SELECT count(*),
 -- from jobs_latency_idx by an index-only scan backward from now (migration 16).
 -- Queues: those of `queues` (NULL: every queue that ever completed a job, from queue_counts),
 -- by name, `limit` of them (NULL: all); each row also carries how many there are in all.
+-- Seconds come from date_part (float8): extract() computes a numeric per row, which doubled
+-- the statement's time over 80,000 rows.
 WITH named AS (
   SELECT q.queue FROM pg_catalog.unnest(%(queues)s::text[]) AS q(queue)
   UNION
@@ -1066,8 +1068,8 @@ SELECT s.queue, s.queues_in_all, l.*
           pg_catalog.percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[])
             WITHIN GROUP (ORDER BY x.run) AS run_long
      FROM (SELECT j.finished_at > now() - %(short)s::interval AS recent,
-                  extract(epoch FROM j.claimed_at - j.run_at)::float8 AS wait,
-                  extract(epoch FROM j.finished_at - j.claimed_at)::float8 AS run
+                  pg_catalog.date_part('epoch', j.claimed_at - j.run_at) AS wait,
+                  pg_catalog.date_part('epoch', j.finished_at - j.claimed_at) AS run
              FROM {schema}.jobs j
             WHERE j.queue = s.queue AND j.status = 'done'
               AND j.finished_at > now() - %(long)s::interval
