@@ -475,6 +475,7 @@ class DashboardApp(App[None]):
 
     def on_latency_polled(self, message: LatencyPolled) -> None:
         self.latency.observe(message.report, message.at)
+        self.latency.keep(entry.queue for entry in message.report.queues)  # the window's only
         if not self.paused:
             with contextlib.suppress(NoMatches):
                 self.dashboard.tick(self.clock())
