@@ -213,6 +213,15 @@ def test_stats_scale_tiny(dsn: str) -> None:
     assert _bench_schemas(dsn) == before
 
 
+def test_done_last_hour_is_part_of_done() -> None:
+    result = CliRunner().invoke(
+        main, ["bench", "--stats-scale", "--done", "10", "--done-last-hour", "11"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--done-last-hour must not exceed --done" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_bench_rejects_bad_option() -> None:
     result = CliRunner().invoke(main, ["bench", "--workers", "0"])
     assert result.exit_code != 0
