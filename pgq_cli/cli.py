@@ -109,10 +109,7 @@ class LazyGroup(PgqGroup):
         "latency": (
             "pgq_cli.latency_cli",
             "latency_command",
-            (
-                "Wait (due to claimed) and run (claimed to done) p50/p95/p99 per queue, over the "
-                "last 5 minutes and --since, from done jobs (at most 20,000 per queue and window)."
-            ),
+            "Wait and run-time p50/p95/p99 per queue over 5m and --since, from done jobs.",
         ),
         "schedule": (
             "pgq_cli.app_cli",

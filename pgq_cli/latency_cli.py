@@ -81,9 +81,13 @@ def _since(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
 def latency_command(
     ctx: click.Context, queue_name: str | None, since: timedelta, limit: int, as_json: bool
 ) -> None:
-    """Wait (due to claimed) and run (claimed to done) p50/p95/p99 per queue, over the last
-    5 minutes and --since, from done jobs: at most 20,000 per queue and window, the most
-    recently finished."""
+    """Wait and run-time p50/p95/p99 per queue over 5m and --since, from done jobs.
+
+    Wait is due to claimed (claimed_at - run_at), run time claimed to done (finished_at -
+    claimed_at). Per queue and window, at most the 20,000 most recently finished done jobs are
+    read: a window holding more shows `20,000+` jobs (`"capped": true` in JSON) and the
+    percentiles of those. Dead jobs are left out: their finish is when they were given up, not
+    when a handler returned. `—` (null): no done job in the window."""
     queues = None if queue_name is None else [queue_name]
     with settings(ctx).queue() as q:
         report = q.latency(since, queues, limit)
