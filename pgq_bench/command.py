@@ -60,6 +60,7 @@ def run_command(
     rounds: int,
     stats_scale: bool,
     done_jobs: int,
+    done_last_hour: int | None,
     ready_jobs: int,
     running_jobs: int,
     dead_jobs: int,
@@ -103,6 +104,8 @@ def run_command(
     views = bool(view_queues or big_errors)
     if views and not stats_scale:
         raise click.UsageError("--queues and --big-errors are options of --stats-scale")
+    if done_last_hour is not None and done_last_hour > done_jobs:
+        raise click.UsageError("--done-last-hour must not exceed --done")
     if soak is not None and soak.total_seconds() <= 0:
         raise click.UsageError("--soak must be longer than 0s")
     if fleet is not None and fleet.total_seconds() <= 0:
@@ -162,7 +165,8 @@ def run_command(
             )
             result = run_views_scale(target, embedded, views_opts, say)
         elif stats_scale:
-            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat)
+            recent = done_jobs // 10 if done_last_hour is None else done_last_hour
+            scale = ScaleOptions(done_jobs, ready_jobs, running_jobs, dead_jobs, repeat, recent)
             result = run_stats_scale(target, embedded, scale, say)
         elif same_resources:
             opts = SameResourcesOptions(

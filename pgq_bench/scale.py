@@ -1,9 +1,11 @@
 """`pgq bench --stats-scale`: do stats and leases stay cheap as done history grows?
 
 Builds a large history directly with generate_series (fixture data, the bench's own setup
-SQL: the jobs trigger keeps queue_counts right), then times the queue's own `stats` and
-`leases`, EXPLAINs them, times the operator queries (filtered job listings, a dry run's count,
-error groups, database health), measures table and index sizes, and prunes.
+SQL: the jobs trigger keeps queue_counts right), then times the queue's own `stats`, `leases`
+and `latency` (wait and run percentiles per queue over 5m and 1h: `--done-last-hour` of the
+done jobs finished within the last hour, with varied timings), EXPLAINs them, times the
+operator queries (filtered job listings, a dry run's count, error groups, database health),
+measures table and index sizes, and prunes.
 
 Fixture errors: every tenth ready job has failed once (attempts 1, an error), and dead jobs
 carry one of a few error shapes with ids, numbers and URLs in them, so error groups have
@@ -63,6 +65,19 @@ SELECT 'q' || (g %% {queues}), jsonb_build_object('n', g), %(status)s,
   FROM generate_series(1, %(n)s) g,
        LATERAL (SELECT now() - interval '1 day' * {days} * g / %(n)s AS t) ts
 """
+#: Fixture jobs done within the last hour, evenly spread, newest first: waits of 0 to 9.99 s
+#: (due to claimed) and runs of 0 to 1.997 s (claimed to done), varied job to job, as
+#: `latency` reads them.
+FIXTURE_RECENT = """
+INSERT INTO {s}.jobs (queue, payload, status, run_at, attempts, fence, queued_at, worker,
+                      claimed_at, finished_at)
+SELECT 'q' || (g %% {queues}), jsonb_build_object('n', g), 'done', c - w, 1, 1, c - w,
+       'bench-fixture', c, t
+  FROM generate_series(1, %(n)s) g,
+       LATERAL (SELECT now() - interval '1 hour' * g / (%(n)s + 1) AS t) ts,
+       LATERAL (SELECT ts.t - (g * 7 %% 1000) * interval '2 milliseconds' AS c,
+                       (g %% 1000) * interval '10 milliseconds' AS w) cw
+"""
 #: Fixture history: what each status would have gone through.
 FIXTURE_EVENTS = """
 INSERT INTO {s}.job_events (job_id, at, event, fence, worker)
@@ -114,6 +129,8 @@ class ScaleOptions:
     running: int
     dead: int
     repeat: int
+    #: of `done`, how many finished within the last hour (the rest: spread over 30 days)
+    done_last_hour: int = 0
 
 
 def _timed(call: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -234,8 +251,13 @@ def fill_fixture(conn: psycopg.Connection[Any], schema: str, opts: ScaleOptions)
     conn.execute(
         sql.SQL(FIXTURE_DAYS).format(s=sql.Identifier(schema), days=sql.Literal(HISTORY_DAYS))
     )
+    if opts.done_last_hour:
+        conn.execute(
+            sql.SQL(FIXTURE_RECENT).format(s=sql.Identifier(schema), queues=sql.Literal(QUEUES)),
+            {"n": opts.done_last_hour},
+        )
     for status, n in (
-        ("done", opts.done),
+        ("done", opts.done - opts.done_last_hour),
         ("ready", opts.ready),
         ("running", opts.running),
         ("dead", opts.dead),
@@ -256,7 +278,8 @@ def run_stats_scale(
     ):
         result["server"] = {"version": server_version(conn), "embedded": embedded}
         say(
-            f"fill: {opts.done} done (with history), {opts.ready} ready, "
+            f"fill: {opts.done} done (with history; {opts.done_last_hour} in the last hour), "
+            f"{opts.ready} ready, "
             f"{opts.running} running, {opts.dead} dead"
         )
         t0 = time.perf_counter()
@@ -275,9 +298,14 @@ def run_stats_scale(
         say(f"time stats() and leases(), {opts.repeat} calls each")
         result["stats"] = _timed(q.stats, opts.repeat)
         result["leases"] = _timed(q.leases, opts.repeat)
+        say(f"time latency() (every queue, 5m and 1h), {opts.repeat} calls")
+        result["latency"] = _timed(q.latency, opts.repeat)
+        result["latency"]["cap_per_queue"] = ops.LATENCY_CAP
+        result["latency"]["figures"] = q.latency().to_dict()
         result["explain"] = {
             "stats": explain(conn, schema, ops.stats()),
             "leases": explain(conn, schema, ops.leases()),
+            "latency": explain(conn, schema, ops.latency()),
         }
         say(f"time the operator queries, {opts.repeat} calls each")
         result["operator"] = {
@@ -321,7 +349,7 @@ def print_scale(result: dict[str, Any], console: Console) -> None:
     )
     for col in ("call", "p50 ms", "p95 ms", "max ms", "seq scan of jobs", "blocks"):
         head.add_column(col, justify="left" if col == "call" else "right")
-    for name in ("stats", "leases"):
+    for name in ("stats", "leases", "latency"):
         timing, plan = result[name], result["explain"][name]
         head.add_row(
             f"{name}()",
@@ -382,3 +410,9 @@ def print_scale(result: dict[str, Any], console: Console) -> None:
         f"{pr['done_left']:,} done left"
     )
     console.print("stats plan:\n  " + "\n  ".join(result["explain"]["stats"]["plan"]))
+    console.print(
+        f"latency(): {p['done_last_hour']:,} of the done jobs finished in the last hour, over "
+        f"{QUEUES} queues; at most {result['latency']['cap_per_queue']:,} read per queue "
+        "(the most recent)"
+    )
+    console.print("latency plan:\n  " + "\n  ".join(result["explain"]["latency"]["plan"]))

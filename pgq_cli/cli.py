@@ -2,9 +2,10 @@
 
 This module is the group, its global options and the table of commands; each command lives in
 the module of its family (enqueue_cli, jobs_cli, queue_cli, app_cli for schedules,
-maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli) and is imported only
-when run, so `pgq --help` stays fast and loads no heavy module. What they print for humans goes
-through `output`; parameters and errors shared by several families are in `context`.
+latency_cli, maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli) and is
+imported only when run, so `pgq --help` stays fast and loads no heavy module. What they print
+for humans goes through `output`; parameters and errors shared by several families are in
+`context`.
 
 Every command reaches the database through pgq_core's `Queue`; none holds SQL. Commands that
 print data take `--json`; bad input is one `pgq: error: ...` line (exit 2 for usage, 1 for
@@ -104,6 +105,11 @@ class LazyGroup(PgqGroup):
             "pgq_cli.queue_cli",
             "stats_command",
             "Ready, scheduled, running, expiring, dead and done jobs per queue.",
+        ),
+        "latency": (
+            "pgq_cli.latency_cli",
+            "latency_command",
+            "Wait and run-time p50/p95/p99 per queue over 5m and --since, from done jobs.",
         ),
         "schedule": (
             "pgq_cli.app_cli",

@@ -166,14 +166,22 @@ def limit_command(
 
 
 @click.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON array (with each queue's `pgq latency` figures under `latency`).",
+)
 @click.pass_context
 def stats_command(ctx: click.Context, as_json: bool) -> None:
     """Ready, scheduled, running, expiring, dead and done jobs per queue."""
     with settings(ctx).queue() as q:
         rows = q.stats()
-    if as_json:
-        echo_json([r.to_dict() for r in rows])
+        # per queue, a key of its own: wait and run percentiles (`pgq latency`), 5m and 1h
+        latency = q.latency(queues=[r.queue for r in rows]) if as_json else None
+    if latency is not None:
+        by_queue = {entry.queue: entry.to_dict() for entry in latency.queues}
+        echo_json([{**r.to_dict(), "latency": by_queue[r.queue]} for r in rows])
         return
     table = Table(title=output.text(f"pgq · {settings(ctx).target().display}"))
     for col in ("queue", "ready", "scheduled", "running", "expiring", "dead", "done", "oldest due"):

@@ -28,7 +28,7 @@ from .models import (
     Schedule,
     Settled,
 )
-from .ops import JobSpec
+from .ops import JobSpec, LatencyReport, LatencyWindow, Percentiles, QueueLatency
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
 from .target import find_target
 from .tasks import Task, TaskArgumentError, TaskError, TaskOptions, Tasks, current_job
@@ -43,11 +43,15 @@ __all__ = [
     "JobNotFound",
     "JobRow",
     "JobSpec",
+    "LatencyReport",
+    "LatencyWindow",
     "Lease",
     "LeaseLost",
     "MissingExtra",
+    "Percentiles",
     "PgqError",
     "Queue",
+    "QueueLatency",
     "QueueStats",
     "QueueWindow",
     "Schedule",

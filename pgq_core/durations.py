@@ -39,3 +39,18 @@ def parse_duration(text: str, longest: timedelta | None = DURATION_MAX) -> timed
 
 def _span(limit: timedelta) -> str:
     return "100 years" if limit == DURATION_MAX else f"{limit.total_seconds():g}s"
+
+
+def duration_label(span: timedelta) -> str:
+    """The short form `parse_duration` reads back: 5m, 1h, 1h30m, 90s, 1d; 250ms under a
+    second."""
+    total = span.total_seconds()
+    if total < 1:
+        return f"{round(total * 1000)}ms"
+    seconds = round(total)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts)

@@ -136,6 +136,7 @@ class QueueCollector(Collector):
             oldest.add_metric([s.queue], s.oldest_due_seconds or 0.0)
             completed.add_metric([s.queue], s.completed)
         yield from (jobs, oldest, completed)
+        yield from _latency(q.latency(queues=[s.queue for s in stats]))
 
         holding = GaugeMetricFamily(
             "pgq_workers_holding_jobs",
@@ -187,6 +188,37 @@ class QueueCollector(Collector):
             index.add_metric([size.table], size.index_bytes)
             dead.add_metric([size.table], size.dead_tuples)
         yield from (table, index, dead)
+
+
+def _latency(report: ops.LatencyReport) -> Iterator[Metric]:
+    """Wait and run percentiles per queue and window (`Queue.latency`) as gauges with a
+    quantile label, like a summary's; a window without done jobs has no quantile samples
+    (no value to report), only its job count, 0."""
+    wait = GaugeMetricFamily(
+        "pgq_job_wait_seconds",
+        "Seconds from due (run_at) to claimed of the queue's done jobs finished in the window, "
+        f"at the quantile (at most {report.cap} per queue and window, the most recent)",
+        labels=["queue", "window", "quantile"],
+    )
+    run = GaugeMetricFamily(
+        "pgq_job_run_seconds",
+        "Seconds from claimed to done of the queue's done jobs finished in the window, at the "
+        f"quantile (at most {report.cap} per queue and window, the most recent)",
+        labels=["queue", "window", "quantile"],
+    )
+    jobs = GaugeMetricFamily(
+        "pgq_job_latency_jobs",
+        f"Done jobs the latency quantiles of the queue and window are over (at most {report.cap})",
+        labels=["queue", "window"],
+    )
+    for entry in report.queues:
+        for label, window in entry.windows.items():
+            jobs.add_metric([entry.queue, label], window.jobs)
+            for family, pct in ((wait, window.wait), (run, window.run)):
+                for quantile, value in (("0.5", pct.p50), ("0.95", pct.p95), ("0.99", pct.p99)):
+                    if value is not None:
+                        family.add_metric([entry.queue, label, quantile], value)
+    yield from (wait, run, jobs)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

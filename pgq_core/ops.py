@@ -1086,3 +1086,135 @@ def require_schema(needed: int, schema: str) -> Op[int]:
         return version
 
     return Op("schema_version", {}, read)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Seconds at the 50th, 95th and 99th percentile (continuous); None without jobs."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class LatencyWindow:
+    """A queue's done jobs finished within the last `seconds`: `jobs` of them were read, at
+    most the cap (`capped`: the window may hold more; the most recent ones were read). `wait`
+    is due to claimed (claimed_at - run_at), `run` claimed to done (finished_at - claimed_at)."""
+
+    seconds: float
+    jobs: int
+    capped: bool
+    wait: Percentiles
+    run: Percentiles
+
+    def to_dict(self) -> dict[str, Any]:
+        def pct(p: Percentiles) -> dict[str, float | None]:
+            return {"p50": p.p50, "p95": p.p95, "p99": p.p99}
+
+        return {
+            "seconds": self.seconds,
+            "jobs": self.jobs,
+            "capped": self.capped,
+            "wait": pct(self.wait),
+            "run": pct(self.run),
+        }
+
+
+@dataclass(frozen=True)
+class QueueLatency:
+    """One queue's latency windows by label (`5m`, `1h`), the shortest first."""
+
+    queue: str
+    windows: dict[str, LatencyWindow]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {label: window.to_dict() for label, window in self.windows.items()}
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """Latency of the queues asked for, by name. `total`: how many queues there are in all
+    (more than `queues` holds when a limit cut the list); `cap`: the most jobs read per queue
+    and window; `windows`: the labels, the shortest first."""
+
+    queues: list[QueueLatency]
+    total: int
+    cap: int
+    windows: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cap_per_queue": self.cap,
+            "windows": list(self.windows),
+            "queues_in_all": self.total,
+            "queues": [{"queue": q.queue, "windows": q.to_dict()} for q in self.queues],
+        }
+
+
+#: Latency percentiles (`latency`): the recent window, the default longer one, and the most
+#: done jobs read per queue (the most recently finished): every view of them is bounded.
+LATENCY_RECENT = timedelta(minutes=5)
+LATENCY_WINDOW = timedelta(hours=1)
+LATENCY_CAP = 20_000
+
+
+def latency(
+    since: timedelta = LATENCY_WINDOW,
+    queues: Sequence[str] | None = None,
+    limit: int | None = None,
+    cap: int = LATENCY_CAP,
+    recent: timedelta = LATENCY_RECENT,
+) -> Op[LatencyReport]:
+    """Wait (due to claimed) and run (claimed to done) percentiles of each queue's done jobs
+    finished within `recent` and within `since` (one window when `since` is no longer than
+    `recent`), at most `cap` jobs per queue, the most recent. `queues`: those (each gets a
+    row, None figures without jobs); None: every queue that ever completed a job. `limit`:
+    at most that many queues, by name (None: all)."""
+    if since <= timedelta(0) or recent <= timedelta(0):
+        raise ValueError("a latency window must be longer than 0")
+    if cap < 1:
+        raise ValueError(f"cap must be at least 1, got {cap}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+    from .durations import duration_label  # here: the top of this module is others' to edit
+
+    names = None if queues is None else list(queues)
+    short = min(recent, since)
+    labels = (
+        (duration_label(since),)
+        if short == since
+        else (duration_label(short), duration_label(since))
+    )
+
+    def window(seconds: float, jobs: Any, wait: Any, run: Any) -> LatencyWindow:
+        def pct(values: Any) -> Percentiles:
+            if values is None:
+                return Percentiles(None, None, None)
+            p50, p95, p99 = (None if v is None else float(v) for v in values)
+            return Percentiles(p50, p95, p99)
+
+        return LatencyWindow(seconds, int(jobs), int(jobs) >= cap, pct(wait), pct(run))
+
+    def read(rows: Rows) -> LatencyReport:
+        found = []
+        for queue, _total, n_short, n_long, w_short, w_long, r_short, r_long in rows:
+            windows = {labels[-1]: window(since.total_seconds(), n_long, w_long, r_long)}
+            if len(labels) == 2:
+                windows = {
+                    labels[0]: window(short.total_seconds(), n_short, w_short, r_short),
+                    **windows,
+                }
+            found.append(QueueLatency(str(queue), windows))
+        total = int(rows[0][1]) if rows else 0
+        return LatencyReport(found, total, cap, labels)
+
+    params = {
+        "queues": names,
+        "limit": limit,
+        "cap": cap,
+        "short": short,
+        "long": since,
+    }
+    return Op("latency", params, read)

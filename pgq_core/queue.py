@@ -612,6 +612,16 @@ class Queue:
         """Enqueue-to-claim (and -done) percentiles of jobs claimed since `since`."""
         return self.run(ops.claim_latency(since))
 
+    def latency(
+        self,
+        since: timedelta = ops.LATENCY_WINDOW,
+        queues: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> ops.LatencyReport:
+        """Wait and run-time percentiles per queue over the last 5 minutes and `since`, of
+        done jobs, at most `ops.LATENCY_CAP` per queue (`ops.latency`)."""
+        return self.run(ops.latency(since, queues, limit))
+
 
 class AsyncQueue:
     """The same API as `Queue`, for asyncio, over one autocommit async connection."""
@@ -853,6 +863,15 @@ class AsyncQueue:
     async def stats_window(self, offset: int, limit: int) -> QueueWindow:
         """At most `limit` queues from the `offset`th by name, and how many in all."""
         return await self.run(ops.stats_window(offset, limit))
+
+    async def latency(
+        self,
+        since: timedelta = ops.LATENCY_WINDOW,
+        queues: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> ops.LatencyReport:
+        """`Queue.latency`."""
+        return await self.run(ops.latency(since, queues, limit))
 
     async def leases(self, limit: int = 100) -> list[Lease]:
         return await self.run(ops.leases(limit))

@@ -28,12 +28,14 @@ from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 
 from .host import Severity
+from .latency import LATENCY_REFRESH, LatencyTrend
 from .messages import (
     DashboardReady,
     ErrorsPolled,
     HealthPolled,
     JobsPolled,
     JobsRequested,
+    LatencyPolled,
     LeasesPolled,
     Notified,
     OpenJob,
@@ -120,6 +122,7 @@ class DashboardApp(App[None]):
         clock: Callable[[], float] = time.time,
         blink: bool = True,
         throughput: Throughput | None = None,
+        latency: LatencyTrend | None = None,
         start_workers: Sequence[str] = (),
     ) -> None:
         super().__init__()
@@ -138,6 +141,10 @@ class DashboardApp(App[None]):
         self.clock = clock
         self.blink = blink
         self.throughput = throughput or Throughput()
+        #: each queue's p95 wait, read every LATENCY_REFRESH seconds at most (after a poll)
+        self.latency = latency or LatencyTrend()
+        self._latency_read: float | None = None
+        self._latency_reading = False
         self.connection = CONNECTING
         self.problem = ""
         #: every connection state the app went through, in order (tests read it)
@@ -441,6 +448,38 @@ class DashboardApp(App[None]):
         finally:
             self._slow_reading.discard(view)
 
+    # latency: each shown queue's p95 wait, read in a worker of its own after a poll, at most
+    # every LATENCY_REFRESH seconds (bounded: the queues of the window, 20,000 jobs each)
+    def refresh_latency(self, queues: list[str]) -> None:
+        if self.paused or self._quitting or self._latency_reading or not queues:
+            return
+        now = time.monotonic()
+        if self._latency_read is not None and now - self._latency_read < LATENCY_REFRESH:
+            return
+        self._latency_reading = True
+        self._latency_read = now
+        self.read_latency(queues)
+
+    @work(group="latency", exit_on_error=False)
+    async def read_latency(self, queues: list[str]) -> None:
+        try:
+            report = await asyncio.wait_for(self.source.latency(queues), self.poll_timeout)
+        except Disconnected as exc:
+            self._lost_connection(exc)
+            return
+        except (PgqError, TimeoutError):
+            return  # the column keeps its last figures; the next poll says what is wrong
+        finally:
+            self._latency_reading = False
+        self.post_message(LatencyPolled(report, self.clock()))
+
+    def on_latency_polled(self, message: LatencyPolled) -> None:
+        self.latency.observe(message.report, message.at)
+        self.latency.keep(entry.queue for entry in message.report.queues)  # the window's only
+        if not self.paused:
+            with contextlib.suppress(NoMatches):
+                self.dashboard.tick(self.clock())
+
     def on_errors_polled(self, message: ErrorsPolled) -> None:
         if not self.paused:
             with contextlib.suppress(NoMatches):
@@ -462,6 +501,7 @@ class DashboardApp(App[None]):
         snapshot = message.snapshot
         for stats in snapshot.stats:
             self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
+        self.refresh_latency([s.queue for s in snapshot.stats])
         with contextlib.suppress(NoMatches):  # a poll that lands while the app tears down
             self.dashboard.set_stale(None)
             self._set_connection(CONNECTED)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, Protocol
 
+from .latency import LatencyTrend
 from .pool import Pool
 from .source import Source
 from .state import HeaderState
@@ -19,6 +20,7 @@ class Host(Protocol):
     source: Source
     pool: Pool
     throughput: Throughput
+    latency: LatencyTrend
     read_only: bool
     blink: bool
     refresh_seconds: float

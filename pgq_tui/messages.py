@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from pgq_core import JobRow, Lease
+from pgq_core import JobRow, LatencyReport, Lease
 from pgq_core.models import ErrorGroup, Health
 
 from .state import JobsQuery, LogLine, Snapshot
@@ -84,6 +84,14 @@ class ErrorsPolled(Message):
     """The Errors view's groups were read."""
 
     groups: list[ErrorGroup]
+    at: float
+
+
+@dataclass
+class LatencyPolled(Message):
+    """The latency percentiles of the queues shown were read, at `at` (app clock)."""
+
+    report: LatencyReport
     at: float
 
 

@@ -21,6 +21,7 @@ from pgq_core import (
     AsyncQueue,
     JobDetail,
     JobRow,
+    LatencyReport,
     Lease,
     QueueStats,
     QueueWindow,
@@ -62,6 +63,10 @@ class Source(Protocol):
     """What the dashboard reads and does. Every method may raise `Disconnected`."""
 
     async def stats(self) -> list[QueueStats]: ...
+    async def latency(self, queues: Sequence[str]) -> LatencyReport:
+        """Wait and run percentiles of these queues' done jobs, 5m and 1h (bounded per queue)."""
+        ...
+
     async def stats_window(self, offset: int, limit: int) -> QueueWindow:
         """At most `limit` queues by name from the `offset`th, and how many in all."""
         ...
@@ -182,6 +187,10 @@ class PgSource:
 
     async def stats_window(self, offset: int, limit: int) -> QueueWindow:
         result: QueueWindow = await self._call("stats_window", offset, limit)
+        return result
+
+    async def latency(self, queues: Sequence[str]) -> LatencyReport:
+        result: LatencyReport = await self._call("latency", ops.LATENCY_WINDOW, list(queues))
         return result
 
     async def leases(self, limit: int) -> list[Lease]:

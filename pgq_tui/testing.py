@@ -12,8 +12,9 @@ from typing import Any
 from textual.pilot import Pilot
 
 from .app import DashboardApp
+from .latency import LatencyTrend
 from .pool import StaticPool
-from .sample import WORKERS, SampleSource, clock, warm
+from .sample import WORKERS, SampleSource, clock, warm, warm_latency
 from .throughput import Throughput
 
 SIZE = (132, 38)
@@ -38,6 +39,7 @@ def sample_app(read_only: bool = False) -> DashboardApp:
         clock=clock,
         blink=False,
         throughput=warm(Throughput()),
+        latency=warm_latency(LatencyTrend()),
     )
 
 
@@ -46,7 +48,7 @@ async def settle(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, DashboardApp)
     for _ in range(500):
-        if app.polls and not app._polling:
+        if app.polls and not app._polling and not app._latency_reading:
             break
         await pilot.pause(0.01)
     await pilot.pause()

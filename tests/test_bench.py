@@ -181,7 +181,15 @@ def test_stats_scale_tiny(dsn: str) -> None:
         "10",
     )
     assert data["counts"] == {"done": 3000, "ready": 200, "running": 30, "dead": 20}
-    for call in ("stats", "leases"):
+    # a tenth of --done finished within the last hour: latency reads those, per queue
+    assert data["params"]["done_last_hour"] == 300
+    figures = data["latency"]["figures"]
+    # (and the newest few of those spread over 30 days)
+    assert 300 <= sum(q["windows"]["1h"]["jobs"] for q in figures["queues"]) < 320
+    assert all(0 <= q["windows"]["1h"]["wait"]["p95"] <= 10 for q in figures["queues"])
+    assert "jobs_latency_idx" in data["explain"]["latency"]["index_scans"]
+    assert not data["explain"]["latency"]["seq_scan_of_jobs"]
+    for call in ("stats", "leases", "latency"):
         timing = data[call]
         assert 0 < timing["p50_ms"] <= timing["p95_ms"] <= timing["max_ms"]
         assert timing["calls"] == 10
@@ -203,6 +211,15 @@ def test_stats_scale_tiny(dsn: str) -> None:
         < sizes["job_events"]["total_bytes"] / 2
     )
     assert _bench_schemas(dsn) == before
+
+
+def test_done_last_hour_is_part_of_done() -> None:
+    result = CliRunner().invoke(
+        main, ["bench", "--stats-scale", "--done", "10", "--done-last-hour", "11"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--done-last-hour must not exceed --done" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_bench_rejects_bad_option() -> None:

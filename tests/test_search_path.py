@@ -218,6 +218,8 @@ def _queue_steps(db: str, schema: str, attempt: Attempts) -> None:
             ("lease_summary", queue.lease_summary), ("activity", queue.activity),
             ("table_sizes", queue.table_sizes),
             ("claim_latency", lambda: queue.claim_latency(datetime.now(UTC) - LEASE)),
+            ("latency", queue.latency),
+            ("latency of named queues", lambda: queue.latency(queues=["q"])),
             ("job", lambda: queue.job(queue.enqueue("q", {}))),
             ("history", lambda: queue.history(queue.enqueue("q", {}))),
         ):

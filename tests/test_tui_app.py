@@ -463,6 +463,33 @@ async def test_throughput_sparkline_follows_completions(
         )
 
 
+async def test_wait_p95_column_shows_each_queues_latency(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Done jobs of `fast` waited 1 to 20 seconds from due to claimed (set by SQL): the
+    column shows their p95 over the last 5 minutes (19.05 s: `19s`); `idle` has no done job
+    (`—`)."""
+    queue.enqueue_many([JobSpec("fast", {"n": i}) for i in range(20)])
+    queue.enqueue("idle", {})
+    jobs = queue.claim("fast", 20, timedelta(seconds=30), "w")
+    queue.complete_many([(j.id, j.fence) for j in jobs])
+    queue.conn.execute(
+        sql.SQL(
+            "UPDATE {}.jobs SET run_at = claimed_at - (payload->>'n')::int * interval '1 second'"
+            " - interval '1 second' WHERE queue = 'fast'"
+        ).format(sql.Identifier(schema))
+    )
+    assert queue.latency(queues=["fast"]).queues[0].windows["5m"].wait.p95 == 19.05
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.query_one(QueuesTable)
+        assert "wait" in table.shown_columns
+        await wait_for(pilot, lambda: cells(table, "fast").get("wait") == "19s", "p95 wait")
+        assert cells(table, "idle")["wait"] == "—"
+        assert app.latency.p95("fast") == 19.05
+        assert app.latency.series("fast", app.clock())[-1] == 19.05
+
+
 async def test_command_palette_offers_the_actions(dsn: str, schema: str) -> None:
     app = dashboard(dsn, schema)
     async with app.run_test(size=SIZE):

@@ -15,6 +15,8 @@ from rich.text import Text
 from pgq_cli.context import PgqGroup, Settings
 from pgq_cli.tui_cli import dashboard_command, demo_command
 from pgq_tui import humanize
+from pgq_tui.latency import LatencyTrend
+from pgq_tui.sample import latency_report
 from pgq_tui.throughput import Throughput
 from pgq_tui.widgets.leases_table import urgency
 
@@ -489,3 +491,19 @@ def test_the_demo_exit_hint_names_pgq_as_it_was_run(
     assert demo_exit_hint("s").startswith("demo data is in schema s: pgq --schema s stats")
     monkeypatch.setattr(sys, "argv", ["/src/pgq_cli/__main__.py", "demo"])
     assert f"{sys.executable} -m pgq_cli --schema s stats" in demo_exit_hint("s")
+
+
+def test_latency_trend_one_value_per_bucket_and_only_the_queues_kept() -> None:
+    trend = LatencyTrend(bucket_seconds=10, buckets=4)
+    first = latency_report(["emails", "webhooks", "unknown"], 0)  # emails 0.42, webhooks 2.2
+    trend.observe(first, 100.0)
+    assert trend.p95("emails") == 0.42 and trend.p95("unknown") is None
+    later = latency_report(["emails", "webhooks"], 3)  # emails 0.51, webhooks none
+    trend.observe(later, 105.0)  # same bucket: replaces the first read
+    assert trend.series("emails", 105.0) == [0.0, 0.0, 0.0, 0.51]
+    trend.observe(latency_report(["emails"], 7), 121.0)  # two buckets on: 0.90
+    assert trend.series("emails", 121.0) == [0.0, 0.51, 0.0, 0.90]
+    assert trend.series("webhooks", 121.0) == [0.0, 0.0, 0.0, 0.0]  # None shows as no bar
+    assert trend.series("emails", 161.0) == [0.0, 0.0, 0.0, 0.0]  # all older than 4 buckets
+    trend.keep(["emails"])
+    assert not trend.known("webhooks") and trend.known("emails")

@@ -183,7 +183,7 @@ class DashboardScreen(Screen[None]):
     def show(self, data: Snapshot) -> None:
         self.data = data
         now = self.host.clock()
-        self.query_one(QueuesTable).show(data, self.host.throughput, now)
+        self.query_one(QueuesTable).show(data, self.host.throughput, now, self.host.latency)
         self._render_queues_title()
         self._auto_status()
         self.query_one(LeasesTable).show(data, now)
@@ -229,7 +229,9 @@ class DashboardScreen(Screen[None]):
         """Between polls: countdowns, worker activity and the status line move on."""
         if self.data is not None:
             self.query_one(LeasesTable).show(self.data, now)
-            self.query_one(QueuesTable).show(self.data, self.host.throughput, now)
+            self.query_one(QueuesTable).show(
+                self.data, self.host.throughput, now, self.host.latency
+            )
             if self.active_view() == "jobs":
                 self.query_one(JobsTable).show(self.data.jobs, now, self.data)
         self.query_one(WorkersTable).show(self.host.pool.snapshots(), now)

@@ -1,4 +1,5 @@
-"""Queues: one row per queue, counts updated in place, throughput as a sparkline."""
+"""Queues: one row per queue, counts updated in place, throughput as a sparkline, and the p95
+wait of the last 5 minutes with its recent trend (`LatencyTrend`, read on its own schedule)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.text import Text
 from pgq_core import QueueStats
 
 from .. import humanize
+from ..latency import LatencyTrend
 from ..state import Snapshot
 from ..throughput import Throughput
 from .keyed_table import Column, KeyedTable, Row, RowMemo
@@ -35,14 +37,37 @@ def queue_cell(stats: QueueStats) -> Text:
     return cell
 
 
-def queue_row(stats: QueueStats, expiring: int, throughput: Throughput, now: float) -> Row:
+def wait_p95(seconds: float | None) -> Text:
+    """The p95 wait: `—` without done jobs in the window (or before the first read)."""
+    if seconds is None:
+        return Text("—", style=DIM)
+    style = "bold red" if seconds >= 60 else "yellow" if seconds >= 5 else ""
+    return Text(humanize.duration(seconds), style=style)
+
+
+def queue_row(
+    stats: QueueStats,
+    expiring: int,
+    throughput: Throughput,
+    now: float,
+    latency: LatencyTrend | None = None,
+) -> Row:
     """`expiring`: running jobs with under a third of their lease left (or expired)."""
     series = throughput.series(stats.queue, now)
     rate = throughput.rate(stats.queue, now)
-    return queue_cells(stats, expiring, series, rate)
+    wait = latency.p95(stats.queue) if latency is not None else None
+    trend = latency.series(stats.queue, now) if latency is not None else []
+    return queue_cells(stats, expiring, series, rate, wait, trend)
 
 
-def queue_cells(stats: QueueStats, expiring: int, series: list[float], rate: float) -> Row:
+def queue_cells(
+    stats: QueueStats,
+    expiring: int,
+    series: list[float],
+    rate: float,
+    wait: float | None = None,
+    trend: list[float] | None = None,
+) -> Row:
     return (
         stats.queue,
         [
@@ -56,6 +81,8 @@ def queue_cells(stats: QueueStats, expiring: int, series: list[float], rate: flo
             oldest_due(stats.oldest_due_seconds),
             Text(humanize.rate(rate), style="" if rate else DIM),
             Text(humanize.sparkline(series), style="green"),
+            wait_p95(wait),
+            Text(humanize.sparkline(trend or []), style="yellow"),
         ],
     )
 
@@ -74,23 +101,37 @@ class QueuesTable(KeyedTable):
         ("oldest", "oldest due", 10, 1),
         ("rate", "done/s", 7, 5),
         ("spark", "throughput (2 min)", 24, 6),
+        ("wait", "wait p95", 8, 3),
+        ("waitspark", "p95 wait (2 min)", 16, 7),
     )
     RIGHT = frozenset(
-        {"ready", "scheduled", "running", "expiring", "dead", "done", "oldest", "rate"}
+        {"ready", "scheduled", "running", "expiring", "dead", "done", "oldest", "rate", "wait"}
     )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._memo = RowMemo()
 
-    def show(self, data: Snapshot, throughput: Throughput, now: float) -> None:
+    def show(
+        self,
+        data: Snapshot,
+        throughput: Throughput,
+        now: float,
+        latency: LatencyTrend | None = None,
+    ) -> None:
         """Rows are built again only for queues whose figures changed (`RowMemo`)."""
         rows = []
         for s in data.stats:
             expiring = data.expiring(s.queue, now)
             series = throughput.series(s.queue, now)
             rate = throughput.rate(s.queue, now)
-            inputs = (s, expiring, tuple(series), rate)
-            rows.append(self._memo.row(s.queue, inputs, queue_cells, s, expiring, series, rate))
+            wait = latency.p95(s.queue) if latency is not None else None
+            trend = latency.series(s.queue, now) if latency is not None else []
+            inputs = (s, expiring, tuple(series), rate, wait, tuple(trend))
+            rows.append(
+                self._memo.row(
+                    s.queue, inputs, queue_cells, s, expiring, series, rate, wait, trend
+                )
+            )
         self._memo.keep({s.queue for s in data.stats})
         self.sync(rows)

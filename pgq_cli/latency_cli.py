@@ -1,0 +1,136 @@
+"""`pgq latency`: wait and run-time percentiles per queue, from the done jobs of the jobs table.
+
+Wait is due to claimed (claimed_at - run_at, the last attempt's), run is claimed to done
+(finished_at - claimed_at); done jobs only (a dead job's finished_at is when it was given up,
+not when a handler returned). Over the last 5 minutes and the last `--since` (default 1h),
+at most `ops.LATENCY_CAP` jobs per queue and window, the most recently finished: a window that
+holds more shows its count as `20,000+` and its percentiles are those of the most recent.
+
+Invariants: no SQL here (the statement is `latency` in queries.sql, reached through `Queue`);
+queue names are printed through `output.text`; `--json` prints the values exactly, seconds as
+floats and null for a window without jobs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from pgq_core.ops import LATENCY_CAP, LatencyWindow
+
+from . import output
+from .context import INT4_MAX, duration, echo_json, queue_option, settings
+
+#: queues a human table shows at most (by name); --limit changes it
+DEFAULT_LIMIT = 50
+#: the most cells a queue name takes in the table
+NAME_CELLS = 40
+DASH = "—"
+
+
+def seconds_text(value: float | None) -> str:
+    """A latency the way it is read: 12ms, 1.25s, 4m05s, 2h03m; `—` without jobs."""
+    if value is None:
+        return DASH
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    if value < 60:
+        return f"{value:.2f}s"
+    whole = round(value)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def jobs_text(window: LatencyWindow) -> str:
+    return f"{window.jobs:,}+" if window.capped else f"{window.jobs:,}"
+
+
+def _since(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    parsed = duration(ctx, param, value)
+    assert parsed is not None
+    if parsed <= timedelta(0):
+        raise click.BadParameter("must be longer than 0", ctx, param)
+    return parsed
+
+
+@click.command("latency")
+@click.option(
+    "--queue", "queue_name", callback=queue_option, help="Only this queue (any name, even unseen)."
+)
+@click.option(
+    "--since",
+    default="1h",
+    show_default=True,
+    callback=_since,
+    help="The longer window, e.g. 15m, 1h, 1d (the shorter is the last 5 minutes).",
+)
+@click.option(
+    "--limit",
+    "-n",
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, INT4_MAX),
+    help="At most this many queues, by name.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def latency_command(
+    ctx: click.Context, queue_name: str | None, since: timedelta, limit: int, as_json: bool
+) -> None:
+    """Wait and run-time p50/p95/p99 per queue over 5m and --since, from done jobs.
+
+    Wait is due to claimed (claimed_at - run_at), run time claimed to done (finished_at -
+    claimed_at). Per queue and window, at most the 20,000 most recently finished done jobs are
+    read: a window holding more shows `20,000+` jobs (`"capped": true` in JSON) and the
+    percentiles of those. Dead jobs are left out: their finish is when they were given up, not
+    when a handler returned. `—` (null): no done job in the window."""
+    queues = None if queue_name is None else [queue_name]
+    with settings(ctx).queue() as q:
+        report = q.latency(since, queues, limit)
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    title = output.text(f"pgq latency · {settings(ctx).target().display}")
+    table = Table(
+        title=title,
+        caption=(
+            f"done jobs · wait: due→claimed · run: claimed→done · at most {LATENCY_CAP:,} per "
+            "queue and window, the most recent (N+: capped)"
+        ),
+    )
+    table.add_column("queue")
+    table.add_column("window", no_wrap=True)
+    table.add_column("jobs", justify="right", no_wrap=True)
+    for col in ("wait\np50", "wait\np95", "wait\np99", "run\np50", "run\np95", "run\np99"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for entry in report.queues:
+        name = output.text(entry.queue)
+        if name.cell_len > NAME_CELLS:
+            name.truncate(NAME_CELLS, overflow="ellipsis")
+        for i, (label, w) in enumerate(entry.windows.items()):
+            table.add_row(
+                name if i == 0 else Text(""),
+                label,
+                jobs_text(w),
+                seconds_text(w.wait.p50),
+                seconds_text(w.wait.p95),
+                seconds_text(w.wait.p99),
+                seconds_text(w.run.p50),
+                seconds_text(w.run.p95),
+                seconds_text(w.run.p99),
+            )
+    console = output.console()
+    if not report.queues:
+        console.print("no done jobs yet: latency is measured on completed jobs")
+        return
+    console.print(table)
+    if report.total > len(report.queues):
+        more = report.total - len(report.queues)
+        console.print(
+            f"{output.plural(more, 'more queue')} not shown (--limit {limit}; --queue Q for one)"
+        )
+
