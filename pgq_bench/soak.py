@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
 
 from pgq_core import Queue
+from pgq_core.queries import named_statements
 
 from .common import QUEUE_NAME, load_average, machine, payload, server_version, throwaway_schema
 from .handlers import HANDLER_SPECS
@@ -116,6 +119,34 @@ def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
     return codes
 
 
+@dataclass(frozen=True)
+class ClaimLatency:
+    """Jobs claimed since a time: count, enqueue->claim and enqueue->done seconds (p50, p99;
+    None without jobs), and the server time to pass as the next `since`."""
+
+    claimed: int
+    claim_p50: float | None
+    claim_p99: float | None
+    done_p50: float | None
+    done_p99: float | None
+    until: datetime
+
+
+def claim_latency(q: Queue, since: datetime) -> ClaimLatency:
+    """`claim_latency` of the bench's queries.sql (pgq_core runs no statement only a benchmark
+    needs)."""
+    text = named_statements(files("pgq_bench").joinpath("queries.sql").read_text())
+    statement = sql.SQL(text["claim_latency"]).format(schema=sql.Identifier(q.schema))
+    row = q.conn.execute(statement, {"since": since}).fetchone()
+    assert row is not None
+    count, c50, c99, d50, d99, until = row
+
+    def f(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return ClaimLatency(int(count), f(c50), f(c99), f(d50), f(d99), until)
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else round(value * 1000, 2)
 
@@ -124,7 +155,7 @@ def sample(
     q: Queue, producer: Producer, started: float, since: datetime, prune_age: timedelta
 ) -> tuple[dict[str, Any], datetime]:
     """One sample (a JSON-able dict) and the `since` of the next one."""
-    latency = q.claim_latency(since)
+    latency = claim_latency(q, since)
     stats = {s.queue: s for s in q.stats()}.get(QUEUE_NAME)
     sizes = {t.table: asdict(t) for t in q.table_sizes()}
     t0 = time.monotonic()

@@ -5,7 +5,7 @@ over one filter grammar.
 --dead`, `--queue/--status/--limit`) with its own exact behaviour and output; any filter option
 makes them filtered commands, as is `delete`.
 
-Invariants: no SQL here (every statement is a named one in pgq_core/queries.sql, reached
+Invariants: no SQL here (every statement is a named one in pgq_core/sql/*.sql, reached
 through `Queue`); every database text printed for humans passes through `output`; `--json`
 prints values exactly; bad filter input is one `pgq: error:` line with exit 2; a real bulk run
 changes rows in bounded batches.

@@ -6,7 +6,8 @@ not when a handler returned). Over the last 5 minutes and the last `--since` (de
 at most `ops.LATENCY_CAP` jobs per queue and window, the most recently finished: a window that
 holds more shows its count as `20,000+` and its percentiles are those of the most recent.
 
-Invariants: no SQL here (the statement is `latency` in queries.sql, reached through `Queue`);
+Invariants: no SQL here (the statement is `latency` in pgq_core/sql/observer.sql, reached
+through `Queue`);
 queue names are printed through `output.text`; `--json` prints the values exactly, seconds as
 floats and null for a window without jobs.
 """

@@ -3,7 +3,7 @@ through `Queue` on every scrape.
 
 Invariants:
 - Every figure is read at scrape time (nothing cached between scrapes) through the named
-  statements of queries.sql, on one connection whose statements are bounded by a statement
+  statements of sql/observer.sql, on one connection whose statements are bounded by a statement
   timeout; scrapes are serialized (one at a time on that connection).
 - A failed scrape never raises into the HTTP server: a database error or a pgq one (the
   schema not migrated yet) reports `pgq_up 0` (and only that, besides the scrape duration)

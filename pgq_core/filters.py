@@ -2,7 +2,7 @@
 
 A `JobFilter` becomes a WHERE fragment over the alias `j` (`where(schema)`), a psycopg.sql
 composition whose every value is a bound parameter: no operator text is ever spliced into SQL.
-The statements it plugs into live in queries.sql (`{where}`).
+The statements it plugs into live in sql/operator.sql and sql/observer.sql (`{where}`).
 
 Invariants:
 - `parse_*` raise `FilterError` (a ValueError) with a one-line message fit for an operator.

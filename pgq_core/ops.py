@@ -664,7 +664,7 @@ def session_limits(
     statement_timeout: timedelta, lock_timeout: timedelta, *, force: bool
 ) -> Op[None]:
     """Timeouts in whole milliseconds (`milliseconds`; only 0 disables); see `session_limits`
-    in queries.sql."""
+    in sql/*.sql."""
     return Op(
         "session_limits",
         {
@@ -1012,32 +1012,7 @@ def table_sizes(schema: str) -> Op[list[TableSize]]:
     return Op("health_tables", {"schema": schema}, read)
 
 
-@dataclass(frozen=True)
-class ClaimLatency:
-    """Jobs claimed since a time: count, enqueue->claim and enqueue->done seconds (p50, p99;
-    None without jobs), and the server time to pass as the next `since`."""
-
-    claimed: int
-    claim_p50: float | None
-    claim_p99: float | None
-    done_p50: float | None
-    done_p99: float | None
-    until: datetime
-
-
-def claim_latency(since: datetime) -> Op[ClaimLatency]:
-    def read(rows: Rows) -> ClaimLatency:
-        count, c50, c99, d50, d99, until = rows[0]
-
-        def f(value: Any) -> float | None:
-            return None if value is None else float(value)
-
-        return ClaimLatency(int(count), f(c50), f(c99), f(d50), f(d99), until)
-
-    return Op("claim_latency", {"since": since}, read)
-
-
-#: Values of the `notify` setting (see `set_notify` in queries.sql).
+#: Values of the `notify` setting (see `set_notify` in sql/*.sql).
 NOTIFY_MODES = ("always", "edge", "off")
 
 
@@ -1056,7 +1031,7 @@ def set_notify(mode: str) -> Op[str]:
 
 
 def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[None]:
-    """Timeouts of the current transaction alone (see `local_limits` in queries.sql)."""
+    """Timeouts of the current transaction alone (see `local_limits` in sql/*.sql)."""
     return Op(
         "local_limits",
         {
@@ -1068,7 +1043,7 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
 
 
 def backend_pid() -> Op[int]:
-    """The server process id the statement ran in (see `backend_pid` in queries.sql)."""
+    """The server process id the statement ran in (see `backend_pid` in sql/*.sql)."""
     return Op("backend_pid", {}, lambda rows: int(rows[0][0]))
 
 

@@ -1,4 +1,9 @@
-"""Loads the named statements of `queries.sql`, the one home of the queue's SQL."""
+"""Loads the named statements of `sql/*.sql`, the one home of the queue's SQL: `protocol.sql`
+(what every producer and worker runs), `operator.sql` and `observer.sql`.
+
+A `-- name: X` section is a statement; a `-- fragment: X` section is a piece of SQL written
+once and spliced, as text, wherever a statement names it as `{X}` (before `{schema}` and any
+`{where}` are bound). Names are unique across the files."""
 
 from __future__ import annotations
 
@@ -8,23 +13,42 @@ from importlib.resources import files
 
 from psycopg import sql
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+FILES = ("protocol.sql", "operator.sql", "observer.sql")
+
+_SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
+
+
+def sections(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(statements, fragments) of a .sql text by name, each without its comment lines and
+    final semicolon."""
+    parts = _SECTION.split(text)
+    found: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        if name in found["name"] or name in found["fragment"]:
+            raise ValueError(f"{name!r} is defined twice")
+        found[kind][name] = "\n".join(lines).rstrip().rstrip(";")
+    return found["name"], found["fragment"]
 
 
 def named_statements(text: str) -> dict[str, str]:
-    """Each `-- name: X` section of a .sql text by name, without its comment lines and final
-    semicolon."""
-    parts = _NAME.split(text)
-    named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-        named[name] = "\n".join(lines).rstrip().rstrip(";")
-    return named
+    """Each `-- name: X` section of a .sql text by name, its `{fragments}` spliced in."""
+    statements, fragments = sections(text)
+    return {name: splice(body, fragments) for name, body in statements.items()}
+
+
+def splice(body: str, fragments: dict[str, str]) -> str:
+    """`body` with each `{fragment}` it names replaced by the fragment's text."""
+    for name, fragment in fragments.items():
+        body = body.replace("{" + name + "}", fragment)
+    return body
 
 
 @cache
 def _raw() -> dict[str, str]:
-    return named_statements(files("pgq_core").joinpath("queries.sql").read_text())
+    home = files("pgq_core").joinpath("sql")
+    texts = [home.joinpath(name).read_text() for name in FILES]
+    return named_statements("\n".join(texts))
 
 
 def names() -> list[str]:

@@ -608,10 +608,6 @@ class Queue:
         """Bytes, live and dead tuples of `jobs` and `job_events`."""
         return self.run(ops.table_sizes(self.schema))
 
-    def claim_latency(self, since: datetime) -> ops.ClaimLatency:
-        """Enqueue-to-claim (and -done) percentiles of jobs claimed since `since`."""
-        return self.run(ops.claim_latency(since))
-
     def latency(
         self,
         since: timedelta = ops.LATENCY_WINDOW,

@@ -1,7 +1,8 @@
 """A hostile tenant's look-alikes of every function and operator name pgq's SQL uses.
 
-The names come from the SQL text itself (queries.sql, the migrations, and the SQL strings of
-pgq_core's modules), so a call added later is covered without editing this file. For each name,
+The names come from the SQL text itself (pgq_core/sql/*.sql and the bench's, the migrations,
+and the SQL strings of pgq_core's modules), so a call added later is covered without editing
+this file. For each name,
 every pg_catalog overload whose argument types are ordinary gives look-alikes: each of its types
 replaced by each of a set of common types (all its occurrences at once, so
 `generate_series(timestamptz, timestamptz, interval)` gives `(date, date, interval)`), each
@@ -25,6 +26,8 @@ from typing import Any
 
 from psycopg import sql
 
+from pgq_core import queries
+
 COMMON_TYPES = (
     "text", "name", '"char"', "smallint", "integer", "bigint", "numeric", "double precision",
     "date", "timestamp without time zone", "timestamp with time zone", "interval", "boolean",
@@ -45,7 +48,8 @@ _WORD_OPERATORS = {
 def pgq_sql_texts() -> list[str]:
     """Every SQL text pgq runs: named statements, migrations, and SQL in pgq_core's modules."""
     core = files("pgq_core")
-    texts = [core.joinpath("queries.sql").read_text()]
+    texts = [core.joinpath("sql", name).read_text() for name in queries.FILES]
+    texts.append(files("pgq_bench").joinpath("queries.sql").read_text())
     migrations = core.joinpath("migrations").iterdir()
     texts += [p.read_text() for p in migrations if p.name.endswith(".sql")]
     for path in Path(str(core)).rglob("*.py"):

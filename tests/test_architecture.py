@@ -1,4 +1,4 @@
-"""pgq_core stands alone, and every statement it runs lives in queries.sql."""
+"""pgq_core stands alone, and every statement it runs lives in pgq_core/sql/*.sql."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_every_op_names_a_statement_in_queries_sql() -> None:
     }
     assert used, "found no Op(...) calls"
     assert used <= set(queries.names())
-    assert set(queries.names()) - used == set(), "queries.sql has statements nothing runs"
+    assert set(queries.names()) - used == set(), "pgq_core/sql has statements nothing runs"
 
 
 def test_no_sql_outside_the_sql_home_in_pgq_core() -> None:
@@ -57,7 +57,7 @@ def test_no_sql_outside_the_sql_home_in_pgq_core() -> None:
         text = path.read_text()
         for keyword in ("UPDATE {", "INSERT INTO", "DELETE FROM", "SELECT id"):
             assert keyword not in text, (
-                f"{path.name} holds SQL ({keyword!r}); put it in queries.sql"
+                f"{path.name} holds SQL ({keyword!r}); put it in pgq_core/sql"
             )
 
 
@@ -146,3 +146,17 @@ def test_the_pgq_group_is_its_options_and_a_table_of_commands() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.split() == ["[]", "True"]
+
+
+def test_the_protocol_is_one_page_and_each_fragment_is_used() -> None:
+    """protocol.sql holds what every producer and worker runs and stays one page; a fragment
+    is written once and named by at least one statement (else it is dead text)."""
+    home = ROOT / "pgq_core" / "sql"
+    assert len((home / "protocol.sql").read_text().splitlines()) < 450
+    text = "\n".join((home / name).read_text() for name in queries.FILES)
+    statements, fragments = queries.sections(text)
+    assert fragments, "no fragments found"
+    for name in fragments:
+        assert any("{" + name + "}" in body for body in statements.values()), name
+    for body in queries._raw().values():
+        assert not any("{" + name + "}" in body for name in fragments)

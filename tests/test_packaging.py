@@ -132,7 +132,7 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = where.glob("pgq_fence-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith("pgq_bench/")], "the bench is not shipped"
-    assert "pgq_core/queries.sql" in names and "pgq_tui/app.tcss" in names
+    assert "pgq_core/sql/protocol.sql" in names and "pgq_tui/app.tcss" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the license ships"
     env_dir = where / "venv"
     venv.create(env_dir, with_pip=True)

@@ -26,6 +26,7 @@ from hostile_sql import Planter, pgq_sql_texts, runs, used_names
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from pgq_bench.soak import claim_latency
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue, migrate, ops
 from pgq_core.filters import JobFilter, parse_payload_match
@@ -94,7 +95,7 @@ SYNTAX = {
 
 
 def test_every_call_with_arguments_in_pgqs_statements_is_qualified() -> None:
-    """The statements pgq's worker, queue and CLI run (queries.sql and the SQL of pgq_core's
+    """The statements pgq's worker, queue and CLI run (pgq_core/sql/*.sql and the SQL of pgq_core's
     modules; not the migrations, which run under a pinned search_path) name each function
     with arguments by schema: pg_catalog's or pgq's. An unqualified call resolves through the
     caller's search_path, where a look-alike with a closer type match wins (polymorphic ones
@@ -217,7 +218,7 @@ def _queue_steps(db: str, schema: str, attempt: Attempts) -> None:
             ("errors", queue.errors), ("health", queue.health), ("settings", queue.settings),
             ("lease_summary", queue.lease_summary), ("activity", queue.activity),
             ("table_sizes", queue.table_sizes),
-            ("claim_latency", lambda: queue.claim_latency(datetime.now(UTC) - LEASE)),
+            ("claim_latency", lambda: claim_latency(queue, datetime.now(UTC) - LEASE)),
             ("latency", queue.latency),
             ("latency of named queues", lambda: queue.latency(queues=["q"])),
             ("job", lambda: queue.job(queue.enqueue("q", {}))),

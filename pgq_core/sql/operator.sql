@@ -1,0 +1,294 @@
+-- The operator's statements, by name: requeue, kill, pause and limits, bulk actions by filter,
+-- schedules, prune and the history's partitions, settings. Each acts on jobs no worker holds,
+-- or moves the fence on (kill) so that the worker holding one loses it at its next write.
+-- {schema} is the quoted schema identifier; %(name)s are bound parameters; {where} is a
+-- filter built with psycopg.sql (pgq_core/filters.py), its values bound.
+
+-- name: requeue_ids
+-- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
+-- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
+-- sharing a key only the newest is requeued. Rows: ('requeued' | 'key_held', id).
+WITH dead AS (
+  SELECT id, unique_key FROM {schema}.jobs
+   WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+), chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL
+  UNION ALL
+  (SELECT DISTINCT ON (unique_key) id FROM dead d
+    WHERE unique_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
+                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
+    ORDER BY unique_key, id DESC)
+), requeued AS (
+  UPDATE {schema}.jobs
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+)
+SELECT 'requeued', id FROM requeued
+UNION ALL
+SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+ORDER BY 2;
+
+-- name: requeue_queue
+-- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement;
+-- unique keys are respected as in `requeue_ids`.
+WITH dead AS (
+  SELECT id, unique_key FROM {schema}.jobs
+   WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+), chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL
+  UNION ALL
+  (SELECT DISTINCT ON (unique_key) id FROM dead d
+    WHERE unique_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
+                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
+    ORDER BY unique_key, id DESC)
+), requeued AS (
+  UPDATE {schema}.jobs
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+)
+SELECT 'requeued', id FROM requeued
+UNION ALL
+SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+ORDER BY 2;
+
+-- name: kill
+-- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
+-- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
+-- (the kill's own row names the operator and the next fence).
+WITH victims AS (
+  SELECT id, status AS was, fence, worker, claimed_at FROM {schema}.jobs
+   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'running')
+     FOR UPDATE
+), killed AS (
+  UPDATE {schema}.jobs j
+     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+         last_error = %(reason)s
+    FROM victims v
+   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
+  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
+  UNION ALL
+  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(reason)s FROM killed
+)
+SELECT id FROM killed ORDER BY id;
+
+-- name: pause
+-- Operator: the queue claims nothing from now on (claims already running finish). Pausing a
+-- paused queue records the new operator and reason.
+INSERT INTO {schema}.queue_settings AS s (queue, paused_at, paused_by, pause_reason)
+VALUES (%(queue)s, now(), %(actor)s, %(reason)s)
+ON CONFLICT (queue) DO UPDATE
+   SET paused_at = now(), paused_by = excluded.paused_by, pause_reason = excluded.pause_reason
+RETURNING paused_at;
+
+-- name: resume
+-- Operator: the queue claims again. Wakes its workers with the queue's notification (sent at
+-- commit, as the jobs trigger sends it). Row: when it had been paused (NULL: it was not).
+WITH was AS (
+  SELECT paused_at FROM {schema}.queue_settings WHERE queue = %(queue)s
+), resumed AS (
+  UPDATE {schema}.queue_settings
+     SET paused_at = NULL, paused_by = NULL, pause_reason = NULL
+   WHERE queue = %(queue)s
+)
+SELECT (SELECT paused_at FROM was),
+       pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
+
+-- name: set_limit
+-- Operator: at most `max_running` jobs of the queue run at once (NULL: no limit). Wakes the
+-- queue's workers, since a higher limit lets them claim. Row: the limit before.
+WITH was AS (
+  SELECT max_running FROM {schema}.queue_settings WHERE queue = %(queue)s
+), set AS (
+  INSERT INTO {schema}.queue_settings AS s (queue, max_running)
+  VALUES (%(queue)s, %(max_running)s)
+  ON CONFLICT (queue) DO UPDATE SET max_running = excluded.max_running
+)
+SELECT (SELECT max_running FROM was),
+       pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
+
+-- name: requeue_filtered
+-- Operator: dead jobs matching a filter back to ready with fresh attempts, one batch.
+WITH victims AS (
+  SELECT j.id FROM {schema}.jobs j
+   WHERE j.status = 'dead' AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), requeued AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+    FROM victims v
+   WHERE j.id = v.id AND j.status = 'dead'
+  RETURNING j.id, j.fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'requeued', fence, %(actor)s, %(detail)s FROM requeued
+)
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
+
+-- name: kill_filtered
+-- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
+-- one fails its next write), one batch; a running job's attempt gets its 'claimed' row as in
+-- `kill`.
+WITH victims AS (
+  SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at FROM {schema}.jobs j
+   WHERE j.status IN ('ready', 'running') AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), killed AS (
+  UPDATE {schema}.jobs j
+     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+         last_error = %(reason)s
+    FROM victims v
+   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
+  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
+  UNION ALL
+  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(detail)s FROM killed
+)
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
+
+-- name: delete_filtered
+-- Operator: dead or done jobs matching a filter deleted with their history, one batch. As in
+-- `prune`, the history is looked for from the batch's first enqueue to a day after its last
+-- end (a dead job without finished_at: to the end of time).
+WITH victims AS (
+  SELECT j.id FROM {schema}.jobs j
+   WHERE j.status IN ('dead', 'done') AND j.id > %(after)s AND {where}
+   ORDER BY j.id
+   LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM {schema}.jobs j USING victims v
+   WHERE j.id = v.id AND j.status IN ('dead', 'done')
+  RETURNING j.id, least(j.queued_at, j.finished_at) AS began,
+            greatest(j.queued_at, coalesce(j.finished_at, 'infinity')) AS ended
+), history AS (
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT pg_catalog.min(began) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
+)
+SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM gone ORDER BY id);
+
+-- name: add_schedule
+-- A new periodic job; with `replace`, an existing one of that name is changed instead (its
+-- last slot kept). No row: the name exists and `replace` was not given.
+INSERT INTO {schema}.schedules AS s (name, queue, cron, payload, max_attempts)
+VALUES (%(name)s::text, %(queue)s::text, %(cron)s::text, %(payload)s::jsonb,
+        %(max_attempts)s::int)
+ON CONFLICT (name) DO UPDATE
+   SET queue = excluded.queue, cron = excluded.cron, payload = excluded.payload,
+       max_attempts = excluded.max_attempts
+ WHERE %(replace)s::boolean
+RETURNING name;
+
+-- name: remove_schedule
+DELETE FROM {schema}.schedules WHERE name = %(name)s::text RETURNING name;
+
+-- name: run_schedule
+-- Enqueue a schedule's job now, outside its slots (no unique key, `last_slot` untouched).
+WITH new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts)
+  SELECT queue, payload, max_attempts FROM {schema}.schedules WHERE name = %(name)s::text
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, detail)
+  SELECT id, 'enqueued', fence, 'schedule ' || %(name)s::text || ' run now' FROM new_jobs
+)
+SELECT id FROM new_jobs;
+
+-- name: prune
+-- Delete up to `limit` done jobs finished before the cutoff, with their history. A job's
+-- history lies between its enqueue and its end (the `at` of its last transition is at most a
+-- statement's length after finished_at); the history is looked for from the batch's first
+-- enqueue to a day after its last end, so only the daily partitions of those days (and the
+-- default one, for days without their own) are read. A row later than that (a worker's stale
+-- report a day after the job ended) goes with its day's partition. Rows before
+-- `dropping_before` (the end of the partitions this prune drops next) are left to the drop.
+-- The victims are deleted by primary key (`id = ANY(ARRAY(...))`): as `id IN (victims)` the
+-- planner hashed them against a scan of the whole table, once per batch.
+WITH victims AS (
+  SELECT id FROM {schema}.jobs
+   WHERE status = 'done' AND finished_at < now() - %(older_than)s::interval
+   ORDER BY finished_at
+   LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM victims))
+  RETURNING id, least(queued_at, finished_at) AS began, greatest(queued_at, finished_at) AS ended
+), history AS (
+  DELETE FROM {schema}.job_events
+   WHERE job_id IN (SELECT id FROM gone)
+     AND at >= (SELECT greatest(pg_catalog.min(began), %(dropping_before)s::timestamptz) FROM gone)
+     AND at < (SELECT pg_catalog.max(ended) + interval '1 day' FROM gone)
+)
+SELECT count(*) FROM gone;
+
+-- name: event_partitions_before
+-- The partitions of job_events that lie entirely before the cutoff (the default never does),
+-- oldest first: what a prune drops.
+SELECT name, from_at, to_at FROM {schema}.job_events_partitions()
+ WHERE NOT is_default AND to_at <= now() - %(older_than)s::interval
+ ORDER BY to_at;
+
+-- name: drop_event_partition
+-- Drop one partition of job_events entirely before the cutoff; the history of jobs still
+-- present moves to the default partition, in the same transaction (the function is in
+-- migration 9: job_events is held exclusively only while the kept rows move). Row:
+-- ('dropped' | 'locked' | 'busy' | 'gone' | 'too new', rows kept).
+SELECT outcome, kept FROM {schema}.job_events_drop_partition(
+  %(name)s::text, %(older_than)s::interval, %(lock_timeout)s::interval, %(attempts)s::int);
+
+-- name: prune_default_orphans
+-- After a prune dropped partitions: the default partition's rows before `dropping_before` of
+-- jobs no longer present (a pruned job's rows a dropped day had moved there, or its rows of a
+-- day that never had a partition). The default is small: rows of live jobs from dropped days.
+WITH gone AS (
+  DELETE FROM {schema}.job_events_default e
+   WHERE e.at < %(dropping_before)s::timestamptz
+     AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.job_id)
+  RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: settings
+-- The schema's settings (migration 5): name and value, e.g. ('notify', 'always').
+SELECT name, value FROM {schema}.settings ORDER BY name;
+
+-- name: set_notify
+-- When the jobs trigger sends NOTIFY: 'always' (once per queue per statement that makes jobs
+-- ready now), 'edge' (only if the queue had no other due ready job before the statement) or
+-- 'off' (workers poll). Read by the trigger on every statement, so it applies at once.
+INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
+    ON CONFLICT (name) DO UPDATE SET value = excluded.value
+RETURNING value;
+
+-- name: session_limits
+-- Bound every statement (and lock wait) of an operator's session. A limit the role, database
+-- or server already sets is kept unless `force` (the operator asked for one explicitly).
+SELECT pg_catalog.set_config('statement_timeout',
+                  CASE WHEN %(force)s OR pg_catalog.current_setting('statement_timeout') = '0'
+                       THEN %(statement_timeout)s
+                       ELSE pg_catalog.current_setting('statement_timeout') END,
+                  false),
+       pg_catalog.set_config('lock_timeout',
+                  CASE WHEN pg_catalog.current_setting('lock_timeout') = '0'
+                       THEN %(lock_timeout)s ELSE pg_catalog.current_setting('lock_timeout') END,
+                  false);

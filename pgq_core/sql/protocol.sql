@@ -1,0 +1,445 @@
+-- The protocol: every statement a producer and a worker run, by name. A job's whole life is
+-- on this page; the operator's statements are in operator.sql, the readers' in observer.sql.
+-- {schema} is the quoted schema identifier; %(name)s are bound parameters; {fragment} is a
+-- named piece of SQL (`-- fragment:`) written once and spliced where it is named.
+-- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
+-- matches zero rows, and the caller treats that as a lost lease.
+-- Each transition writes its fence-history row in the same statement, one row per attempt: the
+-- row that ends an attempt carries its claim time, the running attempt is the job's own row,
+-- and the view job_history (migration 15) shows every transition.
+-- The worker's settle statements (settle_*, extend_leases, hand_back) find held rows by id
+-- through the running index (`id = ANY(ids)`: the cost follows the rows held, never the number
+-- running in the whole fleet), lock them with SKIP LOCKED, and update each by the row address
+-- (ctid) that lock pins.
+
+-- fragment: lock_held
+-- The held rows (CTE `held`: id, fence and what settles them) that are still ours, locked
+-- without waiting: a row another session holds is skipped, and reported 'busy' by the caller.
+mine AS (
+  SELECT j.ctid AS row, t.*
+    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
+   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
+     FOR NO KEY UPDATE OF j SKIP LOCKED
+)
+
+-- fragment: claim_ready
+-- The claim (CTE `claimed`), after a CTE `settled` of the ids the statement completes. Queue
+-- control (`gate`): a paused queue claims nothing; a queue with max_running claims at most
+-- max_running minus its jobs running now, leaving out those settled (claim_allowance,
+-- serialized per queue by an advisory lock); a queue without settings costs one primary-key
+-- lookup. The jobs to claim are locked first, as an array (`id = ANY(ARRAY(...))`): the
+-- claiming UPDATE then reads them by primary key whatever the planner guesses of the LIMIT.
+gate AS (
+  SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
+              WHEN s.max_running IS NULL THEN %(limit)s
+              ELSE {schema}.claim_allowance(%(queue)s, %(limit)s, ARRAY(SELECT id FROM settled))
+         END AS n
+    FROM {schema}.queue_settings s WHERE s.queue = %(queue)s
+), claimed AS (
+  UPDATE {schema}.jobs
+     SET status       = 'running',
+         attempts     = attempts + 1,
+         fence        = fence + 1,
+         lease_until  = clock_timestamp() + %(lease)s::interval,
+         lease_length = %(lease)s::interval,
+         claimed_at   = now(),
+         worker       = %(worker)s
+   WHERE id = ANY(ARRAY(
+     SELECT id FROM {schema}.jobs
+      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY priority DESC, run_at
+      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
+      FOR UPDATE SKIP LOCKED
+   ))
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, priority, run_at
+)
+
+-- fragment: backoff
+-- When a failed job runs next: the job's own backoff_base and backoff_cap where set, else
+-- `base` and `cap`; doubled per attempt, capped, less up to `jitter` of it at random.
+now() + pg_catalog.make_interval(secs => least(
+          coalesce(j.backoff_cap, %(cap)s::float8),
+          coalesce(j.backoff_base, %(base)s::float8)
+            * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
+          * (1::float8 - %(jitter)s::float8 * random()))
+
+-- name: enqueue
+-- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array. Jobs
+-- without a unique key are inserted as they are. A job with a key is inserted unless a ready
+-- or running job holds the key (the partial unique index arbitrates, so racing producers make
+-- one job): then nothing is inserted and the holder's id is looked up. The caller sends each
+-- key at most once per statement. Rows: (id, true, key) per inserted job, in input order per
+-- kind; (holder id, false, key) per duplicate. The holder id is NULL when the holder committed
+-- after this statement's snapshot was taken: look it up again in a new statement.
+WITH input AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
+                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
+                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
+                           pg_catalog.unnest(%(delays)s::interval[]),
+                           pg_catalog.unnest(%(max_attempts)s::int[]),
+                           pg_catalog.unnest(%(unique_keys)s::text[]),
+                           pg_catalog.unnest(%(priorities)s::int[]),
+                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
+                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
+    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
+), plain AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc
+    FROM input WHERE k IS NULL ORDER BY n
+  RETURNING id, fence, NULL::text AS unique_key
+), keyed AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority,
+                             backoff_base, backoff_cap)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc
+    FROM input WHERE k IS NOT NULL ORDER BY n
+  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+  DO NOTHING
+  RETURNING id, fence, unique_key
+), new_jobs AS (
+  SELECT * FROM plain UNION ALL SELECT * FROM keyed
+)
+SELECT id, true, unique_key FROM new_jobs
+UNION ALL
+SELECT (SELECT j.id FROM {schema}.jobs j
+         WHERE j.unique_key = i.k AND j.status IN ('ready', 'running')), false, i.k
+  FROM input i
+ WHERE i.k IS NOT NULL AND i.k NOT IN (SELECT unique_key FROM keyed)
+ORDER BY 1;
+
+-- name: enqueue_one
+-- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
+-- it, without the arrays a batch needs. Rows: (id).
+INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                           backoff_cap)
+VALUES (%(queue)s::text, %(payload)s::jsonb,
+        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+        %(backoff_cap)s::float8)
+RETURNING id;
+
+-- name: unique_holders
+-- The ready or running job holding each of `keys` (a key no job holds has no row).
+SELECT unique_key, id FROM {schema}.jobs
+ WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
+
+-- name: claim
+-- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1, under
+-- queue control (`claim_ready`).
+WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
+SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
+
+-- name: settle_complete_and_claim
+-- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
+-- each checked against its own id + fence and storing its handler's result, and claim up to
+-- `limit` more exactly as `claim` (highest priority first, then oldest run_at).
+-- Never waits on a row lock: a held row another session has locked is skipped and reported
+-- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
+-- held job ('done': our completion had already committed unseen; a job not reported is lost),
+-- then ('claimed', job...) per claim, in the order they are to run (a worker that claims
+-- ahead runs them in turn). Completions and claims touch disjoint rows.
+-- A limited queue's count of running jobs leaves out the jobs this statement completes, so a
+-- worker at the limit takes the next job as it settles one.
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[]),
+                           pg_catalog.unnest(%(results)s::jsonb[]))
+    AS t(id, fence, result)
+), {lock_held}, settled AS (
+  UPDATE {schema}.jobs j
+     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
+    FROM mine m
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.claimed_at
+), {claim_ready}, history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at)
+  SELECT id, 'completed', fence, %(worker)s, claimed_at FROM settled
+), unsettled AS (
+  SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END AS outcome, t.id, t.fence
+    FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
+    JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done')
+)
+SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz
+  FROM settled
+UNION ALL
+SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL FROM unsettled
+UNION ALL
+(SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed
+  ORDER BY priority DESC, run_at, id);
+
+-- name: settle_fail
+-- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
+-- waiting on a row lock. Rows: ('failed' | 'busy' | 'done', id, fence) per held job ('done': a
+-- handler that completed the job in its own transaction, which committed, then raised); one
+-- not reported is lost. A job whose `final` is true dies at once (its handler raised DontRetry).
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[]),
+                           pg_catalog.unnest(%(errors)s::text[]),
+                           pg_catalog.unnest(%(finals)s::boolean[]))
+    AS t(id, fence, error, final)
+), {lock_held}, settled AS (
+  UPDATE {schema}.jobs j
+     SET status      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN 'dead'
+                            ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now()
+                            ELSE {backoff} END,
+         lease_until = NULL,
+         last_error  = m.error,
+         finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
+    FROM mine m
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
+         claimed_at
+    FROM settled
+)
+SELECT 'failed', id, fence FROM settled
+UNION ALL
+SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM settled)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done');
+
+-- name: extend_leases
+-- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock.
+-- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When any lease
+-- moved, `channel` (if given) gets a notification with an empty payload, delivered at commit,
+-- so a dashboard shows the new lease at once (no queue is named '', so workers ignore it).
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
+), {lock_held}, beat AS (
+  UPDATE {schema}.jobs j
+     SET lease_until = clock_timestamp() + j.lease_length
+    FROM mine m
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence
+)
+SELECT 'extended', id, fence FROM beat
+UNION ALL
+SELECT 'busy', t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+UNION ALL
+SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
+  FROM (SELECT 1 FROM beat LIMIT 1) moved
+ WHERE %(channel)s::text IS NOT NULL;
+
+-- name: hand_back
+-- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never
+-- waits on a row lock. Rows: ('released' | 'busy', id, fence); one not reported is lost.
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
+), {lock_held}, released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM mine m
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM released
+)
+SELECT 'released', id, fence FROM released
+UNION ALL
+SELECT 'busy', t.id, t.fence
+  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM released)) t
+  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+
+-- name: hand_back_orphans
+-- After a reconnect: jobs running under this worker's id that it does not hold were claimed
+-- by a statement whose reply was lost. Hand them back at once, the attempt not counted.
+WITH orphans AS (
+  SELECT id FROM {schema}.jobs
+   WHERE status = 'running' AND worker = %(worker)s AND id <> ALL(%(held)s::bigint[])
+     FOR NO KEY UPDATE SKIP LOCKED
+), released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM orphans o
+   WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
+  RETURNING j.id, j.fence, j.claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted',
+         claimed_at
+    FROM released
+)
+SELECT id FROM released ORDER BY id;
+
+-- name: heartbeat
+-- Extend the leases of many held jobs; the rows not returned are lost.
+UPDATE {schema}.jobs j
+   SET lease_until = clock_timestamp() + j.lease_length
+  FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                  pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
+ WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+RETURNING j.id, j.fence, j.lease_until;
+
+-- name: complete
+-- Settle many held jobs as done, each with its result (or NULL); the rows not returned are lost.
+WITH settled AS (
+  UPDATE {schema}.jobs j
+     SET status = 'done', lease_until = NULL, finished_at = now(), result = t.result
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
+                    pg_catalog.unnest(%(results)s::jsonb[]))
+      AS t(id, fence, result)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.claimed_at, j.worker
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at, claimed_by)
+  SELECT id, 'completed', fence, %(worker)s, claimed_at,
+         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
+    FROM settled
+)
+SELECT id, fence FROM settled;
+
+-- name: fail
+-- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts; the rows
+-- not returned are lost.
+WITH settled AS (
+  UPDATE {schema}.jobs j
+     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
+                            ELSE {backoff} END,
+         lease_until = NULL,
+         last_error  = t.error,
+         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
+                    pg_catalog.unnest(%(errors)s::text[])) AS t(id, fence, error)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.status, j.run_at, t.error, j.claimed_at, j.worker
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
+         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
+         claimed_at, CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
+    FROM settled
+)
+SELECT id, fence, status, run_at FROM settled;
+
+-- name: release
+-- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
+WITH released AS (
+  UPDATE {schema}.jobs j
+     SET status = 'ready', run_at = now(), lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                    pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
+   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  RETURNING j.id, j.fence, j.claimed_at, j.worker
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at,
+         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
+    FROM released
+)
+SELECT id, fence FROM released;
+
+-- name: record_stale
+-- A worker reports a write of its that matched nothing: its fence was stale.
+INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                         pg_catalog.unnest(%(events)s::text[]),
+                         pg_catalog.unnest(%(fences)s::bigint[]),
+                         pg_catalog.unnest(%(workers)s::text[]),
+                         pg_catalog.unnest(%(details)s::text[]));
+
+-- name: reap
+-- The seed's reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
+-- concurrent reapers (and a worker settling its job) never wait on each other.
+WITH reaped AS (
+  UPDATE {schema}.jobs
+     SET status      = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+         run_at      = now(),
+         lease_until = NULL,
+         last_error  = CASE WHEN attempts >= max_attempts
+                            THEN 'lease expired on attempt ' || attempts::text || ' of '
+                                 || max_attempts::text
+                            ELSE last_error END,
+         finished_at = CASE WHEN attempts >= max_attempts THEN now() END
+   WHERE id IN (
+     SELECT id FROM {schema}.jobs
+      WHERE status = 'running' AND lease_until < now()
+      LIMIT %(limit)s
+      FOR UPDATE SKIP LOCKED
+   )
+  RETURNING id, fence, status, worker, claimed_at
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'reaped' END, fence, worker,
+         'lease expired', claimed_at
+    FROM reaped
+)
+SELECT id, status FROM reaped ORDER BY id;
+
+-- name: schedules
+-- Every periodic job, by name.
+SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
+  FROM {schema}.schedules ORDER BY name;
+
+-- name: enqueue_due_slot
+-- A worker enqueues a schedule's due slot: `last_slot` advances to `slot` and the slot's job is
+-- inserted in one statement, so each slot is enqueued once whatever the number of workers
+-- (a second worker finds last_slot already there, and never waits: SKIP LOCKED) and even
+-- after the slot's job finished. A slot before the schedule existed, or later than the
+-- database's clock, is refused. The unique key `schedule:<name>:<slot>` guards the job as well.
+-- Rows: the new job's id, or none.
+WITH due AS (
+  SELECT name FROM {schema}.schedules
+   WHERE name = %(name)s::text AND (last_slot IS NULL OR last_slot < %(slot)s::timestamptz)
+     AND %(slot)s::timestamptz >= created_at AND %(slot)s::timestamptz <= now()
+     FOR UPDATE SKIP LOCKED
+), advanced AS (
+  UPDATE {schema}.schedules s SET last_slot = %(slot)s::timestamptz
+    FROM due WHERE s.name = due.name
+  RETURNING s.queue, s.payload, s.max_attempts
+), new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key)
+  SELECT queue, payload, max_attempts, %(key)s::text FROM advanced
+  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+  DO NOTHING
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'enqueued', fence, %(worker)s::text,
+         'schedule ' || %(name)s::text || ' slot ' || %(slot)s::timestamptz::text
+    FROM new_jobs
+)
+SELECT id FROM new_jobs;
+
+-- name: database_clock
+-- The database's time now (not the transaction's): what a worker's scheduler computes slots
+-- from, whatever its own host's clock says.
+SELECT clock_timestamp();
+
+-- name: ensure_partitions
+-- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
+-- missing (the function is in migration 9). Never waits on a lock longer than `lock_timeout`.
+-- Rows: (day, 'created' | 'exists' | 'default holds rows' | 'overlaps' | 'locked'), or
+-- (NULL, 'busy') when another session is at it.
+SELECT day, outcome FROM {schema}.job_events_add_partitions(
+  (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
+  %(lock_timeout)s::interval);
+
+-- name: local_limits
+-- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
+-- as the worker's session settings do on a direct connection (a session setting would stay on
+-- a server session the pooler hands to other clients). Timeouts in milliseconds.
+SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
+       pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: backend_pid
+-- The server process this statement runs in. A pooler hands each client a cancel key of its
+-- own, so a process id that differs from the one the connection announced means a pooler.
+SELECT pg_catalog.pg_backend_pid() AS pid;
+
+-- name: schema_version
+-- The newest migration applied to the schema (a worker refuses to run on an older one).
+SELECT coalesce(pg_catalog.max(version), 0) FROM {schema}.schema_version;
