@@ -91,35 +91,25 @@ def shown_counts(text: str, queue_name: str) -> dict[str, int] | None:
         return None
     names = ("ready", "scheduled", "running", "expiring", "dead", "done")
     try:
-        return {name: int(cell.replace(",", "")) for name, cell in zip(names, cells[1:7])}
+        numbers = [int(cell.replace(",", "")) for cell in cells[1:7]]
     except ValueError:
         return None
+    return dict(zip(names, numbers, strict=True))
 
 
 class WebServer:
-    """`python -m pgq_cli --schema SCHEMA dashboard --web ARGS` as a real process, the DSN in
-    its environment (PGQ_DSN), until `stop()`; `url` is the address it printed."""
+    """`python -m pgq_cli ARGS` (a `pgq ... dashboard --web ...`) as a real process in a
+    session of its own, until `stop()`; `url` is the address it printed."""
 
     def __init__(
-        self,
-        dsn: str,
-        schema: str,
-        args: Sequence[str],
-        env: Mapping[str, str | None] | None = None,
-        cwd: Path | None = None,
+        self, args: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
     ) -> None:
-        environ = {**os.environ, "PGQ_DSN": dsn}
-        for name, value in (env or {}).items():
-            if value is None:
-                environ.pop(name, None)
-            else:
-                environ[name] = value
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pgq_cli", "--schema", schema, "dashboard", "--web", *args],
+            [sys.executable, "-m", "pgq_cli", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=environ,
+            env=dict(env),
             cwd=cwd,
             start_new_session=True,
         )

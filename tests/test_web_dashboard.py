@@ -117,8 +117,11 @@ def status(url: str) -> int:
 def server_factory(dsn: str, schema: str) -> Iterator[Any]:
     started: list[WebServer] = []
 
-    def start(*args: str, env: dict[str, str | None] | None = None) -> WebServer:
-        server = WebServer(dsn, schema, args, env={"PGQ_WEB_TOKEN": None, **(env or {})})
+    def start(*args: str, env: dict[str, str] | None = None) -> WebServer:
+        """`pgq --schema SCHEMA dashboard --web ARGS`, the DSN in its environment only."""
+        environ = {k: v for k, v in os.environ.items() if k != "PGQ_WEB_TOKEN"}
+        environ.update(PGQ_DSN=dsn, **(env or {}))
+        server = WebServer(["--schema", schema, "dashboard", "--web", *args], environ)
         started.append(server)
         server.wait_started()
         return server
