@@ -302,3 +302,20 @@ def test_a_bad_token_in_the_environment_is_one_line_without_it(dsn: str, schema:
     assert result.exit_code == 2, result.output
     assert "PGQ_WEB_TOKEN must be 16 to 200 letters" in result.stderr
     assert "short secret" not in result.output
+
+
+async def test_past_the_session_limit_a_browser_gets_503_and_no_process() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from pgq_tui.web import DashboardServer, Listen
+
+    server = DashboardServer("false", Listen("127.0.0.1", free_port()), token=None, max_sessions=0)
+    async with TestClient(TestServer(await server._make_app())) as client:
+        response = await client.get("/ws?width=80&height=24", headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        })
+        assert response.status == 503
+        assert "0 sessions are open" in await response.text()
+        assert (await client.get("/")).status == 200
+    assert server.sessions_started == 0
