@@ -558,7 +558,9 @@ class DashboardApp(App[None]):
         """Read-only: a key of a write action (r R k p w W) says it is refused, on the status
         line, rather than doing nothing (check_action alone stops it silently)."""
         destination, name, _ = parse_action(action) if isinstance(action, str) else action
-        ours = destination == "app" or (not destination and default_namespace in (None, self))
+        ours = destination == "app" or (
+            not destination and (default_namespace is None or default_namespace is self)
+        )
         if self.read_only and ours and name in WRITE_ACTIONS:
             self._refuse_read_only()
             return True

@@ -1,18 +1,21 @@
 """`pgq dashboard --web` in a real headless Chromium: a real server process on a free port,
 the page's terminal read from xterm.js, keys typed into it, the database checked after.
 
-Skips only where no Chromium (`chromium` on PATH, or PGQ_TEST_CHROMIUM) or no Python
-playwright is found; Playwright never downloads a browser here.
+The two browser tests are marked slow (`python -m pytest -m slow -n 0` runs them, as CI does);
+the server-only ones run by default. Skips only where no Chromium (`chromium` on PATH, or
+PGQ_TEST_CHROMIUM) or no Python playwright is found; Playwright never downloads a browser.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +134,7 @@ def server_factory(dsn: str, schema: str) -> Iterator[Any]:
         server.stop()
 
 
+@pytest.mark.slow  # Chromium and a server with a session: ~8 s each, ~20 s together
 def test_the_browser_shows_the_live_counts_and_R_y_requeues_the_dead(
     dsn: str, queue: Queue, page: Any, server_factory: Any
 ) -> None:
@@ -183,6 +187,7 @@ def wait_until_no_sessions(server: WebServer, timeout: float = 15.0) -> None:
     assert server.descendants() == [], cmdlines(server.descendants())
 
 
+@pytest.mark.slow  # Chromium and a server with a session: ~8 s each, ~20 s together
 def test_elsewhere_a_token_is_needed_and_the_browser_gets_a_read_only_dashboard(
     queue: Queue, page: Any, server_factory: Any
 ) -> None:
@@ -304,18 +309,24 @@ def test_a_bad_token_in_the_environment_is_one_line_without_it(dsn: str, schema:
     assert "short secret" not in result.output
 
 
-async def test_past_the_session_limit_a_browser_gets_503_and_no_process() -> None:
+def test_past_the_session_limit_a_browser_gets_503_and_no_process() -> None:
+    """(On a thread of its own: the module's Playwright keeps an event loop on this one.)"""
     from aiohttp.test_utils import TestClient, TestServer
 
     from pgq_tui.web import DashboardServer, Listen
 
     server = DashboardServer("false", Listen("127.0.0.1", free_port()), token=None, max_sessions=0)
-    async with TestClient(TestServer(await server._make_app())) as client:
-        response = await client.get("/ws?width=80&height=24", headers={
-            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-        })
-        assert response.status == 503
-        assert "0 sessions are open" in await response.text()
-        assert (await client.get("/")).status == 200
+
+    async def visit() -> tuple[int, str, int]:
+        async with TestClient(TestServer(await server._make_app())) as client:
+            response = await client.get("/ws?width=80&height=24", headers={
+                "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            })
+            return response.status, await response.text(), (await client.get("/")).status
+
+    with ThreadPoolExecutor(1) as pool:
+        status_ws, text, status_page = pool.submit(asyncio.run, visit()).result(timeout=30)
+    assert status_ws == 503 and "0 sessions are open" in text
+    assert status_page == 200
     assert server.sessions_started == 0
