@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -16,7 +18,7 @@ from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
 from pgq_core.extras import require
 from pgq_core.worker import load_handler
 
-from .context import command_name, fail, lease_duration, settings
+from .context import OneLineUsageError, command_name, fail, lease_duration, settings
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp
@@ -74,6 +76,25 @@ def leave_stuck_handlers(
     callback=lease_duration,
     help="Lease of workers started with `w`, 1s to 1d, e.g. 30s.",
 )
+@click.option(
+    "--web",
+    is_flag=True,
+    help="Serve this dashboard to browsers instead (the web extra): each browser tab runs its "
+    "own.",
+)
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    help="With --web: the address to serve on (default 127.0.0.1:8080). Any non-loopback "
+    "address needs the token printed at start (or PGQ_WEB_TOKEN) and is read-only unless "
+    "--allow-actions.",
+)
+@click.option(
+    "--allow-actions",
+    is_flag=True,
+    help="With --web on a non-loopback address: let browsers requeue, kill, pause and run "
+    "workers.",
+)
 @click.pass_context
 def dashboard_command(
     ctx: click.Context,
@@ -82,13 +103,27 @@ def dashboard_command(
     read_only: bool,
     concurrency: int,
     lease: timedelta,
+    web: bool,
+    listen: str | None,
+    allow_actions: bool,
 ) -> None:
     """Live view of queues, leases, jobs and workers, with operator actions (? for keys)."""
+    if not web and (listen is not None or allow_actions):
+        option = "--listen" if listen is not None else "--allow-actions"
+        raise OneLineUsageError(f"{option} goes with --web")
+    if read_only and allow_actions:
+        raise OneLineUsageError("--read-only and --allow-actions contradict each other")
     require("tui", "the dashboard")
+    if web:
+        require("web", "pgq dashboard --web")
     from pgq_tui.launch import make_app
 
     handler = load_handler(handler_spec) if handler_spec else None
     target = settings(ctx).target()
+    if web:
+        options = SessionOptions(handler_spec, refresh, read_only, concurrency, lease)
+        serve_web(target, listen, allow_actions=allow_actions, options=options)
+        return
     app = make_app(
         target.dsn,
         target.schema,
@@ -101,6 +136,89 @@ def dashboard_command(
     )
     app.run()
     leave_stuck_handlers(app, target)
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The dashboard options a browser session runs with."""
+
+    handler_spec: str | None
+    refresh: float
+    read_only: bool
+    concurrency: int
+    lease: timedelta
+
+    def command(self) -> str:
+        """What textual-serve runs for each browser session: this Python's `pgq dashboard`
+        with these options, never the DSN (the session finds it in its environment)."""
+        args = [
+            sys.executable, "-m", "pgq_cli", "dashboard",
+            "--refresh", f"{self.refresh:g}",
+            "--concurrency", str(self.concurrency),
+            "--lease", f"{self.lease.total_seconds():g}s",
+        ]
+        if self.handler_spec:
+            args += ["--handler", self.handler_spec]
+        if self.read_only:
+            args.append("--read-only")
+        return shlex.join(args)
+
+
+def serve_web(
+    target: Target, listen: str | None, *, allow_actions: bool, options: SessionOptions
+) -> None:
+    """`pgq dashboard --web`: serve the dashboard to browsers until Ctrl+C or SIGTERM. Bound
+    to loopback unless --listen says otherwise; elsewhere a token is needed and the sessions
+    are read-only unless --allow-actions."""
+    from pgq_tui.web import (
+        DEFAULT_LISTEN,
+        TOKEN_ENV,
+        DashboardServer,
+        WebError,
+        page_url,
+        parse_listen,
+        web_token,
+    )
+
+    try:
+        where = parse_listen(listen or DEFAULT_LISTEN)
+        token: str | None = None
+        generated = False
+        if not where.loopback or os.environ.get(TOKEN_ENV):
+            token, generated = web_token(os.environ)
+    except WebError as exc:
+        raise OneLineUsageError(str(exc)) from None
+    forced = not where.loopback and not allow_actions and not options.read_only
+    if forced:
+        options = replace(options, read_only=True)
+    # The sessions inherit this environment: the DSN and schema reach them here, never on
+    # their command line. The token stays in this process.
+    os.environ["PGQ_SCHEMA"] = target.schema
+    if target.embedded:
+        os.environ.pop("PGQ_DSN", None)  # each session finds the same embedded server
+    else:
+        os.environ["PGQ_DSN"] = target.dsn
+    os.environ.pop(TOKEN_ENV, None)
+    server = DashboardServer(options.command(), where, token=token)
+
+    def announce() -> None:
+        host = "HOST" if where.wildcard else None
+        url = page_url(where, token if generated else None, host)
+        if token is not None and not generated:
+            url += f"?token=${TOKEN_ENV}"
+        if forced:
+            mode = "read-only (not on loopback: --allow-actions allows actions)"
+        else:
+            mode = "read-only" if options.read_only else "actions allowed"
+        click.echo(f"pgq: dashboard of {target.display}, schema {target.schema}, for browsers")
+        click.echo(f"pgq: {mode}; each browser tab runs its own dashboard; Ctrl+C stops")
+        click.echo(f"pgq: open {url}")
+        sys.stdout.flush()
+
+    try:
+        server.serve(announce=announce)
+    except OSError as exc:
+        fail(f"cannot serve on {where.netloc()}: {exc.strerror or exc}")
 
 
 def demo_exit_hint(schema: str) -> str:

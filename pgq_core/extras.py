@@ -20,6 +20,7 @@ EXTRAS = {
     "metrics": "prometheus_client",
     "sqlalchemy": "sqlalchemy",
     "django": "django",
+    "web": "textual_serve",
 }
 
 

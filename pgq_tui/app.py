@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from textual import work
+from textual.actions import ActionParseResult
+from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -585,6 +588,23 @@ class DashboardApp(App[None]):
         if self.read_only and action in WRITE_ACTIONS:
             return None
         return True
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Read-only: a key of a write action (r R k p w W) says it is refused, on the status
+        line, rather than doing nothing (check_action alone stops it silently)."""
+        destination, name, _ = parse_action(action) if isinstance(action, str) else action
+        ours = destination == "app" or (
+            not destination and (default_namespace is None or default_namespace is self)
+        )
+        if self.read_only and ours and name in WRITE_ACTIONS:
+            self._refuse_read_only()
+            return True
+        return await super().run_action(action, default_namespace, namespaces)
 
     def _refuse_read_only(self) -> bool:
         """True (and says why) when an action must not run: read-only, or a dialog is open."""

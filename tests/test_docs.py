@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tomllib
 import types
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -180,6 +183,8 @@ class Page:
             assert f"\n{shlex.join(words)}\n" in CI, f"{where}: .ci/run does not run it"
         elif words[:2] == ["bash", ".ci/run"]:
             assert (ROOT / ".ci" / "run").is_file(), where
+        elif words[:2] == ["pgq", "dashboard"] and "--web" in words:
+            run_web_dashboard(self, words[1:], assignments, where)
         elif words[:2] in (["pgq", "dashboard"], ["pgq", "demo"]):
             run_dashboard_headless(self, words[1:], where)
         else:
@@ -260,6 +265,35 @@ def run_dashboard_headless(page: Page, args: list[str], where: str) -> None:
     assert done.returncode == 0, f"{where}: exit {done.returncode}\n{done.stderr}"
     polls = re.search(r"headless polls=(\d+)", done.stderr)
     assert polls and int(polls.group(1)) >= 1, f"{where}: the dashboard never polled"
+
+
+def run_web_dashboard(page: Page, args: list[str], assignments: list[str], where: str) -> None:
+    """`pgq dashboard --web ARGS` for real, on a free port (the host of --listen kept): its
+    page answers, with the token it printed or was given, and only with it; then SIGTERM."""
+    from pgq_tui.web_testing import WebServer
+
+    args = list(args)
+    port = free_port()
+    if "--listen" in args:
+        at = args.index("--listen") + 1
+        args[at] = f"{args[at].rpartition(':')[0]}:{port}"
+    else:
+        args += ["--listen", f"127.0.0.1:{port}"]
+    env = {k: v for k, v in page.env.items() if k != "PGQ_WEB_TOKEN"}
+    env.update(a.split("=", 1) for a in assignments)
+    server = WebServer(args, env, cwd=page.cwd)
+    try:
+        token = env.get("PGQ_WEB_TOKEN", "")
+        url = server.wait_started(timeout=60)
+        url = url.replace("HOST", "127.0.0.1").replace("$PGQ_WEB_TOKEN", token)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert "textual-terminal" in response.read().decode(), f"{where}: not the page"
+        if "?token=" in url:
+            with pytest.raises(urllib.error.HTTPError, match="403"):
+                urllib.request.urlopen(url.split("?")[0], timeout=10)
+    finally:
+        code = server.stop()
+    assert code == 0, f"{where}: exit {code}\n{server.output()}"
 
 
 # ------------------------------------------------------------------------------- the tests

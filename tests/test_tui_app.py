@@ -340,6 +340,10 @@ async def test_read_only_refuses_every_action(dsn: str, schema: str, queue: Queu
         await wait_for(pilot, lambda: shown_counts(app, "ro").get("dead") == 2, "2 dead")
         select_queue(app, "ro")
         app.dashboard.query_one(LeasesTable).focus()
+        await pilot.press("R")
+        # refused where the operator looks, not silently (the browser's read-only sessions)
+        assert "read-only: actions are disabled" in app.dashboard.message.plain
+        assert app.screen is app.dashboard
         await pilot.press("k", "R", "w")
         await pilot.press("2")
         app.dashboard.query_one(JobsTable).focus()
