@@ -787,6 +787,51 @@ class AsyncQueue:
     async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return await self.run(ops.kill(ids, operator_id(), reason))
 
+    async def requeue_report(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """(requeued, left dead because a ready or running job holds their unique key)."""
+        return await self.run(ops.requeue_report(ids, operator_id()))
+
+    async def requeue_dead_report(self, queue: str | None) -> tuple[list[int], list[int]]:
+        return await self.run(ops.requeue_dead_report(queue, operator_id()))
+
+    async def prune_batches(
+        self, older_than: timedelta, batch: int = ops.PRUNE_BATCH
+    ) -> AsyncIterator[int]:
+        """Deletes done jobs with their history in bounded batches, yielding each batch's
+        count, until nothing is left. Drops no partition (`prune_report` does)."""
+        while deleted := await self.run(ops.prune(older_than, batch)):
+            yield deleted
+
+    async def has_jobs(self, queue: str) -> bool:
+        """Whether `queue` has a job (ready, running or dead), or had one that completed."""
+        return await self.run(ops.has_jobs(queue))
+
+    async def retries_waiting(self, queues: Sequence[str]) -> tuple[int, datetime | None]:
+        """Failed jobs of `queues` waiting for a retry later than now: how many, and when the
+        first is due (None: none)."""
+        return await self.run(ops.retries_waiting(queues))
+
+    async def settings(self) -> dict[str, str]:
+        """The schema's settings by name (migration 5), e.g. {'notify': 'always'}."""
+        return await self.run(ops.settings())
+
+    async def set_notify(self, mode: str) -> str:
+        """When the jobs trigger sends NOTIFY: 'always' | 'edge' | 'off' (ValueError else);
+        applies to every statement from the next one on."""
+        return await self.run(ops.set_notify(mode))
+
+    async def lease_summary(self) -> list[ops.QueueLeases]:
+        """Per queue with running jobs: distinct workers holding them, expired leases."""
+        return await self.run(ops.metrics_leases())
+
+    async def activity(self) -> ops.Activity:
+        """Worker processes connected to the database; the xmin horizon others hold back."""
+        return await self.run(ops.metrics_activity())
+
+    async def table_sizes(self) -> list[ops.TableSize]:
+        """Bytes, live and dead tuples of `jobs` and `job_events`."""
+        return await self.run(ops.table_sizes(self.schema))
+
     async def prune_report(
         self,
         older_than: timedelta,
