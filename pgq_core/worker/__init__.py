@@ -11,12 +11,18 @@
 - `scheduler`: the due slots of schedules (periodic jobs) enqueued, each once;
 - `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
 - `metrics`: the worker's own Prometheus figures (`pgq worker --metrics-port`);
+- `ledger`: the held jobs, the buffer, the pending settlements and the counts (no I/O);
+- `handback`: what the worker holds and will not run, given back at once;
+- `snapshot`: what a worker reports of itself (`Worker.snapshot()`);
+- `signals`: SIGTERM/SIGINT stop a worker, gracefully then at once;
 - `runtime`: the `Worker` state machine that composes them.
 """
 
 from .context import JobContext
 from .runner import Handler, load_handler
-from .runtime import RunningJob, Worker, WorkerSnapshot, catch_stop_signals, run_until_stopped
+from .runtime import Worker
+from .signals import catch_stop_signals, run_until_stopped
+from .snapshot import RunningJob, WorkerSnapshot
 
 __all__ = [
     "Handler",

@@ -1,29 +1,27 @@
 """The `Worker`: the state machine that composes the named parts.
 
-Parts: `ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how
-many jobs to hold ahead and when to settle; `Link` (link.py) runs statements; `Settler`
-(settler.py) turns finished handlers into settlements and the next claim; `Runner` (runner.py)
-runs handlers; `Heartbeater` (heartbeater.py) keeps leases alive from its own thread;
-`reap_forever` (reaper.py), `schedule_forever` (scheduler.py) and `listen` (listener.py) run
-beside them.
+States: starting -> running <-> disconnected, -> draining (stop asked) -> stopped. Parts:
+`ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how many
+jobs to hold ahead and when to settle; `Ledger` (ledger.py) keeps the held jobs, the buffer,
+the pending settlements and the counts; `Link` (link.py) runs statements; `Settler`
+(settler.py) turns finished handlers into settlements and the next claim; the hand-back
+(handback.py) returns what is not run; `Runner` (runner.py) runs handlers; `Heartbeater`
+(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
+`schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them; stop signals
+are signals.py's.
 
-Invariants:
-- A job is *held* from its claim until its settlement committed, a write of it matched no
-  row (lost), or it was handed back. Handlers running, given up or not, never exceed
-  `concurrency`; held jobs never exceed `concurrency` plus the buffer's size when they were
-  claimed.
-- The buffer holds claimed jobs no handler has started; a freed slot takes the next one at
-  once, without waiting for a statement. Buffered jobs are held like running ones: fenced,
-  their leases extended by the heartbeater, orphans after a lost claim reply; on stop they are
-  handed back at once, their attempt not counted, and no buffered job starts after a stop.
-- A handler's ending never waits for its settlement: it joins the next step while its slot
-  runs the next buffered job.
+Invariants (the ledger's own are in ledger.py):
+- Handlers running, given up or not, never exceed `concurrency`; held jobs never exceed
+  `concurrency` plus the buffer's size when they were claimed.
+- A freed slot takes the next buffered job at once, without waiting for a statement; a
+  handler's ending never waits for its settlement: it joins the next step. Buffered jobs are
+  held like running ones: fenced, their leases extended by the heartbeater, orphans after a
+  lost claim reply; on stop they are handed back at once, and none starts after a stop.
 - Every way a handler ends is one settlement: returned -> complete; raised anything, timed
   out -> fail (retry or dead, as any failure); a fenced write of its own that matched no row
   -> lost. A job is counted done only once the statement completing it committed.
 - Settlement never waits on a row lock (busy rows are retried later) and a statement that
-  fails for one job's data never holds back another's: the batch is split and the rest
-  settled alone; a text the database refuses is replaced, never retried forever.
+  fails for one job's data never holds back another's (settler.py).
 - Jobs whose handlers finished are settled before anything is handed back, on every way out
   of `run()`; only unfinished jobs are handed back, and `run()` never raises for a handler's
   or a job's fault.
@@ -34,13 +32,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +51,10 @@ from ..ops import Op
 from ..queue import make_worker_id
 from ..text import printable, storable
 from .context import JobContext
+from .handback import hand_back_orphans, hand_back_unfinished, record_stale, return_buffered
 from .heartbeater import Heartbeater
+from .ledger import Held, Ledger, StepResult
 from .link import (
-    DataFault,
     Disconnected,
     Link,
     Refused,
@@ -71,7 +68,10 @@ from .policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
 from .reaper import reap_forever
 from .runner import Handler, Outcome, Runner
 from .scheduler import schedule_forever
-from .settler import Held, Settler, StepResult
+from .settler import Settler
+from .snapshot import RunningJob, WorkerSnapshot
+
+__all__ = ["RunningJob", "Worker", "WorkerSnapshot"]
 
 if TYPE_CHECKING:
     from .metrics import WorkerMetrics
@@ -80,31 +80,6 @@ log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 HAND_BACK_TIMEOUT = 5.0
-#: The history's detail for buffered jobs handed back on stop.
-RETURNED_UNSTARTED = "worker shutdown: not started"
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    id: int
-    queue: str
-    fence: int
-    attempts: int
-    started_at: float
-
-
-@dataclass(frozen=True)
-class WorkerSnapshot:
-    id: str
-    queues: tuple[str, ...]
-    state: str
-    concurrency: int
-    done: int
-    failed: int
-    lost: int
-    running: tuple[RunningJob, ...]
-    #: claimed jobs waiting in the worker's buffer for a free slot
-    buffered: int = 0
 
 
 class Worker:
@@ -173,16 +148,10 @@ class Worker:
         self._target = 0
 
         self._state = "starting"
-        self._done = 0
-        self._failed = 0
-        self._lost = 0
-        self._held: dict[int, Held] = {}
-        self._left_to_lease: dict[int, float] = {}
-        self._pending: list[Held] = []
-        self._buffer: collections.deque[Held] = collections.deque()
-        self._buffer_retry_at = 0.0
+        self._ledger = Ledger(
+            lease_s, self._flush.busy_wait, time.monotonic, self._tracked, self._untracked
+        )
         self._queued_ahead = 0
-        self._first_pending_at = 0.0
         self._stopping = False
         self._immediate = False
         self._stop_requested = False
@@ -218,23 +187,22 @@ class Worker:
         return self._claims.idle_delay
 
     def snapshot(self) -> WorkerSnapshot:
-        held = [h for h in list(self._held.values()) if h.ctx._began and h.outcome is None]
+        ledger = self._ledger
         wall = time.time() - time.monotonic()
+        running = tuple(
+            RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began)
+            for h in ledger.running()
+        )
         return WorkerSnapshot(
             id=self.id,
             queues=self.queues,
             state=self._state,
             concurrency=self.concurrency,
-            done=self._done,
-            failed=self._failed,
-            lost=self._lost,
-            running=tuple(
-                RunningJob(
-                    h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began
-                )
-                for h in held
-            ),
-            buffered=len(self._buffer),
+            done=ledger.done,
+            failed=ledger.failed,
+            lost=ledger.lost,
+            running=running,
+            buffered=len(ledger.buffer),
         )
 
     def stop(self, immediately: bool = False) -> None:
@@ -363,9 +331,9 @@ class Worker:
                 log.info(
                     "worker %s stopped: %d done, %d failed, %d lost",
                     self.id,
-                    self._done,
-                    self._failed,
-                    self._lost,
+                    self._ledger.done,
+                    self._ledger.failed,
+                    self._ledger.lost,
                 )
 
     # -- state ----------------------------------------------------------------------------
@@ -380,18 +348,23 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
+    def _tracked(self, job_id: int, fence: int) -> None:
+        if self._heart is not None:
+            self._heart.track(job_id, fence)
+
+    def _untracked(self, job_id: int) -> None:
+        if self._heart is not None:
+            self._heart.untrack(job_id)
+        self._wakeup()
+
     def _on_hint(self) -> None:
         self._claims.notified()
         self._wakeup()
 
     def _take_back(self, slots: int = 0) -> None:
         """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
-        if self._runner is None:
-            return
-        taken = {ctx.id for ctx in self._runner.take_back(slots)}
-        if taken:
-            waiting = [h for h in self._held.values() if h.job.id in taken]
-            self._buffer.extendleft(reversed(waiting))
+        if self._runner is not None:
+            self._ledger.put_back(ctx.id for ctx in self._runner.take_back(slots))
 
     def _request_stop(self, immediately: bool) -> None:
         self._take_back(0 if immediately else self.concurrency)
@@ -404,12 +377,13 @@ class Worker:
             log.info(
                 "worker %s stopping: no new claims, %d running job(s)%s",
                 self.id,
-                len(self._held),
+                len(self._ledger.held),
                 "" if immediately else f", grace {self.grace:g}s",
             )
         elif immediately and self._grace_deadline > now:
             self._grace_deadline = now
-            log.info("worker %s stopping now: handing back %d job(s)", self.id, len(self._held))
+            held = len(self._ledger.held)
+            log.info("worker %s stopping now: handing back %d job(s)", self.id, held)
         self._wakeup()
 
     def _on_link_down(self, reason: str) -> None:
@@ -419,7 +393,7 @@ class Worker:
             "worker %s: database unavailable (%s); holding %d job(s), retrying with backoff",
             self.id,
             printable(reason),
-            len(self._held),
+            len(self._ledger.held),
         )
 
     def _on_link_up(self) -> None:
@@ -430,7 +404,7 @@ class Worker:
             "worker %s: database reachable again after %.1fs; checking %d held job(s)",
             self.id,
             time.monotonic() - since,
-            len(self._held),
+            len(self._ledger.held),
         )
         self._recover_orphans = True
         self._claims.notified()
@@ -443,14 +417,14 @@ class Worker:
         plus the buffer's size held, the slots of handlers given up left out."""
         assert self._runner is not None
         limit = self.concurrency + self._target - self._runner.abandoned
-        return limit - len(self._held) + settling
+        return self._ledger.room(limit, settling)
 
     def _size_buffer(self) -> None:
         """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
         assert self._runner is not None
         youngest = None
         if self._runner.occupied >= self.concurrency:
-            youngest = max((h.ctx._began for h in self._held.values()), default=None) or None
+            youngest = self._ledger.youngest_start()
         self._target = self._prefetch.size(youngest)
 
     # -- the main loop: settle, claim, wait ---------------------------------------------------
@@ -462,31 +436,33 @@ class Worker:
             self._fill()
             now = time.monotonic()
             can_talk = self._link.up and now >= self._retry_at
+            ledger = self._ledger
             if can_talk and self._recover_orphans:
-                await self._hand_back_orphans()
+                if await hand_back_orphans(self._call, ledger, self.id):
+                    self._recover_orphans = False
                 continue
-            if can_talk and self._stopping and self._buffer and now >= self._buffer_retry_at:
-                await self._return_buffered()
+            if can_talk and self._stopping and ledger.buffer and now >= ledger.buffer_retry_at:
+                await return_buffered(self._call, ledger, self.id)
                 continue
-            due = [h for h in self._pending if h.not_before <= now]
+            due = ledger.due(now)
             flush = self._flush.due(
                 pending=len(due),
-                held=len(self._held),
-                oldest=self._first_pending_at,
+                held=len(ledger.held),
+                oldest=ledger.first_pending_at,
                 now=now,
                 stopping=self._stopping,
             )
             claim = (
                 not self._stopping
                 and now >= self._claims_paused_until
-                and (self._claims.due(now) or (self.burst and not self._held))
+                and (self._claims.due(now) or (self.burst and not ledger.held))
                 and self._can_renew(now)
             )
             wanted = False
             if claim:
                 self._size_buffer()
                 wanted = (
-                    len(self._buffer) <= self._target // 2
+                    len(ledger.buffer) <= self._target // 2
                     and self._room(len(due) if self._target else 0) > 0
                 )
             self._note_starved()
@@ -498,13 +474,13 @@ class Worker:
                     and self._burst_refused is None
                     and claimed == 0
                     and not self._claims.mid_round
-                    and not self._held
+                    and not ledger.held
                     and not (self._runner and self._runner.abandoned)
                 ):
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
                 continue
-            if self._stopping and (not self._held or now >= self._grace_deadline):
+            if self._stopping and (not ledger.held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
 
@@ -523,7 +499,7 @@ class Worker:
     def _note_starved(self) -> None:
         """Say once when handlers given up occupy every slot, so claiming has stopped."""
         assert self._runner is not None
-        starved = not self._held and self._runner.abandoned >= self.concurrency
+        starved = not self._ledger.held and self._runner.abandoned >= self.concurrency
         if starved and not self._starved_logged:
             log.warning(
                 "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
@@ -535,26 +511,27 @@ class Worker:
 
     def _next_timeout(self, now: float) -> float:
         assert self._link is not None
+        ledger = self._ledger
         deadlines = [now + 1.0]
         if self._stopping:
             deadlines.append(self._grace_deadline)
-            if self._buffer:
-                deadlines.append(self._buffer_retry_at)
+            if ledger.buffer:
+                deadlines.append(ledger.buffer_retry_at)
         if not self._link.up:
             pass  # woken when the link is back
         elif self._retry_at > now:
             deadlines.append(self._retry_at)
         else:
-            if self._pending:
-                busy_until = [h.not_before for h in self._pending if h.not_before > now]
-                if len(busy_until) < len(self._pending):
-                    deadlines.append(self._first_pending_at + self._flush.delay)
+            if ledger.pending:
+                busy_until = [h.not_before for h in ledger.pending if h.not_before > now]
+                if len(busy_until) < len(ledger.pending):
+                    deadlines.append(ledger.first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
             if (
                 not self._stopping
                 and self._room(0) > 0
-                and len(self._buffer) <= self._target // 2
+                and len(ledger.buffer) <= self._target // 2
                 and self._can_renew(now)
             ):
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
@@ -595,18 +572,14 @@ class Worker:
     async def _step(self, batch: list[Held], claim: bool) -> int:
         """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
         (split apart only when a statement fails for its data). Returns how many were claimed."""
-        if len(batch) == len(self._pending):
-            self._pending.clear()
-        else:
-            settling = set(batch)
-            self._pending = [h for h in self._pending if h not in settling]
+        self._ledger.take(batch)
         free = self._room(len(batch))
         queue = self._claims.next_queue() if claim and free > 0 else None
         started = time.monotonic()
         try:
             result = await self._settler.step(batch, queue, free)
         except (Disconnected, Transient) as exc:
-            self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
+            self._ledger.requeue(batch, uncertain=isinstance(exc, Disconnected))
             if self.burst and isinstance(exc, Refused):
                 doing = f"claiming from {queue}" if queue is not None else "settling"
                 self._stop_burst(f"{doing} refused ({exc})")
@@ -650,38 +623,28 @@ class Worker:
 
     def _apply(self, result: StepResult) -> None:
         """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
-        now = time.monotonic()
-        for h in result.done:
-            if self._release(h):
-                self._done += 1
-        for h in result.failed:
-            if self._release(h):
-                self._failed += 1
-                final = h.job.attempts >= h.job.max_attempts
-                log.info(
-                    "job %d failed (attempt %d of %d)%s: %s",
-                    h.job.id,
-                    h.job.attempts,
-                    h.job.max_attempts,
-                    ", dead" if final else ", will retry",
-                    printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
-                )
-        for h in result.busy:
-            h.busy += 1
-            h.not_before = now + self._flush.busy_wait(h.busy)
+        recorded = self._ledger.record(result)
+        for h in recorded.failed:
+            final = h.job.attempts >= h.job.max_attempts
+            log.info(
+                "job %d failed (attempt %d of %d)%s: %s",
+                h.job.id,
+                h.job.attempts,
+                h.job.max_attempts,
+                ", dead" if final else ", will retry",
+                printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
+            )
+        for h in recorded.busy:
             log.debug("job %d: row locked by another session; settling later", h.job.id)
-        self._requeue_pending(result.busy + result.retry, uncertain=False)
-        for h in result.refused:
-            if self._release(h):
-                self._leave_to_lease(h, now)
-                log.error(
-                    "job %d: the database refused every settlement; left to its lease (the "
-                    "reaper will retry it)",
-                    h.job.id,
-                )
+        for h in recorded.refused:
+            log.error(
+                "job %d: the database refused every settlement; left to its lease (the "
+                "reaper will retry it)",
+                h.job.id,
+            )
         stale = [(h, action) for h, action in result.lost if self._lose(h, action)]
         if stale:
-            self._chore(self._record_stale(stale))
+            self._chore(record_stale(self._call, stale, self.id))
 
     def _chore(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` beside the main loop; it is awaited (or cancelled) before `run()` ends."""
@@ -689,44 +652,13 @@ class Worker:
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
-    def _requeue_pending(self, held: list[Held], *, uncertain: bool) -> None:
-        live = [h for h in held if self._held.get(h.job.id) is h and h not in self._pending]
-        for h in live:
-            h.uncertain = h.uncertain or uncertain
-        if live:
-            if not self._pending:
-                self._first_pending_at = time.monotonic()
-            self._pending[:0] = live
-
-    def _leave_to_lease(self, h: Held, now: float) -> None:
-        """A job that ran and could not be settled stays `running` under our id until its
-        lease runs out: the orphan check must not take it for an unstarted claim and hand it
-        back with its attempt refunded (it would run again, its attempts never used up). It is
-        remembered until well after its lease, when the reaper has taken it."""
-        self._left_to_lease = {i: t for i, t in self._left_to_lease.items() if t > now}
-        self._left_to_lease[h.job.id] = now + 2 * self.lease.total_seconds() + 60
-
-    def _release(self, h: Held) -> bool:
-        """Forget a settled job; False if it was no longer held."""
-        if self._held.get(h.job.id) is not h:
-            return False
-        del self._held[h.job.id]
-        if self._heart is not None:
-            self._heart.untrack(h.job.id)
-        self._wakeup()
-        return True
-
     # -- running jobs -----------------------------------------------------------------------
 
     def _hold(self, job: Job) -> None:
         """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
         ctx = JobContext(job, self.id, self.schema)
         ctx.timeout = self.timeout
-        held = Held(job, ctx)
-        self._held[job.id] = held
-        if self._heart is not None:
-            self._heart.track(job.id, job.fence)
-        self._buffer.append(held)
+        self._ledger.hold(Held(job, ctx))
 
     def _fill(self) -> None:
         """Start buffered jobs on the free slots; none once the worker is stopping. Plain
@@ -735,8 +667,9 @@ class Worker:
         runner = self._runner
         assert runner is not None
         slots = self.concurrency + self._queued_ahead
-        while self._buffer and not self._stopping and runner.occupied < slots:
-            held = self._buffer.popleft()
+        buffer = self._ledger.buffer
+        while buffer and not self._stopping and runner.occupied < slots:
+            held = buffer.popleft()
             job = held.job
             if isinstance(job.payload, UnreadablePayload):
                 error = f"the payload cannot be read: {job.payload.reason}"
@@ -759,13 +692,13 @@ class Worker:
 
     def _settle_later(self, held: Held, outcome: Outcome) -> None:
         assert self._runner is not None
-        if self._held.get(held.job.id) is not held or held.outcome is not None:
+        if not self._ledger.holds(held) or held.outcome is not None:
             return
         if outcome.kind == "cancelled":
             return
         if outcome.kind == "lost":
             if self._lose(held, outcome.action):
-                self._chore(self._record_stale([(held, outcome.action)]))
+                self._chore(record_stale(self._call, [(held, outcome.action)], self.id))
             return
         if outcome.kind == "timed_out":
             log.warning(
@@ -777,37 +710,23 @@ class Worker:
         self._finished(held, outcome)
 
     def _finished(self, held: Held, outcome: Outcome) -> None:
-        held.outcome = outcome
-        if not self._pending:
-            self._first_pending_at = time.monotonic()
-        self._pending.append(held)
+        self._ledger.finished(held, outcome)
         self._wakeup()
 
     def _on_heartbeat_lost(self, pairs: list[tuple[int, int]]) -> None:
         """From the heartbeater: these leases are gone. Jobs whose handler already finished are
         left to their settlement, which tells the same (or that it committed first)."""
-        lost = []
-        for job_id, fence in pairs:
-            h = self._held.get(job_id)
-            if h is None or h.job.fence != fence or h.outcome is not None:
-                continue
-            if self._lose(h, "heartbeat"):
-                lost.append((h, "heartbeat"))
+        lost = [(h, "heartbeat") for h in self._ledger.lost_by_heartbeat(pairs)]
+        lost = [(h, action) for h, action in lost if self._lose(h, action)]
         if lost:
-            self._chore(self._record_stale(lost))
+            self._chore(record_stale(self._call, lost, self.id))
 
     def _lose(self, held: Held, action: str) -> bool:
         """The job is no longer ours: stop its handler, drop its result, free its slot.
 
         False if it was already given up."""
-        if self._held.get(held.job.id) is not held:
+        if not self._ledger.lose(held):
             return False
-        self._release(held)
-        if held in self._pending:
-            self._pending.remove(held)
-        if not held.ctx._began and held in self._buffer:
-            self._buffer.remove(held)
-        self._lost += 1
         assert self._runner is not None
         self._runner.abandon(held.ctx)
         log.warning(
@@ -818,175 +737,29 @@ class Worker:
         )
         return True
 
-    async def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
-        by_action: dict[str, list[tuple[int, int]]] = {}
-        for h, action in lost:
-            by_action.setdefault(action, []).append((h.job.id, h.job.fence))
-        for action, pairs in by_action.items():
-            try:
-                await self._call(ops.record_stale(pairs, self.id, action))
-            except (Disconnected, Transient, DataFault):
-                log.info("worker %s: could not record %d stale write(s)", self.id, len(pairs))
-
     # -- recovery and shutdown ------------------------------------------------------------------
-
-    async def _hand_back_orphans(self) -> None:
-        """Jobs claimed under our id by a statement whose reply never arrived go back now."""
-        try:
-            now = time.monotonic()
-            ours = [*self._held, *(i for i, t in self._left_to_lease.items() if t > now)]
-            (orphans,) = await self._call(ops.hand_back_orphans(ours, self.id))
-        except (Disconnected, Transient):
-            return
-        except DataFault as exc:
-            log.warning(
-                "worker %s: could not look for orphaned claims: %s", self.id, printable(str(exc))
-            )
-            orphans = []
-        self._recover_orphans = False
-        if orphans:
-            log.info(
-                "worker %s: handed back %d job(s) claimed while the connection broke "
-                "(their reply was lost; the attempt does not count)",
-                self.id,
-                len(orphans),
-            )
-
-    async def _return_buffered(self) -> None:
-        """On stop, the buffered jobs go back at once (their attempt not counted)."""
-        waiting = list(self._buffer)
-        pairs = [(h.job.id, h.job.fence) for h in waiting]
-        try:
-            (settled,) = await self._call(ops.hand_back(pairs, self.id, RETURNED_UNSTARTED))
-        except (Disconnected, Transient, DataFault):
-            self._buffer_retry_at = time.monotonic() + 0.1
-            return
-        busy = set(settled.busy)
-        for h in waiting:
-            if h.job.id not in busy and h in self._buffer:  # not lost meanwhile
-                self._buffer.remove(h)
-                self._release(h)
-        if busy:
-            self._buffer_retry_at = time.monotonic() + 0.1
-        log.info(
-            "worker %s: handed back %d buffered job(s) not started",
-            self.id,
-            len(settled.applied),
-        )
 
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
         deadline = time.monotonic() + HAND_BACK_TIMEOUT
-        while self._pending and time.monotonic() < deadline:
+        ledger = self._ledger
+        while ledger.pending and time.monotonic() < deadline:
             assert self._link is not None
             if not self._link.up or time.monotonic() < self._retry_at:
                 await asyncio.sleep(0.05)
                 continue
-            due = [h for h in self._pending if h.not_before <= time.monotonic()]
+            due = ledger.due(time.monotonic())
             if due:
                 await self._step(due, claim=False)
             else:
                 await asyncio.sleep(0.05)
-        if self._pending:
+        if ledger.pending:
             log.warning(
                 "worker %s: could not settle %d finished job(s); they return when their "
                 "leases expire",
                 self.id,
-                len(self._pending),
+                len(ledger.pending),
             )
-        await self._hand_back(deadline)
-
-    async def _hand_back(self, deadline: float) -> None:
-        """Tell running handlers to stop and release their jobs (the attempt not counted)."""
         self._take_back()
-        remaining = [h for h in self._held.values() if h.outcome is None]
-        if not remaining:
-            return
         assert self._runner is not None
-        for h in remaining:
-            self._runner.abandon(h.ctx)
-        await self._runner.wait_abandoned(timeout=1.0)
-        released = 0
-        while remaining and time.monotonic() < deadline:
-            pairs = [(h.job.id, h.job.fence) for h in remaining]
-            try:
-                (settled,) = await self._call(ops.hand_back(pairs, self.id, "worker shutdown"))
-            except (Disconnected, Transient, DataFault):
-                await asyncio.sleep(0.1)
-                continue
-            busy = set(settled.busy)
-            released += len(settled.applied)
-            for h in remaining:
-                if h.job.id not in busy:
-                    self._release(h)
-            remaining = [h for h in remaining if h.job.id in busy]
-            if remaining:
-                await asyncio.sleep(0.1)
-        self._buffer = collections.deque(h for h in self._buffer if self._held.get(h.job.id) is h)
-        if remaining:
-            log.warning(
-                "worker %s: could not hand back %d job(s); they return when their leases expire",
-                self.id,
-                len(remaining),
-            )
-        log.info("worker %s: handed back %d job(s)", self.id, released)
-
-
-class CaughtSignals:
-    """SIGTERM and SIGINT recorded in `received` from `catch_stop_signals()` until
-    `run_until_stopped` takes them over: a worker told to stop while it starts (importing its
-    handler, connecting) stops as soon as it runs, never dies of the signal. `restore()` puts
-    back the handlers found, for a worker started in a process that goes on."""
-
-    def __init__(self) -> None:
-        import signal
-
-        self.received: list[str] = []
-        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        for sig in self._previous:
-            signal.signal(sig, self._record)
-
-    def _record(self, signum: int, frame: object) -> None:
-        import signal
-
-        self.received.append(signal.Signals(signum).name)
-
-    def restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def catch_stop_signals() -> CaughtSignals:
-    """Record SIGTERM and SIGINT from now on (see `CaughtSignals`); call it first thing."""
-    return CaughtSignals()
-
-
-async def run_until_stopped(
-    worker: Worker,
-    on_signal: Callable[[str, int], None] | None = None,
-    caught: Sequence[str] = (),
-) -> None:
-    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once.
-    `caught` are the signals `catch_stop_signals` recorded before; they count as received now."""
-    import signal
-
-    loop = asyncio.get_running_loop()
-    received: list[str] = []
-
-    def handle(name: str) -> None:
-        received.append(name)
-        if on_signal is not None:
-            on_signal(name, len(received))
-        worker.stop(immediately=len(received) > 1)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, handle, sig.name)
-    for name in list(caught):
-        handle(name)
-    try:
-        await worker.run()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        await hand_back_unfinished(self._call, ledger, self._runner, self.id, deadline)
