@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Coroutine, Sequence
@@ -46,11 +45,10 @@ from .. import ops
 from ..config import check_concurrency, check_lease, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
 from ..migrate import latest_version
-from ..models import Job
 from ..ops import Op
 from ..queue import make_worker_id
-from ..text import printable, storable
-from .context import JobContext
+from ..text import printable
+from .dispatch import Dispatcher
 from .handback import hand_back_orphans, hand_back_unfinished, record_stale, return_buffered
 from .heartbeater import Heartbeater
 from .ledger import Held, Ledger, StepResult
@@ -60,13 +58,12 @@ from .link import (
     Refused,
     Timeouts,
     Transient,
-    UnreadablePayload,
     application_name,
 )
 from .listener import listen
 from .policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
 from .reaper import reap_forever
-from .runner import Handler, Outcome, Runner
+from .runner import Handler
 from .scheduler import schedule_forever
 from .settler import Settler
 from .snapshot import RunningJob, WorkerSnapshot
@@ -151,7 +148,6 @@ class Worker:
         self._ledger = Ledger(
             lease_s, self._flush.busy_wait, time.monotonic, self._tracked, self._untracked
         )
-        self._queued_ahead = 0
         self._stopping = False
         self._immediate = False
         self._stop_requested = False
@@ -168,7 +164,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._link: Link | None = None
         self._settler = Settler(self._call, self.id, lease, retry_base)
-        self._runner: Runner | None = None
+        self._jobs: Dispatcher | None = None
         self._heart: Heartbeater | None = None
         self._chores: set[asyncio.Task[None]] = set()
         self.metrics = metrics
@@ -229,7 +225,7 @@ class Worker:
 
     def handlers_still_running(self) -> int:
         """Handlers executing now; after `run()` returned, those told to stop that did not."""
-        return self._runner.still_running() if self._runner is not None else 0
+        return self._jobs.runner.still_running() if self._jobs is not None else 0
 
     async def run(self) -> None:
         """Work until stopped (or drained, with `burst`). Raises if the first connect fails.
@@ -240,12 +236,17 @@ class Worker:
             raise PgqError(f"worker {self.id} has already run")
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._runner = Runner(
-            self.handler, self.concurrency, f"pgq-job-{self.id}", self._slot_freed
+        self._jobs = jobs = Dispatcher(
+            self.handler,
+            self.concurrency,
+            self.id,
+            self.schema,
+            self.timeout,
+            self._ledger,
+            self._prefetch,
+            self._wakeup,
+            self._record_stale,
         )
-        timed = self.timeout is not None or hasattr(self.handler, "timeout_for")
-        if not self._runner.is_async and not timed:  # a timeout runs from the submit
-            self._queued_ahead = self.concurrency
         self._link = Link(
             self.dsn,
             self.schema,
@@ -261,7 +262,7 @@ class Worker:
             self.heartbeat_interval,
             self.id,
             self._loop,
-            self._on_heartbeat_lost,
+            jobs.heartbeat_lost,
             on_renewing=self._wakeup,
         )
         background: list[asyncio.Task[None]] = []
@@ -324,7 +325,7 @@ class Worker:
             if self._heart is not None:
                 await asyncio.to_thread(self._heart.stop)
             await self._link.close()
-            self._runner.shutdown()
+            jobs.runner.shutdown()
             was = self._state
             self._set_state("stopped", quiet=True)
             if was != "starting":
@@ -361,16 +362,14 @@ class Worker:
         self._claims.notified()
         self._wakeup()
 
-    def _take_back(self, slots: int = 0) -> None:
-        """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
-        if self._runner is not None:
-            self._ledger.put_back(ctx.id for ctx in self._runner.take_back(slots))
-
     def _request_stop(self, immediately: bool) -> None:
-        self._take_back(0 if immediately else self.concurrency)
+        if self._jobs is not None:
+            self._jobs.take_back(0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
+            if self._jobs is not None:
+                self._jobs.stopped = True
             self._grace_deadline = now if immediately else now + self.grace
             if self._state != "disconnected":
                 self._set_state("draining")
@@ -415,15 +414,15 @@ class Worker:
     def _room(self, settling: int) -> int:
         """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
         plus the buffer's size held, the slots of handlers given up left out."""
-        assert self._runner is not None
-        limit = self.concurrency + self._target - self._runner.abandoned
+        assert self._jobs is not None
+        limit = self.concurrency + self._target - self._jobs.runner.abandoned
         return self._ledger.room(limit, settling)
 
     def _size_buffer(self) -> None:
         """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
-        assert self._runner is not None
+        assert self._jobs is not None
         youngest = None
-        if self._runner.occupied >= self.concurrency:
+        if self._jobs.runner.occupied >= self.concurrency:
             youngest = self._ledger.youngest_start()
         self._target = self._prefetch.size(youngest)
 
@@ -431,9 +430,9 @@ class Worker:
 
     async def _pump(self) -> None:
         """One step per round trip: settle what finished and claim for the free slots."""
-        assert self._link is not None
+        assert self._link is not None and self._jobs is not None
         while True:
-            self._fill()
+            self._jobs.fill()
             now = time.monotonic()
             can_talk = self._link.up and now >= self._retry_at
             ledger = self._ledger
@@ -475,7 +474,7 @@ class Worker:
                     and claimed == 0
                     and not self._claims.mid_round
                     and not ledger.held
-                    and not (self._runner and self._runner.abandoned)
+                    and not (self._jobs and self._jobs.runner.abandoned)
                 ):
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
@@ -498,8 +497,8 @@ class Worker:
 
     def _note_starved(self) -> None:
         """Say once when handlers given up occupy every slot, so claiming has stopped."""
-        assert self._runner is not None
-        starved = not self._ledger.held and self._runner.abandoned >= self.concurrency
+        assert self._jobs is not None
+        starved = not self._ledger.held and self._jobs.runner.abandoned >= self.concurrency
         if starved and not self._starved_logged:
             log.warning(
                 "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
@@ -593,12 +592,13 @@ class Worker:
                 self._claims_paused_until = time.monotonic() + 5.0
                 log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
         claimed = len(result.claimed)
+        assert self._jobs is not None
         if queue is not None:
             for job in result.claimed:
-                self._hold(job)
+                self._jobs.hold(job)
             self._claims.claimed(queue, claimed, time.monotonic())
         self._apply(result)
-        self._fill()
+        self._jobs.fill()
         if self.metrics is not None:
             dead = sum(
                 h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
@@ -642,100 +642,17 @@ class Worker:
                 "reaper will retry it)",
                 h.job.id,
             )
-        stale = [(h, action) for h, action in result.lost if self._lose(h, action)]
-        if stale:
-            self._chore(record_stale(self._call, stale, self.id))
+        assert self._jobs is not None
+        self._jobs.lose(result.lost)
+
+    def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
+        self._chore(record_stale(self._call, lost, self.id))
 
     def _chore(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` beside the main loop; it is awaited (or cancelled) before `run()` ends."""
         task = asyncio.create_task(work)
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
-
-    # -- running jobs -----------------------------------------------------------------------
-
-    def _hold(self, job: Job) -> None:
-        """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
-        ctx = JobContext(job, self.id, self.schema)
-        ctx.timeout = self.timeout
-        self._ledger.hold(Held(job, ctx))
-
-    def _fill(self) -> None:
-        """Start buffered jobs on the free slots; none once the worker is stopping. Plain
-        functions without a timeout get one more job per thread, waiting on the threads' queue,
-        so a thread that finishes starts the next without waiting for the event loop."""
-        runner = self._runner
-        assert runner is not None
-        slots = self.concurrency + self._queued_ahead
-        buffer = self._ledger.buffer
-        while buffer and not self._stopping and runner.occupied < slots:
-            held = buffer.popleft()
-            job = held.job
-            if isinstance(job.payload, UnreadablePayload):
-                error = f"the payload cannot be read: {job.payload.reason}"
-                self._finished(held, Outcome("raised", storable(error)))
-                continue
-            runner.start(held.ctx, self.timeout, functools.partial(self._on_outcome, held))
-
-    def _slot_freed(self) -> None:
-        """A handler given up has really ended: its slot takes the next buffered job."""
-        self._fill()
-        self._wakeup()
-
-    def _on_outcome(self, held: Held, outcome: Outcome) -> None:
-        """A handler ended: queue its job's settlement (unless the job was given up) and start
-        the next buffered job on the slot it freed."""
-        if outcome.kind in ("returned", "raised"):
-            self._prefetch.handler_ended(held.ctx._began)
-        self._settle_later(held, outcome)
-        self._fill()
-
-    def _settle_later(self, held: Held, outcome: Outcome) -> None:
-        assert self._runner is not None
-        if not self._ledger.holds(held) or held.outcome is not None:
-            return
-        if outcome.kind == "cancelled":
-            return
-        if outcome.kind == "lost":
-            if self._lose(held, outcome.action):
-                self._chore(record_stale(self._call, [(held, outcome.action)], self.id))
-            return
-        if outcome.kind == "timed_out":
-            log.warning(
-                "job %d: %s; failing it (its handler was %s)",
-                held.job.id,
-                outcome.error,
-                "cancelled" if self._runner.is_async else "abandoned in its thread",
-            )
-        self._finished(held, outcome)
-
-    def _finished(self, held: Held, outcome: Outcome) -> None:
-        self._ledger.finished(held, outcome)
-        self._wakeup()
-
-    def _on_heartbeat_lost(self, pairs: list[tuple[int, int]]) -> None:
-        """From the heartbeater: these leases are gone. Jobs whose handler already finished are
-        left to their settlement, which tells the same (or that it committed first)."""
-        lost = [(h, "heartbeat") for h in self._ledger.lost_by_heartbeat(pairs)]
-        lost = [(h, action) for h, action in lost if self._lose(h, action)]
-        if lost:
-            self._chore(record_stale(self._call, lost, self.id))
-
-    def _lose(self, held: Held, action: str) -> bool:
-        """The job is no longer ours: stop its handler, drop its result, free its slot.
-
-        False if it was already given up."""
-        if not self._ledger.lose(held):
-            return False
-        assert self._runner is not None
-        self._runner.abandon(held.ctx)
-        log.warning(
-            "job %d: lease lost (fence %d, %s matched no row); handler stopped, result discarded",
-            held.job.id,
-            held.job.fence,
-            action,
-        )
-        return True
 
     # -- recovery and shutdown ------------------------------------------------------------------
 
@@ -760,6 +677,6 @@ class Worker:
                 self.id,
                 len(ledger.pending),
             )
-        self._take_back()
-        assert self._runner is not None
-        await hand_back_unfinished(self._call, ledger, self._runner, self.id, deadline)
+        assert self._jobs is not None
+        self._jobs.take_back()
+        await hand_back_unfinished(self._call, ledger, self._jobs.runner, self.id, deadline)

@@ -1,0 +1,144 @@
+"""The dispatcher: buffered jobs onto free handler slots, and each handler's end into the ledger.
+
+It sits between the ledger (ledger.py) and the runner (runner.py), on the event loop, and runs
+no statement: a stale write it finds is passed to `on_stale` for the worker to record.
+
+Invariants:
+- A freed slot takes the next buffered job at once, without waiting for a statement; no
+  buffered job starts once `stopped`. Plain functions without a timeout get one more job per
+  thread, waiting on the threads' queue (`take_back` returns those to the buffer).
+- Every way a handler ends is one entry: returned or raised -> its settlement pending;
+  timed out -> pending as a failure; a fenced write of its own that matched no row -> lost;
+  cancelled (handed back) -> nothing. An ending of a job no longer held, or already ended,
+  is dropped.
+- A lost job's handler is told to stop and its result discarded; a job whose payload cannot
+  be read fails without running.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+from ..models import Job
+from ..text import storable
+from .context import JobContext
+from .ledger import Held, Ledger
+from .link import UnreadablePayload
+from .policy import PrefetchPolicy
+from .runner import Handler, Outcome, Runner
+
+log = logging.getLogger("pgq.worker")
+
+
+class Dispatcher:
+    """Runs the held jobs of `ledger` with `handler` on `concurrency` slots."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        concurrency: int,
+        worker_id: str,
+        schema: str,
+        timeout: float | None,
+        ledger: Ledger,
+        prefetch: PrefetchPolicy,
+        wakeup: Callable[[], None],
+        on_stale: Callable[[list[tuple[Held, str]]], None],
+    ) -> None:
+        self.runner = Runner(handler, concurrency, f"pgq-job-{worker_id}", self._slot_freed)
+        self._worker_id = worker_id
+        self._schema = schema
+        self._timeout = timeout
+        self._ledger = ledger
+        self._prefetch = prefetch
+        self._wakeup = wakeup
+        self._on_stale = on_stale
+        timed = timeout is not None or hasattr(handler, "timeout_for")
+        queued_ahead = 0
+        if not self.runner.is_async and not timed:  # a timeout runs from the submit
+            queued_ahead = concurrency
+        self._slots = concurrency + queued_ahead
+        #: no buffered job starts any more (the worker is stopping)
+        self.stopped = False
+
+    def hold(self, job: Job) -> None:
+        """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
+        ctx = JobContext(job, self._worker_id, self._schema)
+        ctx.timeout = self._timeout
+        self._ledger.hold(Held(job, ctx))
+
+    def fill(self) -> None:
+        """Start buffered jobs on the free slots; none once stopped."""
+        buffer = self._ledger.buffer
+        while buffer and not self.stopped and self.runner.occupied < self._slots:
+            held = buffer.popleft()
+            job = held.job
+            if isinstance(job.payload, UnreadablePayload):
+                error = f"the payload cannot be read: {job.payload.reason}"
+                self._finished(held, Outcome("raised", storable(error)))
+                continue
+            self.runner.start(held.ctx, self._timeout, functools.partial(self._ended, held))
+
+    def take_back(self, slots: int = 0) -> None:
+        """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
+        self._ledger.put_back(ctx.id for ctx in self.runner.take_back(slots))
+
+    def heartbeat_lost(self, pairs: list[tuple[int, int]]) -> None:
+        """From the heartbeater: these leases are gone. Jobs whose handler already finished are
+        left to their settlement, which tells the same (or that it committed first)."""
+        self.lose([(h, "heartbeat") for h in self._ledger.lost_by_heartbeat(pairs)])
+
+    def lose(self, lost: list[tuple[Held, str]]) -> None:
+        """These jobs are no longer ours (`action` matched no row): stop their handlers, drop
+        their results, free their slots; the ones not already given up go to `on_stale`."""
+        stale = [(h, action) for h, action in lost if self._lose(h, action)]
+        if stale:
+            self._on_stale(stale)
+
+    def _lose(self, held: Held, action: str) -> bool:
+        if not self._ledger.lose(held):
+            return False
+        self.runner.abandon(held.ctx)
+        log.warning(
+            "job %d: lease lost (fence %d, %s matched no row); handler stopped, result discarded",
+            held.job.id,
+            held.job.fence,
+            action,
+        )
+        return True
+
+    def _slot_freed(self) -> None:
+        """A handler given up has really ended: its slot takes the next buffered job."""
+        self.fill()
+        self._wakeup()
+
+    def _ended(self, held: Held, outcome: Outcome) -> None:
+        """A handler ended: queue its job's settlement (unless the job was given up) and start
+        the next buffered job on the slot it freed."""
+        if outcome.kind in ("returned", "raised"):
+            self._prefetch.handler_ended(held.ctx._began)
+        self._settle_later(held, outcome)
+        self.fill()
+
+    def _settle_later(self, held: Held, outcome: Outcome) -> None:
+        if not self._ledger.holds(held) or held.outcome is not None:
+            return
+        if outcome.kind == "cancelled":
+            return
+        if outcome.kind == "lost":
+            self.lose([(held, outcome.action)])
+            return
+        if outcome.kind == "timed_out":
+            log.warning(
+                "job %d: %s; failing it (its handler was %s)",
+                held.job.id,
+                outcome.error,
+                "cancelled" if self.runner.is_async else "abandoned in its thread",
+            )
+        self._finished(held, outcome)
+
+    def _finished(self, held: Held, outcome: Outcome) -> None:
+        self._ledger.finished(held, outcome)
+        self._wakeup()
