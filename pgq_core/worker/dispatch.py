@@ -1,4 +1,5 @@
-"""The dispatcher: buffered jobs onto free handler slots, and each handler's end into the ledger.
+"""The dispatcher: claimed jobs onto free handler slots, each handler's end and each step's
+settlements into the ledger, and how many jobs the next claim may take.
 
 It sits between the ledger (ledger.py) and the runner (runner.py), on the event loop, and runs
 no statement: a stale write it finds is passed to `on_stale` for the worker to record.
@@ -13,6 +14,8 @@ Invariants:
   is dropped.
 - A lost job's handler is told to stop and its result discarded; a job whose payload cannot
   be read fails without running.
+- Held jobs never exceed `concurrency` plus the buffer's size (`target`, the prefetch
+  policy's) when they were claimed, the slots of handlers given up left out (`room`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import logging
 from collections.abc import Callable
 
 from ..models import Job
-from ..text import storable
+from ..text import printable, storable
 from .context import JobContext
-from .ledger import Held, Ledger
+from .ledger import Held, Ledger, StepResult
 from .link import UnreadablePayload
 from .policy import PrefetchPolicy
 from .runner import Handler, Outcome, Runner
@@ -48,6 +51,7 @@ class Dispatcher:
         on_stale: Callable[[list[tuple[Held, str]]], None],
     ) -> None:
         self.runner = Runner(handler, concurrency, f"pgq-job-{worker_id}", self._slot_freed)
+        self._concurrency = concurrency
         self._worker_id = worker_id
         self._schema = schema
         self._timeout = timeout
@@ -62,6 +66,39 @@ class Dispatcher:
         self._slots = concurrency + queued_ahead
         #: no buffered job starts any more (the worker is stopping)
         self.stopped = False
+        #: the buffer's size for the next claim
+        self.target = 0
+        self._starved_logged = False
+
+    def room(self, settling: int) -> int:
+        """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
+        plus the buffer's size held, the slots of handlers given up left out."""
+        limit = self._concurrency + self.target - self.runner.abandoned
+        return self._ledger.room(limit, settling)
+
+    def wanted(self, settling: int) -> bool:
+        """A claim is worth making: the buffer is down to half its size and there is room."""
+        return len(self._ledger.buffer) <= self.target // 2 and self.room(settling) > 0
+
+    def size_buffer(self) -> None:
+        """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
+        youngest = None
+        if self.runner.occupied >= self._concurrency:
+            youngest = self._ledger.youngest_start()
+        self.target = self._prefetch.size(youngest)
+
+    def starved(self) -> bool:
+        """Handlers given up occupy every slot, so claiming has stopped; said once."""
+        starved = not self._ledger.held and self.runner.abandoned >= self._concurrency
+        if starved and not self._starved_logged:
+            log.warning(
+                "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
+                "or lease lost) and have not returned; no new claims until one does",
+                self._worker_id,
+                self._concurrency,
+            )
+        self._starved_logged = starved
+        return starved
 
     def hold(self, job: Job) -> None:
         """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
@@ -80,6 +117,29 @@ class Dispatcher:
                 self._finished(held, Outcome("raised", storable(error)))
                 continue
             self.runner.start(held.ctx, self._timeout, functools.partial(self._ended, held))
+
+    def settled(self, result: StepResult) -> None:
+        """A step's settlements: counted, said, busy ones back in line, lost ones given up."""
+        recorded = self._ledger.record(result)
+        for h in recorded.failed:
+            final = h.job.attempts >= h.job.max_attempts
+            log.info(
+                "job %d failed (attempt %d of %d)%s: %s",
+                h.job.id,
+                h.job.attempts,
+                h.job.max_attempts,
+                ", dead" if final else ", will retry",
+                printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
+            )
+        for h in recorded.busy:
+            log.debug("job %d: row locked by another session; settling later", h.job.id)
+        for h in recorded.refused:
+            log.error(
+                "job %d: the database refused every settlement; left to its lease (the "
+                "reaper will retry it)",
+                h.job.id,
+            )
+        self.lose(result.lost)
 
     def take_back(self, slots: int = 0) -> None:
         """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""

@@ -51,7 +51,7 @@ from ..text import printable
 from .dispatch import Dispatcher
 from .handback import hand_back_orphans, hand_back_unfinished, record_stale, return_buffered
 from .heartbeater import Heartbeater
-from .ledger import Held, Ledger, StepResult
+from .ledger import Held, Ledger
 from .link import (
     Disconnected,
     Link,
@@ -142,7 +142,6 @@ class Worker:
         self._claims = ClaimRound(self.queues, poll_interval, idle_cap)
         self._flush = FlushPolicy(flush_delay, max(concurrency, 100))
         self._prefetch = PrefetchPolicy(concurrency, prefetch)
-        self._target = 0
 
         self._state = "starting"
         self._ledger = Ledger(
@@ -156,7 +155,6 @@ class Worker:
         self._claims_paused_until = 0.0
         self._retry_backoff = Backoff(first=0.1, cap=5.0)
         self._recover_orphans = False
-        self._starved_logged = False
         self._burst_refused: str | None = None
         self._down_since: float | None = None
         self.statements = 0
@@ -411,21 +409,6 @@ class Worker:
             self._heart.beat_now()
         self._wakeup()
 
-    def _room(self, settling: int) -> int:
-        """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
-        plus the buffer's size held, the slots of handlers given up left out."""
-        assert self._jobs is not None
-        limit = self.concurrency + self._target - self._jobs.runner.abandoned
-        return self._ledger.room(limit, settling)
-
-    def _size_buffer(self) -> None:
-        """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
-        assert self._jobs is not None
-        youngest = None
-        if self._jobs.runner.occupied >= self.concurrency:
-            youngest = self._ledger.youngest_start()
-        self._target = self._prefetch.size(youngest)
-
     # -- the main loop: settle, claim, wait ---------------------------------------------------
 
     async def _pump(self) -> None:
@@ -459,12 +442,9 @@ class Worker:
             )
             wanted = False
             if claim:
-                self._size_buffer()
-                wanted = (
-                    len(ledger.buffer) <= self._target // 2
-                    and self._room(len(due) if self._target else 0) > 0
-                )
-            self._note_starved()
+                self._jobs.size_buffer()
+                wanted = self._jobs.wanted(len(due) if self._jobs.target else 0)
+            self._jobs.starved()
             if can_talk and (flush or wanted):
                 claimed = await self._step(due, claim)
                 if (
@@ -474,7 +454,7 @@ class Worker:
                     and claimed == 0
                     and not self._claims.mid_round
                     and not ledger.held
-                    and not (self._jobs and self._jobs.runner.abandoned)
+                    and not self._jobs.runner.abandoned
                 ):
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
@@ -495,19 +475,6 @@ class Worker:
             log.log(level, "worker %s: %s", self.id, printable(note))
         return not blocked
 
-    def _note_starved(self) -> None:
-        """Say once when handlers given up occupy every slot, so claiming has stopped."""
-        assert self._jobs is not None
-        starved = not self._ledger.held and self._jobs.runner.abandoned >= self.concurrency
-        if starved and not self._starved_logged:
-            log.warning(
-                "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
-                "or lease lost) and have not returned; no new claims until one does",
-                self.id,
-                self.concurrency,
-            )
-        self._starved_logged = starved
-
     def _next_timeout(self, now: float) -> float:
         assert self._link is not None
         ledger = self._ledger
@@ -527,12 +494,8 @@ class Worker:
                     deadlines.append(ledger.first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
-            if (
-                not self._stopping
-                and self._room(0) > 0
-                and len(ledger.buffer) <= self._target // 2
-                and self._can_renew(now)
-            ):
+            assert self._jobs is not None
+            if not self._stopping and self._jobs.wanted(0) and self._can_renew(now):
                 deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
         return max(0.0, min(deadlines) - now)
 
@@ -571,8 +534,9 @@ class Worker:
     async def _step(self, batch: list[Held], claim: bool) -> int:
         """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
         (split apart only when a statement fails for its data). Returns how many were claimed."""
+        assert self._jobs is not None
         self._ledger.take(batch)
-        free = self._room(len(batch))
+        free = self._jobs.room(len(batch))
         queue = self._claims.next_queue() if claim and free > 0 else None
         started = time.monotonic()
         try:
@@ -592,12 +556,11 @@ class Worker:
                 self._claims_paused_until = time.monotonic() + 5.0
                 log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
         claimed = len(result.claimed)
-        assert self._jobs is not None
         if queue is not None:
             for job in result.claimed:
                 self._jobs.hold(job)
             self._claims.claimed(queue, claimed, time.monotonic())
-        self._apply(result)
+        self._jobs.settled(result)
         self._jobs.fill()
         if self.metrics is not None:
             dead = sum(
@@ -620,30 +583,6 @@ class Worker:
                 printable(why),
             )
             self._request_stop(immediately=False)
-
-    def _apply(self, result: StepResult) -> None:
-        """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
-        recorded = self._ledger.record(result)
-        for h in recorded.failed:
-            final = h.job.attempts >= h.job.max_attempts
-            log.info(
-                "job %d failed (attempt %d of %d)%s: %s",
-                h.job.id,
-                h.job.attempts,
-                h.job.max_attempts,
-                ", dead" if final else ", will retry",
-                printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
-            )
-        for h in recorded.busy:
-            log.debug("job %d: row locked by another session; settling later", h.job.id)
-        for h in recorded.refused:
-            log.error(
-                "job %d: the database refused every settlement; left to its lease (the "
-                "reaper will retry it)",
-                h.job.id,
-            )
-        assert self._jobs is not None
-        self._jobs.lose(result.lost)
 
     def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
         self._chore(record_stale(self._call, lost, self.id))
