@@ -2,7 +2,8 @@
 
 Three cases, each one statement through `call` (the worker's link) and the ledger told what
 was released: the buffered jobs on stop, the unfinished jobs at the end of `run()` (their
-handlers told to stop first), and after a reconnect the orphans (jobs running under this
+handlers told to stop first, after the finished ones were settled: `wind_down`), and after a
+reconnect the orphans (jobs running under this
 worker's id that it does not hold: a claim whose reply was lost). Stale writes (a fenced write
 that matched no row) are recorded here as well.
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from .. import ops
 from ..text import printable
+from .dispatch import Dispatcher
 from .ledger import Held, Ledger
 from .link import DataFault, Disconnected, Transient
 from .runner import Runner
@@ -107,6 +109,37 @@ async def hand_back_unfinished(
             len(remaining),
         )
     log.info("worker %s: handed back %d job(s)", worker_id, released)
+
+
+async def wind_down(
+    call: Call,
+    ledger: Ledger,
+    jobs: Dispatcher,
+    ready: Callable[[float], bool],
+    settle: Callable[[list[Held]], Awaitable[object]],
+    worker_id: str,
+    timeout: float,
+) -> None:
+    """Settle every finished job (`settle`, while `ready`), then hand back the jobs still
+    running; all within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while ledger.pending and time.monotonic() < deadline:
+        if not ready(time.monotonic()):
+            await asyncio.sleep(0.05)
+            continue
+        due = ledger.due(time.monotonic())
+        if due:
+            await settle(due)
+        else:
+            await asyncio.sleep(0.05)
+    if ledger.pending:
+        log.warning(
+            "worker %s: could not settle %d finished job(s); they return when their leases expire",
+            worker_id,
+            len(ledger.pending),
+        )
+    jobs.take_back()
+    await hand_back_unfinished(call, ledger, jobs.runner, worker_id, deadline)
 
 
 async def record_stale(call: Call, lost: list[tuple[Held, str]], worker_id: str) -> None:

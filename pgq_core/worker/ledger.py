@@ -71,6 +71,19 @@ class StepResult:
     #: why the claim itself failed for its data (the queue's rows, a rule of the database's)
     claim_refused: str | None = None
 
+    @property
+    def settled(self) -> int:
+        """Jobs this step settled: done or failed."""
+        return len(self.done) + len(self.failed)
+
+    @property
+    def dead(self) -> int:
+        """Failed jobs of this step that went dead: their last attempt, or told not to retry."""
+        return sum(
+            h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
+            for h in self.failed
+        )
+
 
 @dataclass
 class Recorded:

@@ -1,30 +1,19 @@
 """The `Worker`: the state machine that composes the named parts.
 
-States: starting -> running <-> disconnected, -> draining (stop asked) -> stopped. Parts:
-`ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how many
-jobs to hold ahead and when to settle; `Ledger` (ledger.py) keeps the held jobs, the buffer,
-the pending settlements and the counts; `Link` (link.py) runs statements; `Settler`
-(settler.py) turns finished handlers into settlements and the next claim; the hand-back
-(handback.py) returns what is not run; `Runner` (runner.py) runs handlers; `Heartbeater`
-(heartbeater.py) keeps leases alive from its own thread; `reap_forever` (reaper.py),
-`schedule_forever` (scheduler.py) and `listen` (listener.py) run beside them; stop signals
-are signals.py's.
+States: starting -> running <-> disconnected -> draining (stop asked) -> stopped. The parts:
+policy.py (when to claim, how many ahead, when to settle), ledger.py (the held jobs, buffer,
+pending settlements and counts), dispatch.py (jobs onto handler slots, endings and settlements
+into the ledger), link.py (statements), settler.py (settlements and the next claim, one step),
+handback.py (what is not run, given back), runner.py (handlers), heartbeater.py (leases, from
+its own thread), beside.py (listener.py, reaper.py, scheduler.py, beside the main loop).
 
-Invariants (the ledger's own are in ledger.py):
-- Handlers running, given up or not, never exceed `concurrency`; held jobs never exceed
-  `concurrency` plus the buffer's size when they were claimed.
-- A freed slot takes the next buffered job at once, without waiting for a statement; a
-  handler's ending never waits for its settlement: it joins the next step. Buffered jobs are
-  held like running ones: fenced, their leases extended by the heartbeater, orphans after a
-  lost claim reply; on stop they are handed back at once, and none starts after a stop.
-- Every way a handler ends is one settlement: returned -> complete; raised anything, timed
-  out -> fail (retry or dead, as any failure); a fenced write of its own that matched no row
-  -> lost. A job is counted done only once the statement completing it committed.
-- Settlement never waits on a row lock (busy rows are retried later) and a statement that
-  fails for one job's data never holds back another's (settler.py).
-- Jobs whose handlers finished are settled before anything is handed back, on every way out
-  of `run()`; only unfinished jobs are handed back, and `run()` never raises for a handler's
-  or a job's fault.
+Invariants (each part states its own):
+- One step per round trip: what finished is settled together with the claim for the slots it
+  frees; a handler's ending never waits for its settlement, and claims are made only while
+  the heartbeater renews leases and there is room.
+- On stop nothing new is claimed or started; the buffered jobs go back at once, running
+  handlers get `grace` seconds; then the finished jobs are settled before anything is handed
+  back, on every way out of `run()`, and `run()` never raises for a handler's or a job's fault.
 - After a reconnect, jobs running under this worker's id that it does not hold (a claim whose
   reply was lost) are handed back at once, the attempt not counted.
 """
@@ -35,36 +24,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from .. import ops
-from ..config import check_concurrency, check_lease, describe, first_line, scrub
+from ..config import check_worker_settings, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
 from ..migrate import latest_version
-from ..ops import Op
 from ..queue import make_worker_id
 from ..text import printable
+from .beside import Beside
 from .dispatch import Dispatcher
-from .handback import hand_back_orphans, hand_back_unfinished, record_stale, return_buffered
+from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
 from .ledger import Held, Ledger
-from .link import (
-    Disconnected,
-    Link,
-    Refused,
-    Timeouts,
-    Transient,
-    application_name,
-)
+from .link import Disconnected, Link, Refused, Throttled, Timeouts, Transient, application_name
 from .listener import listen
-from .policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
-from .reaper import reap_forever
+from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
 from .runner import Handler
-from .scheduler import schedule_forever
 from .settler import Settler
 from .snapshot import RunningJob, WorkerSnapshot
 
@@ -109,19 +89,12 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         prefetch: int | None = None,
     ) -> None:
-        if not queues or not all(queues):
-            raise PgqError("a worker needs at least one non-empty queue name")
         try:
-            check_concurrency(concurrency)
-            check_lease(lease)
+            check_worker_settings(
+                queues, concurrency, lease, timeout, statement_timeout, lock_timeout, prefetch
+            )
         except ValueError as exc:
             raise PgqError(str(exc)) from None
-        if timeout is not None and timeout <= 0:
-            raise PgqError("timeout must be positive")
-        if statement_timeout <= 0 or lock_timeout <= 0:
-            raise PgqError("statement and lock timeouts must be positive")
-        if prefetch is not None and prefetch < 0:
-            raise PgqError("prefetch must be 0 (no buffer) or more")
         self.id = worker_id or make_worker_id()
         self.dsn = dsn
         self.schema = schema
@@ -151,20 +124,26 @@ class Worker:
         self._immediate = False
         self._stop_requested = False
         self._grace_deadline = 0.0
-        self._retry_at = 0.0
         self._claims_paused_until = 0.0
-        self._retry_backoff = Backoff(first=0.1, cap=5.0)
         self._recover_orphans = False
         self._burst_refused: str | None = None
         self._down_since: float | None = None
-        self.statements = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._link: Link | None = None
+        link = Link(
+            dsn,
+            schema,
+            self.timeouts,
+            self._on_link_down,
+            self._on_link_up,
+            application_name("main", self.id),
+        )
+        self._statements = Throttled(link, self.id)
+        self._call = self._statements.call
         self._settler = Settler(self._call, self.id, lease, retry_base)
         self._jobs: Dispatcher | None = None
         self._heart: Heartbeater | None = None
-        self._chores: set[asyncio.Task[None]] = set()
+        self._beside = Beside()
         self.metrics = metrics
         if metrics is not None:
             metrics.attach(self.snapshot, self.id)
@@ -174,6 +153,11 @@ class Worker:
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def statements(self) -> int:
+        """Statements this worker's main loop ran."""
+        return self._statements.statements
 
     @property
     def idle_interval(self) -> float:
@@ -245,14 +229,6 @@ class Worker:
             self._wakeup,
             self._record_stale,
         )
-        self._link = Link(
-            self.dsn,
-            self.schema,
-            self.timeouts,
-            self._on_link_down,
-            self._on_link_up,
-            application_name("main", self.id),
-        )
         self._heart = Heartbeater(
             self.dsn,
             self.schema,
@@ -263,14 +239,14 @@ class Worker:
             jobs.heartbeat_lost,
             on_renewing=self._wakeup,
         )
-        background: list[asyncio.Task[None]] = []
+        link = self._statements.link
         try:
             try:
-                await self._link.open()
+                await link.open()
             except psycopg.OperationalError as exc:
                 reason = scrub(first_line(str(exc)), self.dsn)
                 raise PgqError(f"database unavailable: {reason}") from None
-            await self._link.call(ops.require_schema(latest_version(), self.schema))
+            await link.call(ops.require_schema(latest_version(), self.schema))
             log.info(
                 "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
                 self.id,
@@ -284,22 +260,9 @@ class Worker:
             if self._stop_requested:
                 self._request_stop(self._immediate)
             self._heart.start()
-            background = [
-                asyncio.create_task(
-                    self._heart.after_first_beat(
-                        listen(
-                            self.dsn,
-                            self.schema,
-                            self.queues,
-                            self.timeouts,
-                            self._on_hint,
-                            application_name("listen", self.id),
-                        )
-                    )
-                ),
-                asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
-                asyncio.create_task(schedule_forever(self._link.call, self.id)),
-            ]
+            app = application_name("listen", self.id)
+            hints = listen(self.dsn, self.schema, self.queues, self.timeouts, self._on_hint, app)
+            self._beside.start(self._heart, hints, link.call, self.reap_interval, self.id)
             try:
                 await self._pump()
             except SchemaMissing:
@@ -315,14 +278,9 @@ class Worker:
             if self._burst_refused is not None:
                 raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
-            if self._chores:
-                await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
-            for task in [*background, *self._chores]:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            if self._heart is not None:
-                await asyncio.to_thread(self._heart.stop)
-            await self._link.close()
+            await self._beside.stop(HAND_BACK_TIMEOUT)
+            await asyncio.to_thread(self._heart.stop)
+            await link.close()
             jobs.runner.shutdown()
             was = self._state
             self._set_state("stopped", quiet=True)
@@ -413,11 +371,11 @@ class Worker:
 
     async def _pump(self) -> None:
         """One step per round trip: settle what finished and claim for the free slots."""
-        assert self._link is not None and self._jobs is not None
+        assert self._jobs is not None
         while True:
             self._jobs.fill()
             now = time.monotonic()
-            can_talk = self._link.up and now >= self._retry_at
+            can_talk = self._statements.ready(now)
             ledger = self._ledger
             if can_talk and self._recover_orphans:
                 if await hand_back_orphans(self._call, ledger, self.id):
@@ -476,17 +434,17 @@ class Worker:
         return not blocked
 
     def _next_timeout(self, now: float) -> float:
-        assert self._link is not None
         ledger = self._ledger
         deadlines = [now + 1.0]
         if self._stopping:
             deadlines.append(self._grace_deadline)
             if ledger.buffer:
                 deadlines.append(ledger.buffer_retry_at)
-        if not self._link.up:
+        ready_at = self._statements.ready_at
+        if not self._statements.link.up:
             pass  # woken when the link is back
-        elif self._retry_at > now:
-            deadlines.append(self._retry_at)
+        elif ready_at > now:
+            deadlines.append(ready_at)
         else:
             if ledger.pending:
                 busy_until = [h.not_before for h in ledger.pending if h.not_before > now]
@@ -508,26 +466,6 @@ class Worker:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
         self._wake.clear()
-
-    async def _call(self, *step: Op[Any]) -> list[Any]:
-        """Run `step` on the link; a transient failure holds off statements with backoff."""
-        assert self._link is not None
-        try:
-            results = await self._link.call(*step)
-        except Transient as exc:
-            delay = self._retry_backoff.next()
-            self._retry_at = time.monotonic() + delay
-            log.warning(
-                "worker %s: %s failed, retrying in %.1fs: %s",
-                self.id,
-                "+".join(op.name for op in step),
-                delay,
-                printable(str(exc)),
-            )
-            raise
-        self._retry_backoff.reset()
-        self.statements += len(step)
-        return results
 
     # -- one step: settle and claim -----------------------------------------------------------
 
@@ -563,13 +501,8 @@ class Worker:
         self._jobs.settled(result)
         self._jobs.fill()
         if self.metrics is not None:
-            dead = sum(
-                h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
-                for h in result.failed
-            )
-            settled = len(result.done) + len(result.failed)
-            took = time.monotonic() - started
-            self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
+            took, claiming = time.monotonic() - started, queue is not None
+            self.metrics.observe_step(took, claimed, result.settled, result.dead, claiming=claiming)
         return claimed
 
     def _stop_burst(self, why: str) -> None:
@@ -585,37 +518,16 @@ class Worker:
             self._request_stop(immediately=False)
 
     def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
-        self._chore(record_stale(self._call, lost, self.id))
-
-    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` beside the main loop; it is awaited (or cancelled) before `run()` ends."""
-        task = asyncio.create_task(work)
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
-
-    # -- recovery and shutdown ------------------------------------------------------------------
+        self._beside.chore(record_stale(self._call, lost, self.id))
 
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
-        deadline = time.monotonic() + HAND_BACK_TIMEOUT
-        ledger = self._ledger
-        while ledger.pending and time.monotonic() < deadline:
-            assert self._link is not None
-            if not self._link.up or time.monotonic() < self._retry_at:
-                await asyncio.sleep(0.05)
-                continue
-            due = ledger.due(time.monotonic())
-            if due:
-                await self._step(due, claim=False)
-            else:
-                await asyncio.sleep(0.05)
-        if ledger.pending:
-            log.warning(
-                "worker %s: could not settle %d finished job(s); they return when their "
-                "leases expire",
-                self.id,
-                len(ledger.pending),
-            )
         assert self._jobs is not None
-        self._jobs.take_back()
-        await hand_back_unfinished(self._call, ledger, self._jobs.runner, self.id, deadline)
+
+        async def settle(due: list[Held]) -> None:
+            await self._step(due, claim=False)
+
+        ready = self._statements.ready
+        await wind_down(
+            self._call, self._ledger, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT
+        )
