@@ -70,6 +70,11 @@ class Dispatcher:
         self.target = 0
         self._starved_logged = False
 
+    @property
+    def idle(self) -> bool:
+        """No job held, no handler given up still running."""
+        return not self._ledger.held and not self.runner.abandoned
+
     def room(self, settling: int) -> int:
         """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
         plus the buffer's size held, the slots of handlers given up left out."""

@@ -133,9 +133,7 @@ class Timeouts:
     def local_limits(self) -> Op[None]:
         """The same bounds for one transaction alone: what a pooled connection runs first in
         each transaction instead of the session settings (`config.pooled`)."""
-        return ops.local_limits(
-            timedelta(seconds=self.statement), timedelta(seconds=self.lock)
-        )
+        return ops.local_limits(timedelta(seconds=self.statement), timedelta(seconds=self.lock))
 
     def connect_kwargs(self, dsn: str) -> dict[str, Any]:
         options = connect_options(dsn)

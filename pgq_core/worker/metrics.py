@@ -138,4 +138,3 @@ class WorkerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-

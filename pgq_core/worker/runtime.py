@@ -1,13 +1,7 @@
 """The `Worker`: the state machine that composes the named parts.
 
-States: starting -> running <-> disconnected -> draining (stop asked) -> stopped. The parts:
-policy.py (when to claim, how many ahead, when to settle), ledger.py (the held jobs, buffer,
-pending settlements and counts), dispatch.py (jobs onto handler slots, endings and settlements
-into the ledger), link.py (statements), settler.py (settlements and the next claim, one step),
-handback.py (what is not run, given back), runner.py (handlers), heartbeater.py (leases, from
-its own thread), beside.py (listener.py, reaper.py, scheduler.py, beside the main loop).
-
-Invariants (each part states its own):
+States: starting -> running <-> disconnected -> draining (stop asked) -> stopped. Its parts
+(pgq_core/worker/__init__.py lists them) each state their own invariants; this one's:
 - One step per round trip: what finished is settled together with the claim for the slots it
   frees; a handler's ending never waits for its settlement, and claims are made only while
   the heartbeater renews leases and there is room.
@@ -22,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -41,12 +36,13 @@ from .dispatch import Dispatcher
 from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
 from .ledger import Held, Ledger
-from .link import Disconnected, Link, Refused, Throttled, Timeouts, Transient, application_name
+from .link import Link, Throttled, Timeouts, application_name
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
+from .producer import Producer
 from .runner import Handler
 from .settler import Settler
-from .snapshot import RunningJob, WorkerSnapshot
+from .snapshot import RunningJob, WorkerSnapshot, take_snapshot
 
 __all__ = ["RunningJob", "Worker", "WorkerSnapshot"]
 
@@ -124,7 +120,6 @@ class Worker:
         self._immediate = False
         self._stop_requested = False
         self._grace_deadline = 0.0
-        self._claims_paused_until = 0.0
         self._recover_orphans = False
         self._burst_refused: str | None = None
         self._down_since: float | None = None
@@ -142,6 +137,7 @@ class Worker:
         self._call = self._statements.call
         self._settler = Settler(self._call, self.id, lease, retry_base)
         self._jobs: Dispatcher | None = None
+        self._producer: Producer | None = None
         self._heart: Heartbeater | None = None
         self._beside = Beside()
         self.metrics = metrics
@@ -165,23 +161,7 @@ class Worker:
         return self._claims.idle_delay
 
     def snapshot(self) -> WorkerSnapshot:
-        ledger = self._ledger
-        wall = time.time() - time.monotonic()
-        running = tuple(
-            RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began)
-            for h in ledger.running()
-        )
-        return WorkerSnapshot(
-            id=self.id,
-            queues=self.queues,
-            state=self._state,
-            concurrency=self.concurrency,
-            done=ledger.done,
-            failed=ledger.failed,
-            lost=ledger.lost,
-            running=running,
-            buffered=len(ledger.buffer),
-        )
+        return take_snapshot(self.id, self.queues, self._state, self.concurrency, self._ledger)
 
     def stop(self, immediately: bool = False) -> None:
         """Graceful: stop claiming, let running jobs finish within `grace`, hand the rest back.
@@ -228,6 +208,17 @@ class Worker:
             self._prefetch,
             self._wakeup,
             self._record_stale,
+        )
+        on_refused = self._stop_burst if self.burst else None
+        self._producer = Producer(
+            self._settler,
+            self._ledger,
+            jobs,
+            self._claims,
+            self._prefetch,
+            self.metrics,
+            self.id,
+            on_refused,
         )
         self._heart = Heartbeater(
             self.dsn,
@@ -371,7 +362,7 @@ class Worker:
 
     async def _pump(self) -> None:
         """One step per round trip: settle what finished and claim for the free slots."""
-        assert self._jobs is not None
+        assert self._jobs is not None and self._producer is not None
         while True:
             self._jobs.fill()
             now = time.monotonic()
@@ -394,7 +385,7 @@ class Worker:
             )
             claim = (
                 not self._stopping
-                and now >= self._claims_paused_until
+                and now >= self._producer.paused_until
                 and (self._claims.due(now) or (self.burst and not ledger.held))
                 and self._can_renew(now)
             )
@@ -404,16 +395,9 @@ class Worker:
                 wanted = self._jobs.wanted(len(due) if self._jobs.target else 0)
             self._jobs.starved()
             if can_talk and (flush or wanted):
-                claimed = await self._step(due, claim)
-                if (
-                    self.burst
-                    and claim
-                    and self._burst_refused is None
-                    and claimed == 0
-                    and not self._claims.mid_round
-                    and not ledger.held
-                    and not self._jobs.runner.abandoned
-                ):
+                claimed = await self._producer.step(due, claim)
+                drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
+                if self.burst and claim and self._burst_refused is None and drained:
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
                 continue
@@ -452,9 +436,9 @@ class Worker:
                     deadlines.append(ledger.first_pending_at + self._flush.delay)
                 if busy_until:
                     deadlines.append(min(busy_until))
-            assert self._jobs is not None
+            assert self._jobs is not None and self._producer is not None
             if not self._stopping and self._jobs.wanted(0) and self._can_renew(now):
-                deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
+                deadlines.append(max(self._claims.next_poll, self._producer.paused_until))
         return max(0.0, min(deadlines) - now)
 
     async def _sleep(self, timeout: float) -> None:
@@ -466,44 +450,6 @@ class Worker:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
         self._wake.clear()
-
-    # -- one step: settle and claim -----------------------------------------------------------
-
-    async def _step(self, batch: list[Held], claim: bool) -> int:
-        """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
-        (split apart only when a statement fails for its data). Returns how many were claimed."""
-        assert self._jobs is not None
-        self._ledger.take(batch)
-        free = self._jobs.room(len(batch))
-        queue = self._claims.next_queue() if claim and free > 0 else None
-        started = time.monotonic()
-        try:
-            result = await self._settler.step(batch, queue, free)
-        except (Disconnected, Transient) as exc:
-            self._ledger.requeue(batch, uncertain=isinstance(exc, Disconnected))
-            if self.burst and isinstance(exc, Refused):
-                doing = f"claiming from {queue}" if queue is not None else "settling"
-                self._stop_burst(f"{doing} refused ({exc})")
-            return 0
-        self._prefetch.step_ended(started)
-        if queue is not None and result.claim_refused is not None:
-            refused = f"claiming from {queue} refused ({result.claim_refused})"
-            if self.burst:
-                self._stop_burst(refused)
-            else:
-                self._claims_paused_until = time.monotonic() + 5.0
-                log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
-        claimed = len(result.claimed)
-        if queue is not None:
-            for job in result.claimed:
-                self._jobs.hold(job)
-            self._claims.claimed(queue, claimed, time.monotonic())
-        self._jobs.settled(result)
-        self._jobs.fill()
-        if self.metrics is not None:
-            took, claiming = time.monotonic() - started, queue is not None
-            self.metrics.observe_step(took, claimed, result.settled, result.dead, claiming=claiming)
-        return claimed
 
     def _stop_burst(self, why: str) -> None:
         """A burst worker that cannot claim stops (its held jobs finish or go back) and `run()`
@@ -522,11 +468,8 @@ class Worker:
 
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
-        assert self._jobs is not None
-
-        async def settle(due: list[Held]) -> None:
-            await self._step(due, claim=False)
-
+        assert self._jobs is not None and self._producer is not None
+        settle = functools.partial(self._producer.step, claim=False)
         ready = self._statements.ready
         await wind_down(
             self._call, self._ledger, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT
