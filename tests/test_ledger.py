@@ -261,3 +261,19 @@ def test_the_youngest_start_is_the_latest_started_job(book: Book) -> None:
     book.claim(2)
     book.start(book.ledger.buffer[0])
     assert book.ledger.youngest_start() == book.clock.now
+
+
+def test_settlements_come_due_after_the_flush_delay_or_when_a_busy_hold_off_ends(
+    book: Book,
+) -> None:
+    assert book.ledger.settle_deadlines(book.clock.now, 0.005) == []
+    a, b = book.start(book.claim(1)), book.start(book.claim(2))
+    book.ledger.finished(a, RETURNED)
+    book.ledger.finished(b, RETURNED)
+    began = book.ledger.first_pending_at
+    assert book.ledger.settle_deadlines(book.clock.now, 0.005) == [began + 0.005]
+    book.ledger.take([a, b])
+    book.ledger.record(StepResult(busy=[a, b]))  # both held off: no flush deadline
+    now = book.clock.now
+    assert book.ledger.settle_deadlines(now, 0.005) == [now + 0.2]
+    assert book.ledger.counts == (0, 0, 0)

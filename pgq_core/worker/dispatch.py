@@ -55,7 +55,7 @@ class Dispatcher:
         self._worker_id = worker_id
         self._schema = schema
         self._timeout = timeout
-        self._ledger = ledger
+        self.ledger = self._ledger = ledger
         self._prefetch = prefetch
         self._wakeup = wakeup
         self._on_stale = on_stale
@@ -145,6 +145,12 @@ class Dispatcher:
                 h.job.id,
             )
         self.lose(result.lost)
+
+    def stop(self, keep: int) -> None:
+        """Start no more buffered jobs; those waiting on the threads' queue beyond the next
+        `keep` go back to the buffer."""
+        self.stopped = True
+        self.take_back(keep)
 
     def take_back(self, slots: int = 0) -> None:
         """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""

@@ -131,6 +131,11 @@ class Ledger:
 
     # -- what is held ---------------------------------------------------------------------
 
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """Jobs done, failed and lost so far."""
+        return self.done, self.failed, self.lost
+
     def holds(self, h: Held) -> bool:
         return self.held.get(h.job.id) is h
 
@@ -213,6 +218,17 @@ class Ledger:
     def due(self, now: float) -> list[Held]:
         """Pending settlements not held off by a busy row."""
         return [h for h in self.pending if h.not_before <= now]
+
+    def settle_deadlines(self, now: float, delay: float) -> list[float]:
+        """When pending settlements come due: `delay` after the oldest began to wait (unless all
+        are held off by a busy row), and the earliest end of a busy hold-off."""
+        busy_until = [h.not_before for h in self.pending if h.not_before > now]
+        deadlines = []
+        if len(busy_until) < len(self.pending):
+            deadlines.append(self.first_pending_at + delay)
+        if busy_until:
+            deadlines.append(min(busy_until))
+        return deadlines
 
     def take(self, batch: list[Held]) -> None:
         """`batch` (pending settlements) goes into a step."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..text import printable
 from .dispatch import Dispatcher
-from .ledger import Held, Ledger
+from .ledger import Held
 from .link import Disconnected, Refused, Transient
 from .policy import ClaimRound, PrefetchPolicy
 from .settler import Settler
@@ -44,7 +44,6 @@ class Producer:
     def __init__(
         self,
         settler: Settler,
-        ledger: Ledger,
         jobs: Dispatcher,
         claims: ClaimRound,
         prefetch: PrefetchPolicy,
@@ -54,7 +53,7 @@ class Producer:
     ) -> None:
         """`on_refused`: the burst worker's stop (None: not in burst mode)."""
         self._settler = settler
-        self._ledger = ledger
+        self._ledger = jobs.ledger
         self._jobs = jobs
         self._claims = claims
         self._prefetch = prefetch

@@ -35,7 +35,7 @@ from .beside import Beside
 from .dispatch import Dispatcher
 from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
-from .ledger import Held, Ledger
+from .ledger import Ledger
 from .link import Link, Throttled, Timeouts, application_name
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
@@ -113,9 +113,7 @@ class Worker:
         self._prefetch = PrefetchPolicy(concurrency, prefetch)
 
         self._state = "starting"
-        self._ledger = Ledger(
-            lease_s, self._flush.busy_wait, time.monotonic, self._tracked, self._untracked
-        )
+        self._ledger = Ledger(lease_s, self._flush.busy_wait, on_release=self._untracked)
         self._stopping = False
         self._immediate = False
         self._stop_requested = False
@@ -135,7 +133,6 @@ class Worker:
         )
         self._statements = Throttled(link, self.id)
         self._call = self._statements.call
-        self._settler = Settler(self._call, self.id, lease, retry_base)
         self._jobs: Dispatcher | None = None
         self._producer: Producer | None = None
         self._heart: Heartbeater | None = None
@@ -207,18 +204,16 @@ class Worker:
             self._ledger,
             self._prefetch,
             self._wakeup,
-            self._record_stale,
+            lambda lost: self._beside.chore(record_stale(self._call, lost, self.id)),
         )
-        on_refused = self._stop_burst if self.burst else None
         self._producer = Producer(
-            self._settler,
-            self._ledger,
+            Settler(self._call, self.id, self.lease, self.retry_base),
             jobs,
             self._claims,
             self._prefetch,
             self.metrics,
             self.id,
-            on_refused,
+            self._stop_burst if self.burst else None,
         )
         self._heart = Heartbeater(
             self.dsn,
@@ -230,6 +225,7 @@ class Worker:
             jobs.heartbeat_lost,
             on_renewing=self._wakeup,
         )
+        self._ledger.on_hold = self._heart.track
         link = self._statements.link
         try:
             try:
@@ -276,13 +272,8 @@ class Worker:
             was = self._state
             self._set_state("stopped", quiet=True)
             if was != "starting":
-                log.info(
-                    "worker %s stopped: %d done, %d failed, %d lost",
-                    self.id,
-                    self._ledger.done,
-                    self._ledger.failed,
-                    self._ledger.lost,
-                )
+                counts = self._ledger.counts
+                log.info("worker %s stopped: %d done, %d failed, %d lost", self.id, *counts)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -296,10 +287,6 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    def _tracked(self, job_id: int, fence: int) -> None:
-        if self._heart is not None:
-            self._heart.track(job_id, fence)
-
     def _untracked(self, job_id: int) -> None:
         if self._heart is not None:
             self._heart.untrack(job_id)
@@ -311,12 +298,10 @@ class Worker:
 
     def _request_stop(self, immediately: bool) -> None:
         if self._jobs is not None:
-            self._jobs.take_back(0 if immediately else self.concurrency)
+            self._jobs.stop(keep=0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
-            if self._jobs is not None:
-                self._jobs.stopped = True
             self._grace_deadline = now if immediately else now + self.grace
             if self._state != "disconnected":
                 self._set_state("draining")
@@ -406,16 +391,13 @@ class Worker:
             await self._sleep(self._next_timeout(now))
 
     def _can_renew(self, now: float) -> bool:
-        """Claim only while the heartbeater renews leases (renewal.py); say so once."""
+        """Claim only while the heartbeater renews leases (renewal.py)."""
         assert self._heart is not None
-        note = self._heart.gate_note(now)
-        blocked = self._heart.claim_blocked(now) is not None
-        if blocked and self.burst and (refusal := self._heart.refusal(now)) is not None:
+        if self._heart.may_claim(now):
+            return True
+        if self.burst and (refusal := self._heart.refusal(now)) is not None:
             self._stop_burst(f"renewing leases refused ({refusal})")
-        if note is not None:
-            level = logging.WARNING if blocked else logging.INFO
-            log.log(level, "worker %s: %s", self.id, printable(note))
-        return not blocked
+        return False
 
     def _next_timeout(self, now: float) -> float:
         ledger = self._ledger
@@ -430,12 +412,7 @@ class Worker:
         elif ready_at > now:
             deadlines.append(ready_at)
         else:
-            if ledger.pending:
-                busy_until = [h.not_before for h in ledger.pending if h.not_before > now]
-                if len(busy_until) < len(ledger.pending):
-                    deadlines.append(ledger.first_pending_at + self._flush.delay)
-                if busy_until:
-                    deadlines.append(min(busy_until))
+            deadlines += ledger.settle_deadlines(now, self._flush.delay)
             assert self._jobs is not None and self._producer is not None
             if not self._stopping and self._jobs.wanted(0) and self._can_renew(now):
                 deadlines.append(max(self._claims.next_poll, self._producer.paused_until))
@@ -462,9 +439,6 @@ class Worker:
                 printable(why),
             )
             self._request_stop(immediately=False)
-
-    def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
-        self._beside.chore(record_stale(self._call, lost, self.id))
 
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
