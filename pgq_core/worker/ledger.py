@@ -12,8 +12,9 @@ Invariants:
   reported done afterwards is not counted done.
 - Every held job is in exactly one place: the buffer (claimed, no handler started), running
   (started, no outcome) or pending (an outcome waiting for its settlement). The buffer and
-  pending hold only held jobs, each once; no buffered job starts once the worker stops
-  (`unstarted` is what `returned` hands back, their attempt not counted).
+  pending hold only held jobs, each once. Buffered jobs are held like running ones: their
+  leases kept (`on_hold`), counted as the worker's own by the orphan check; on stop they are
+  handed back at once (`returned`), their attempt not counted.
 - Held jobs never exceed the worker's limit (`concurrency` plus the buffer's size when they
   were claimed, less the slots of handlers given up): `room` is what a step may claim.
 - A busy settlement (its row locked by another session) is not due again before `busy_wait`
