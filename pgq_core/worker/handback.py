@@ -113,7 +113,6 @@ async def hand_back_unfinished(
 
 async def wind_down(
     call: Call,
-    ledger: Ledger,
     jobs: Dispatcher,
     ready: Callable[[float], bool],
     settle: Callable[[list[Held]], Awaitable[object]],
@@ -122,6 +121,7 @@ async def wind_down(
 ) -> None:
     """Settle every finished job (`settle`, while `ready`), then hand back the jobs still
     running; all within `timeout` seconds."""
+    ledger = jobs.ledger
     deadline = time.monotonic() + timeout
     while ledger.pending and time.monotonic() < deadline:
         if not ready(time.monotonic()):

@@ -445,6 +445,4 @@ class Worker:
         assert self._jobs is not None and self._producer is not None
         settle = functools.partial(self._producer.step, claim=False)
         ready = self._statements.ready
-        await wind_down(
-            self._call, self._ledger, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT
-        )
+        await wind_down(self._call, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT)
