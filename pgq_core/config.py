@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -226,6 +227,28 @@ def check_concurrency(concurrency: int) -> int:
     if not 1 <= concurrency <= CONCURRENCY_MAX:
         raise ValueError(f"concurrency must be between 1 and {CONCURRENCY_MAX}")
     return concurrency
+
+
+def check_worker_settings(
+    queues: Sequence[str],
+    concurrency: int,
+    lease: timedelta,
+    timeout: float | None,
+    statement_timeout: float,
+    lock_timeout: float,
+    prefetch: int | None,
+) -> None:
+    """ValueError, saying which, unless a worker's settings can run."""
+    if not queues or not all(queues):
+        raise ValueError("a worker needs at least one non-empty queue name")
+    check_concurrency(concurrency)
+    check_lease(lease)
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive")
+    if statement_timeout <= 0 or lock_timeout <= 0:
+        raise ValueError("statement and lock timeouts must be positive")
+    if prefetch is not None and prefetch < 0:
+        raise ValueError("prefetch must be 0 (no buffer) or more")
 
 
 def _visible_code(ch: str) -> str:

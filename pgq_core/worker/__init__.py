@@ -11,12 +11,23 @@
 - `scheduler`: the due slots of schedules (periodic jobs) enqueued, each once;
 - `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
 - `metrics`: the worker's own Prometheus figures (`pgq worker --metrics-port`);
+- `ledger`: the held jobs, the claim-ahead buffer, the pending settlements and the counts
+  (no I/O, its clock given);
+- `dispatch`: claimed jobs onto handler slots, endings and settlements into the ledger, the
+  room for the next claim;
+- `producer`: one settle-and-claim step (River's producer);
+- `handback`: what the worker holds and will not run, given back at once;
+- `beside`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
+- `snapshot`: what a worker reports of itself (`Worker.snapshot()`);
+- `signals`: SIGTERM/SIGINT stop a worker, gracefully then at once;
 - `runtime`: the `Worker` state machine that composes them.
 """
 
 from .context import JobContext
 from .runner import Handler, load_handler
-from .runtime import RunningJob, Worker, WorkerSnapshot, catch_stop_signals, run_until_stopped
+from .runtime import Worker
+from .signals import catch_stop_signals, run_until_stopped
+from .snapshot import RunningJob, WorkerSnapshot
 
 __all__ = [
     "Handler",

@@ -32,6 +32,7 @@ import psycopg
 from .. import ops
 from ..config import first_line, pooled, scrub
 from ..queue import channel, note_pooler_error
+from ..text import printable
 from .link import (
     PERMISSION_DENIED,
     READ_ONLY,
@@ -123,6 +124,16 @@ class Heartbeater:
         """Why renewals are refused for good (permission denied), while claims are stopped."""
         with self._lock:
             return self._gate.refusal(now)
+
+    def may_claim(self, now: float) -> bool:
+        """Whether the worker may claim now (its leases can be renewed); says once when that
+        changes (a warning when claiming stops, a note when it resumes)."""
+        note = self.gate_note(now)
+        blocked = self.claim_blocked(now) is not None
+        if note is not None:
+            level = logging.WARNING if blocked else logging.INFO
+            log.log(level, "worker %s: %s", self._worker_id, printable(note))
+        return not blocked
 
     def gate_note(self, now: float) -> str | None:
         """The line to log once when claiming stops or resumes, else None."""

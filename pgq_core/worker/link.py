@@ -18,6 +18,8 @@ Invariants:
 - Error texts never carry the DSN's password.
 - Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
   `UnreadablePayload` (the statement, a claim, has committed by then).
+- The worker's main loop runs its statements `Throttled`: after a `Transient` failure none
+  is sent before a backoff (0.1 s doubling to 5 s, reset by a success).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,6 +49,7 @@ from ..queue import (
     is_schema_missing,
     note_pooler_error,
 )
+from ..text import printable
 from .policy import Backoff
 from .stdio import restore_standard_fds
 
@@ -129,9 +133,7 @@ class Timeouts:
     def local_limits(self) -> Op[None]:
         """The same bounds for one transaction alone: what a pooled connection runs first in
         each transaction instead of the session settings (`config.pooled`)."""
-        return ops.local_limits(
-            timedelta(seconds=self.statement), timedelta(seconds=self.lock)
-        )
+        return ops.local_limits(timedelta(seconds=self.statement), timedelta(seconds=self.lock))
 
     def connect_kwargs(self, dsn: str) -> dict[str, Any]:
         options = connect_options(dsn)
@@ -341,3 +343,39 @@ class Link:
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
+
+
+class Throttled:
+    """The worker's statements on `link`: a transient failure holds off the next ones with
+    backoff (`ready` is False until then), and `statements` counts the ones run."""
+
+    def __init__(self, link: Link, worker_id: str) -> None:
+        self.link = link
+        self._worker_id = worker_id
+        self._backoff = Backoff(first=0.1, cap=5.0)
+        #: no statement before this time (time.monotonic()) after a transient failure
+        self.ready_at = 0.0
+        self.statements = 0
+
+    def ready(self, now: float) -> bool:
+        """The link is up and not held off."""
+        return self.link.up and now >= self.ready_at
+
+    async def call(self, *step: Op[Any]) -> list[Any]:
+        """Run `step` on the link; a transient failure holds off statements with backoff."""
+        try:
+            results = await self.link.call(*step)
+        except Transient as exc:
+            delay = self._backoff.next()
+            self.ready_at = time.monotonic() + delay
+            log.warning(
+                "worker %s: %s failed, retrying in %.1fs: %s",
+                self._worker_id,
+                "+".join(op.name for op in step),
+                delay,
+                printable(str(exc)),
+            )
+            raise
+        self._backoff.reset()
+        self.statements += len(step)
+        return results

@@ -27,7 +27,7 @@ except ModuleNotFoundError as exc:
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from .runtime import WorkerSnapshot
+    from .snapshot import WorkerSnapshot
 
 #: Every state a worker can report; the state gauge has one series per state, 1 for the current.
 STATES = ("starting", "running", "draining", "disconnected", "stopped")
@@ -138,4 +138,3 @@ class WorkerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-

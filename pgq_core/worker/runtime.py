@@ -1,32 +1,13 @@
 """The `Worker`: the state machine that composes the named parts.
 
-Parts: `ClaimRound`, `PrefetchPolicy` and `FlushPolicy` (policy.py) decide when to claim, how
-many jobs to hold ahead and when to settle; `Link` (link.py) runs statements; `Settler`
-(settler.py) turns finished handlers into settlements and the next claim; `Runner` (runner.py)
-runs handlers; `Heartbeater` (heartbeater.py) keeps leases alive from its own thread;
-`reap_forever` (reaper.py), `schedule_forever` (scheduler.py) and `listen` (listener.py) run
-beside them.
-
-Invariants:
-- A job is *held* from its claim until its settlement committed, a write of it matched no
-  row (lost), or it was handed back. Handlers running, given up or not, never exceed
-  `concurrency`; held jobs never exceed `concurrency` plus the buffer's size when they were
-  claimed.
-- The buffer holds claimed jobs no handler has started; a freed slot takes the next one at
-  once, without waiting for a statement. Buffered jobs are held like running ones: fenced,
-  their leases extended by the heartbeater, orphans after a lost claim reply; on stop they are
-  handed back at once, their attempt not counted, and no buffered job starts after a stop.
-- A handler's ending never waits for its settlement: it joins the next step while its slot
-  runs the next buffered job.
-- Every way a handler ends is one settlement: returned -> complete; raised anything, timed
-  out -> fail (retry or dead, as any failure); a fenced write of its own that matched no row
-  -> lost. A job is counted done only once the statement completing it committed.
-- Settlement never waits on a row lock (busy rows are retried later) and a statement that
-  fails for one job's data never holds back another's: the batch is split and the rest
-  settled alone; a text the database refuses is replaced, never retried forever.
-- Jobs whose handlers finished are settled before anything is handed back, on every way out
-  of `run()`; only unfinished jobs are handed back, and `run()` never raises for a handler's
-  or a job's fault.
+States: starting -> running <-> disconnected -> draining (stop asked) -> stopped. Its parts
+(pgq_core/worker/__init__.py lists them) each state their own invariants; this one's:
+- One step per round trip: what finished is settled together with the claim for the slots it
+  frees; a handler's ending never waits for its settlement, and claims are made only while
+  the heartbeater renews leases and there is room.
+- On stop nothing new is claimed or started; the buffered jobs go back at once, running
+  handlers get `grace` seconds; then the finished jobs are settled before anything is handed
+  back, on every way out of `run()`, and `run()` never raises for a handler's or a job's fault.
 - After a reconnect, jobs running under this worker's id that it does not hold (a claim whose
   reply was lost) are handed back at once, the attempt not counted.
 """
@@ -34,44 +15,36 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from .. import ops
-from ..config import check_concurrency, check_lease, describe, first_line, scrub
+from ..config import check_worker_settings, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
 from ..migrate import latest_version
-from ..models import Job
-from ..ops import Op
 from ..queue import make_worker_id
-from ..text import printable, storable
-from .context import JobContext
+from ..text import printable
+from .beside import Beside
+from .dispatch import Dispatcher
+from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
-from .link import (
-    DataFault,
-    Disconnected,
-    Link,
-    Refused,
-    Timeouts,
-    Transient,
-    UnreadablePayload,
-    application_name,
-)
+from .ledger import Ledger
+from .link import Link, Throttled, Timeouts, application_name
 from .listener import listen
-from .policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
-from .reaper import reap_forever
-from .runner import Handler, Outcome, Runner
-from .scheduler import schedule_forever
-from .settler import Held, Settler, StepResult
+from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
+from .producer import Producer
+from .runner import Handler
+from .settler import Settler
+from .snapshot import RunningJob, WorkerSnapshot, take_snapshot
+
+__all__ = ["RunningJob", "Worker", "WorkerSnapshot"]
 
 if TYPE_CHECKING:
     from .metrics import WorkerMetrics
@@ -80,31 +53,6 @@ log = logging.getLogger("pgq.worker")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 HAND_BACK_TIMEOUT = 5.0
-#: The history's detail for buffered jobs handed back on stop.
-RETURNED_UNSTARTED = "worker shutdown: not started"
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    id: int
-    queue: str
-    fence: int
-    attempts: int
-    started_at: float
-
-
-@dataclass(frozen=True)
-class WorkerSnapshot:
-    id: str
-    queues: tuple[str, ...]
-    state: str
-    concurrency: int
-    done: int
-    failed: int
-    lost: int
-    running: tuple[RunningJob, ...]
-    #: claimed jobs waiting in the worker's buffer for a free slot
-    buffered: int = 0
 
 
 class Worker:
@@ -137,19 +85,12 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         prefetch: int | None = None,
     ) -> None:
-        if not queues or not all(queues):
-            raise PgqError("a worker needs at least one non-empty queue name")
         try:
-            check_concurrency(concurrency)
-            check_lease(lease)
+            check_worker_settings(
+                queues, concurrency, lease, timeout, statement_timeout, lock_timeout, prefetch
+            )
         except ValueError as exc:
             raise PgqError(str(exc)) from None
-        if timeout is not None and timeout <= 0:
-            raise PgqError("timeout must be positive")
-        if statement_timeout <= 0 or lock_timeout <= 0:
-            raise PgqError("statement and lock timeouts must be positive")
-        if prefetch is not None and prefetch < 0:
-            raise PgqError("prefetch must be 0 (no buffer) or more")
         self.id = worker_id or make_worker_id()
         self.dsn = dsn
         self.schema = schema
@@ -170,38 +111,32 @@ class Worker:
         self._claims = ClaimRound(self.queues, poll_interval, idle_cap)
         self._flush = FlushPolicy(flush_delay, max(concurrency, 100))
         self._prefetch = PrefetchPolicy(concurrency, prefetch)
-        self._target = 0
 
         self._state = "starting"
-        self._done = 0
-        self._failed = 0
-        self._lost = 0
-        self._held: dict[int, Held] = {}
-        self._left_to_lease: dict[int, float] = {}
-        self._pending: list[Held] = []
-        self._buffer: collections.deque[Held] = collections.deque()
-        self._buffer_retry_at = 0.0
-        self._queued_ahead = 0
-        self._first_pending_at = 0.0
+        self._ledger = Ledger(lease_s, self._flush.busy_wait, on_release=self._untracked)
         self._stopping = False
         self._immediate = False
         self._stop_requested = False
         self._grace_deadline = 0.0
-        self._retry_at = 0.0
-        self._claims_paused_until = 0.0
-        self._retry_backoff = Backoff(first=0.1, cap=5.0)
         self._recover_orphans = False
-        self._starved_logged = False
         self._burst_refused: str | None = None
         self._down_since: float | None = None
-        self.statements = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._link: Link | None = None
-        self._settler = Settler(self._call, self.id, lease, retry_base)
-        self._runner: Runner | None = None
+        link = Link(
+            dsn,
+            schema,
+            self.timeouts,
+            self._on_link_down,
+            self._on_link_up,
+            application_name("main", self.id),
+        )
+        self._statements = Throttled(link, self.id)
+        self._call = self._statements.call
+        self._jobs: Dispatcher | None = None
+        self._producer: Producer | None = None
         self._heart: Heartbeater | None = None
-        self._chores: set[asyncio.Task[None]] = set()
+        self._beside = Beside()
         self.metrics = metrics
         if metrics is not None:
             metrics.attach(self.snapshot, self.id)
@@ -213,29 +148,17 @@ class Worker:
         return self._state
 
     @property
+    def statements(self) -> int:
+        """Statements this worker's main loop ran."""
+        return self._statements.statements
+
+    @property
     def idle_interval(self) -> float:
         """The current polling interval while the queues stay empty (it backs off)."""
         return self._claims.idle_delay
 
     def snapshot(self) -> WorkerSnapshot:
-        held = [h for h in list(self._held.values()) if h.ctx._began and h.outcome is None]
-        wall = time.time() - time.monotonic()
-        return WorkerSnapshot(
-            id=self.id,
-            queues=self.queues,
-            state=self._state,
-            concurrency=self.concurrency,
-            done=self._done,
-            failed=self._failed,
-            lost=self._lost,
-            running=tuple(
-                RunningJob(
-                    h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began
-                )
-                for h in held
-            ),
-            buffered=len(self._buffer),
-        )
+        return take_snapshot(self.id, self.queues, self._state, self.concurrency, self._ledger)
 
     def stop(self, immediately: bool = False) -> None:
         """Graceful: stop claiming, let running jobs finish within `grace`, hand the rest back.
@@ -261,7 +184,7 @@ class Worker:
 
     def handlers_still_running(self) -> int:
         """Handlers executing now; after `run()` returned, those told to stop that did not."""
-        return self._runner.still_running() if self._runner is not None else 0
+        return self._jobs.runner.still_running() if self._jobs is not None else 0
 
     async def run(self) -> None:
         """Work until stopped (or drained, with `burst`). Raises if the first connect fails.
@@ -272,19 +195,25 @@ class Worker:
             raise PgqError(f"worker {self.id} has already run")
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._runner = Runner(
-            self.handler, self.concurrency, f"pgq-job-{self.id}", self._slot_freed
-        )
-        timed = self.timeout is not None or hasattr(self.handler, "timeout_for")
-        if not self._runner.is_async and not timed:  # a timeout runs from the submit
-            self._queued_ahead = self.concurrency
-        self._link = Link(
-            self.dsn,
+        self._jobs = jobs = Dispatcher(
+            self.handler,
+            self.concurrency,
+            self.id,
             self.schema,
-            self.timeouts,
-            self._on_link_down,
-            self._on_link_up,
-            application_name("main", self.id),
+            self.timeout,
+            self._ledger,
+            self._prefetch,
+            self._wakeup,
+            lambda lost: self._beside.chore(record_stale(self._call, lost, self.id)),
+        )
+        self._producer = Producer(
+            Settler(self._call, self.id, self.lease, self.retry_base),
+            jobs,
+            self._claims,
+            self._prefetch,
+            self.metrics,
+            self.id,
+            self._stop_burst if self.burst else None,
         )
         self._heart = Heartbeater(
             self.dsn,
@@ -293,17 +222,18 @@ class Worker:
             self.heartbeat_interval,
             self.id,
             self._loop,
-            self._on_heartbeat_lost,
+            jobs.heartbeat_lost,
             on_renewing=self._wakeup,
         )
-        background: list[asyncio.Task[None]] = []
+        self._ledger.on_hold = self._heart.track
+        link = self._statements.link
         try:
             try:
-                await self._link.open()
+                await link.open()
             except psycopg.OperationalError as exc:
                 reason = scrub(first_line(str(exc)), self.dsn)
                 raise PgqError(f"database unavailable: {reason}") from None
-            await self._link.call(ops.require_schema(latest_version(), self.schema))
+            await link.call(ops.require_schema(latest_version(), self.schema))
             log.info(
                 "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
                 self.id,
@@ -317,22 +247,9 @@ class Worker:
             if self._stop_requested:
                 self._request_stop(self._immediate)
             self._heart.start()
-            background = [
-                asyncio.create_task(
-                    self._heart.after_first_beat(
-                        listen(
-                            self.dsn,
-                            self.schema,
-                            self.queues,
-                            self.timeouts,
-                            self._on_hint,
-                            application_name("listen", self.id),
-                        )
-                    )
-                ),
-                asyncio.create_task(reap_forever(self._link.call, self.reap_interval, self.id)),
-                asyncio.create_task(schedule_forever(self._link.call, self.id)),
-            ]
+            app = application_name("listen", self.id)
+            hints = listen(self.dsn, self.schema, self.queues, self.timeouts, self._on_hint, app)
+            self._beside.start(self._heart, hints, link.call, self.reap_interval, self.id)
             try:
                 await self._pump()
             except SchemaMissing:
@@ -348,25 +265,15 @@ class Worker:
             if self._burst_refused is not None:
                 raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
-            if self._chores:
-                await asyncio.wait(self._chores, timeout=HAND_BACK_TIMEOUT)
-            for task in [*background, *self._chores]:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            if self._heart is not None:
-                await asyncio.to_thread(self._heart.stop)
-            await self._link.close()
-            self._runner.shutdown()
+            await self._beside.stop(HAND_BACK_TIMEOUT)
+            await asyncio.to_thread(self._heart.stop)
+            await link.close()
+            jobs.runner.shutdown()
             was = self._state
             self._set_state("stopped", quiet=True)
             if was != "starting":
-                log.info(
-                    "worker %s stopped: %d done, %d failed, %d lost",
-                    self.id,
-                    self._done,
-                    self._failed,
-                    self._lost,
-                )
+                counts = self._ledger.counts
+                log.info("worker %s stopped: %d done, %d failed, %d lost", self.id, *counts)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -380,21 +287,18 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
+    def _untracked(self, job_id: int) -> None:
+        if self._heart is not None:
+            self._heart.untrack(job_id)
+        self._wakeup()
+
     def _on_hint(self) -> None:
         self._claims.notified()
         self._wakeup()
 
-    def _take_back(self, slots: int = 0) -> None:
-        """Jobs waiting on the threads' queue beyond the next `slots` go back to the buffer."""
-        if self._runner is None:
-            return
-        taken = {ctx.id for ctx in self._runner.take_back(slots)}
-        if taken:
-            waiting = [h for h in self._held.values() if h.job.id in taken]
-            self._buffer.extendleft(reversed(waiting))
-
     def _request_stop(self, immediately: bool) -> None:
-        self._take_back(0 if immediately else self.concurrency)
+        if self._jobs is not None:
+            self._jobs.stop(keep=0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
@@ -404,12 +308,13 @@ class Worker:
             log.info(
                 "worker %s stopping: no new claims, %d running job(s)%s",
                 self.id,
-                len(self._held),
+                len(self._ledger.held),
                 "" if immediately else f", grace {self.grace:g}s",
             )
         elif immediately and self._grace_deadline > now:
             self._grace_deadline = now
-            log.info("worker %s stopping now: handing back %d job(s)", self.id, len(self._held))
+            held = len(self._ledger.held)
+            log.info("worker %s stopping now: handing back %d job(s)", self.id, held)
         self._wakeup()
 
     def _on_link_down(self, reason: str) -> None:
@@ -419,7 +324,7 @@ class Worker:
             "worker %s: database unavailable (%s); holding %d job(s), retrying with backoff",
             self.id,
             printable(reason),
-            len(self._held),
+            len(self._ledger.held),
         )
 
     def _on_link_up(self) -> None:
@@ -430,7 +335,7 @@ class Worker:
             "worker %s: database reachable again after %.1fs; checking %d held job(s)",
             self.id,
             time.monotonic() - since,
-            len(self._held),
+            len(self._ledger.held),
         )
         self._recover_orphans = True
         self._claims.notified()
@@ -438,126 +343,79 @@ class Worker:
             self._heart.beat_now()
         self._wakeup()
 
-    def _room(self, settling: int) -> int:
-        """Jobs a step that settles `settling` of the held ones may claim: up to `concurrency`
-        plus the buffer's size held, the slots of handlers given up left out."""
-        assert self._runner is not None
-        limit = self.concurrency + self._target - self._runner.abandoned
-        return limit - len(self._held) + settling
-
-    def _size_buffer(self) -> None:
-        """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
-        assert self._runner is not None
-        youngest = None
-        if self._runner.occupied >= self.concurrency:
-            youngest = max((h.ctx._began for h in self._held.values()), default=None) or None
-        self._target = self._prefetch.size(youngest)
-
     # -- the main loop: settle, claim, wait ---------------------------------------------------
 
     async def _pump(self) -> None:
         """One step per round trip: settle what finished and claim for the free slots."""
-        assert self._link is not None
+        assert self._jobs is not None and self._producer is not None
         while True:
-            self._fill()
+            self._jobs.fill()
             now = time.monotonic()
-            can_talk = self._link.up and now >= self._retry_at
+            can_talk = self._statements.ready(now)
+            ledger = self._ledger
             if can_talk and self._recover_orphans:
-                await self._hand_back_orphans()
+                if await hand_back_orphans(self._call, ledger, self.id):
+                    self._recover_orphans = False
                 continue
-            if can_talk and self._stopping and self._buffer and now >= self._buffer_retry_at:
-                await self._return_buffered()
+            if can_talk and self._stopping and ledger.buffer and now >= ledger.buffer_retry_at:
+                await return_buffered(self._call, ledger, self.id)
                 continue
-            due = [h for h in self._pending if h.not_before <= now]
+            due = ledger.due(now)
             flush = self._flush.due(
                 pending=len(due),
-                held=len(self._held),
-                oldest=self._first_pending_at,
+                held=len(ledger.held),
+                oldest=ledger.first_pending_at,
                 now=now,
                 stopping=self._stopping,
             )
             claim = (
                 not self._stopping
-                and now >= self._claims_paused_until
-                and (self._claims.due(now) or (self.burst and not self._held))
+                and now >= self._producer.paused_until
+                and (self._claims.due(now) or (self.burst and not ledger.held))
                 and self._can_renew(now)
             )
             wanted = False
             if claim:
-                self._size_buffer()
-                wanted = (
-                    len(self._buffer) <= self._target // 2
-                    and self._room(len(due) if self._target else 0) > 0
-                )
-            self._note_starved()
+                self._jobs.size_buffer()
+                wanted = self._jobs.wanted(len(due) if self._jobs.target else 0)
+            self._jobs.starved()
             if can_talk and (flush or wanted):
-                claimed = await self._step(due, claim)
-                if (
-                    self.burst
-                    and claim
-                    and self._burst_refused is None
-                    and claimed == 0
-                    and not self._claims.mid_round
-                    and not self._held
-                    and not (self._runner and self._runner.abandoned)
-                ):
+                claimed = await self._producer.step(due, claim)
+                drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
+                if self.burst and claim and self._burst_refused is None and drained:
                     log.info("worker %s: queues drained (burst)", self.id)
                     return
                 continue
-            if self._stopping and (not self._held or now >= self._grace_deadline):
+            if self._stopping and (not ledger.held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
 
     def _can_renew(self, now: float) -> bool:
-        """Claim only while the heartbeater renews leases (renewal.py); say so once."""
+        """Claim only while the heartbeater renews leases (renewal.py)."""
         assert self._heart is not None
-        note = self._heart.gate_note(now)
-        blocked = self._heart.claim_blocked(now) is not None
-        if blocked and self.burst and (refusal := self._heart.refusal(now)) is not None:
+        if self._heart.may_claim(now):
+            return True
+        if self.burst and (refusal := self._heart.refusal(now)) is not None:
             self._stop_burst(f"renewing leases refused ({refusal})")
-        if note is not None:
-            level = logging.WARNING if blocked else logging.INFO
-            log.log(level, "worker %s: %s", self.id, printable(note))
-        return not blocked
-
-    def _note_starved(self) -> None:
-        """Say once when handlers given up occupy every slot, so claiming has stopped."""
-        assert self._runner is not None
-        starved = not self._held and self._runner.abandoned >= self.concurrency
-        if starved and not self._starved_logged:
-            log.warning(
-                "worker %s: all %d slot(s) are held by handlers that were given up (timed out "
-                "or lease lost) and have not returned; no new claims until one does",
-                self.id,
-                self.concurrency,
-            )
-        self._starved_logged = starved
+        return False
 
     def _next_timeout(self, now: float) -> float:
-        assert self._link is not None
+        ledger = self._ledger
         deadlines = [now + 1.0]
         if self._stopping:
             deadlines.append(self._grace_deadline)
-            if self._buffer:
-                deadlines.append(self._buffer_retry_at)
-        if not self._link.up:
+            if ledger.buffer:
+                deadlines.append(ledger.buffer_retry_at)
+        ready_at = self._statements.ready_at
+        if not self._statements.link.up:
             pass  # woken when the link is back
-        elif self._retry_at > now:
-            deadlines.append(self._retry_at)
+        elif ready_at > now:
+            deadlines.append(ready_at)
         else:
-            if self._pending:
-                busy_until = [h.not_before for h in self._pending if h.not_before > now]
-                if len(busy_until) < len(self._pending):
-                    deadlines.append(self._first_pending_at + self._flush.delay)
-                if busy_until:
-                    deadlines.append(min(busy_until))
-            if (
-                not self._stopping
-                and self._room(0) > 0
-                and len(self._buffer) <= self._target // 2
-                and self._can_renew(now)
-            ):
-                deadlines.append(max(self._claims.next_poll, self._claims_paused_until))
+            deadlines += ledger.settle_deadlines(now, self._flush.delay)
+            assert self._jobs is not None and self._producer is not None
+            if not self._stopping and self._jobs.wanted(0) and self._can_renew(now):
+                deadlines.append(max(self._claims.next_poll, self._producer.paused_until))
         return max(0.0, min(deadlines) - now)
 
     async def _sleep(self, timeout: float) -> None:
@@ -569,72 +427,6 @@ class Worker:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
         self._wake.clear()
-
-    async def _call(self, *step: Op[Any]) -> list[Any]:
-        """Run `step` on the link; a transient failure holds off statements with backoff."""
-        assert self._link is not None
-        try:
-            results = await self._link.call(*step)
-        except Transient as exc:
-            delay = self._retry_backoff.next()
-            self._retry_at = time.monotonic() + delay
-            log.warning(
-                "worker %s: %s failed, retrying in %.1fs: %s",
-                self.id,
-                "+".join(op.name for op in step),
-                delay,
-                printable(str(exc)),
-            )
-            raise
-        self._retry_backoff.reset()
-        self.statements += len(step)
-        return results
-
-    # -- one step: settle and claim -----------------------------------------------------------
-
-    async def _step(self, batch: list[Held], claim: bool) -> int:
-        """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
-        (split apart only when a statement fails for its data). Returns how many were claimed."""
-        if len(batch) == len(self._pending):
-            self._pending.clear()
-        else:
-            settling = set(batch)
-            self._pending = [h for h in self._pending if h not in settling]
-        free = self._room(len(batch))
-        queue = self._claims.next_queue() if claim and free > 0 else None
-        started = time.monotonic()
-        try:
-            result = await self._settler.step(batch, queue, free)
-        except (Disconnected, Transient) as exc:
-            self._requeue_pending(batch, uncertain=isinstance(exc, Disconnected))
-            if self.burst and isinstance(exc, Refused):
-                doing = f"claiming from {queue}" if queue is not None else "settling"
-                self._stop_burst(f"{doing} refused ({exc})")
-            return 0
-        self._prefetch.step_ended(started)
-        if queue is not None and result.claim_refused is not None:
-            refused = f"claiming from {queue} refused ({result.claim_refused})"
-            if self.burst:
-                self._stop_burst(refused)
-            else:
-                self._claims_paused_until = time.monotonic() + 5.0
-                log.warning("worker %s: %s; pausing claims for 5s", self.id, printable(refused))
-        claimed = len(result.claimed)
-        if queue is not None:
-            for job in result.claimed:
-                self._hold(job)
-            self._claims.claimed(queue, claimed, time.monotonic())
-        self._apply(result)
-        self._fill()
-        if self.metrics is not None:
-            dead = sum(
-                h.job.attempts >= h.job.max_attempts or bool(h.outcome and h.outcome.final)
-                for h in result.failed
-            )
-            settled = len(result.done) + len(result.failed)
-            took = time.monotonic() - started
-            self.metrics.observe_step(took, claimed, settled, dead, claiming=queue is not None)
-        return claimed
 
     def _stop_burst(self, why: str) -> None:
         """A burst worker that cannot claim stops (its held jobs finish or go back) and `run()`
@@ -648,345 +440,9 @@ class Worker:
             )
             self._request_stop(immediately=False)
 
-    def _apply(self, result: StepResult) -> None:
-        """Record a step's outcome: counters, logs, busy jobs back in line, lost jobs given up."""
-        now = time.monotonic()
-        for h in result.done:
-            if self._release(h):
-                self._done += 1
-        for h in result.failed:
-            if self._release(h):
-                self._failed += 1
-                final = h.job.attempts >= h.job.max_attempts
-                log.info(
-                    "job %d failed (attempt %d of %d)%s: %s",
-                    h.job.id,
-                    h.job.attempts,
-                    h.job.max_attempts,
-                    ", dead" if final else ", will retry",
-                    printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
-                )
-        for h in result.busy:
-            h.busy += 1
-            h.not_before = now + self._flush.busy_wait(h.busy)
-            log.debug("job %d: row locked by another session; settling later", h.job.id)
-        self._requeue_pending(result.busy + result.retry, uncertain=False)
-        for h in result.refused:
-            if self._release(h):
-                self._leave_to_lease(h, now)
-                log.error(
-                    "job %d: the database refused every settlement; left to its lease (the "
-                    "reaper will retry it)",
-                    h.job.id,
-                )
-        stale = [(h, action) for h, action in result.lost if self._lose(h, action)]
-        if stale:
-            self._chore(self._record_stale(stale))
-
-    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` beside the main loop; it is awaited (or cancelled) before `run()` ends."""
-        task = asyncio.create_task(work)
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
-
-    def _requeue_pending(self, held: list[Held], *, uncertain: bool) -> None:
-        live = [h for h in held if self._held.get(h.job.id) is h and h not in self._pending]
-        for h in live:
-            h.uncertain = h.uncertain or uncertain
-        if live:
-            if not self._pending:
-                self._first_pending_at = time.monotonic()
-            self._pending[:0] = live
-
-    def _leave_to_lease(self, h: Held, now: float) -> None:
-        """A job that ran and could not be settled stays `running` under our id until its
-        lease runs out: the orphan check must not take it for an unstarted claim and hand it
-        back with its attempt refunded (it would run again, its attempts never used up). It is
-        remembered until well after its lease, when the reaper has taken it."""
-        self._left_to_lease = {i: t for i, t in self._left_to_lease.items() if t > now}
-        self._left_to_lease[h.job.id] = now + 2 * self.lease.total_seconds() + 60
-
-    def _release(self, h: Held) -> bool:
-        """Forget a settled job; False if it was no longer held."""
-        if self._held.get(h.job.id) is not h:
-            return False
-        del self._held[h.job.id]
-        if self._heart is not None:
-            self._heart.untrack(h.job.id)
-        self._wakeup()
-        return True
-
-    # -- running jobs -----------------------------------------------------------------------
-
-    def _hold(self, job: Job) -> None:
-        """A claimed job joins the buffer (its lease kept by the heartbeater from now on)."""
-        ctx = JobContext(job, self.id, self.schema)
-        ctx.timeout = self.timeout
-        held = Held(job, ctx)
-        self._held[job.id] = held
-        if self._heart is not None:
-            self._heart.track(job.id, job.fence)
-        self._buffer.append(held)
-
-    def _fill(self) -> None:
-        """Start buffered jobs on the free slots; none once the worker is stopping. Plain
-        functions without a timeout get one more job per thread, waiting on the threads' queue,
-        so a thread that finishes starts the next without waiting for the event loop."""
-        runner = self._runner
-        assert runner is not None
-        slots = self.concurrency + self._queued_ahead
-        while self._buffer and not self._stopping and runner.occupied < slots:
-            held = self._buffer.popleft()
-            job = held.job
-            if isinstance(job.payload, UnreadablePayload):
-                error = f"the payload cannot be read: {job.payload.reason}"
-                self._finished(held, Outcome("raised", storable(error)))
-                continue
-            runner.start(held.ctx, self.timeout, functools.partial(self._on_outcome, held))
-
-    def _slot_freed(self) -> None:
-        """A handler given up has really ended: its slot takes the next buffered job."""
-        self._fill()
-        self._wakeup()
-
-    def _on_outcome(self, held: Held, outcome: Outcome) -> None:
-        """A handler ended: queue its job's settlement (unless the job was given up) and start
-        the next buffered job on the slot it freed."""
-        if outcome.kind in ("returned", "raised"):
-            self._prefetch.handler_ended(held.ctx._began)
-        self._settle_later(held, outcome)
-        self._fill()
-
-    def _settle_later(self, held: Held, outcome: Outcome) -> None:
-        assert self._runner is not None
-        if self._held.get(held.job.id) is not held or held.outcome is not None:
-            return
-        if outcome.kind == "cancelled":
-            return
-        if outcome.kind == "lost":
-            if self._lose(held, outcome.action):
-                self._chore(self._record_stale([(held, outcome.action)]))
-            return
-        if outcome.kind == "timed_out":
-            log.warning(
-                "job %d: %s; failing it (its handler was %s)",
-                held.job.id,
-                outcome.error,
-                "cancelled" if self._runner.is_async else "abandoned in its thread",
-            )
-        self._finished(held, outcome)
-
-    def _finished(self, held: Held, outcome: Outcome) -> None:
-        held.outcome = outcome
-        if not self._pending:
-            self._first_pending_at = time.monotonic()
-        self._pending.append(held)
-        self._wakeup()
-
-    def _on_heartbeat_lost(self, pairs: list[tuple[int, int]]) -> None:
-        """From the heartbeater: these leases are gone. Jobs whose handler already finished are
-        left to their settlement, which tells the same (or that it committed first)."""
-        lost = []
-        for job_id, fence in pairs:
-            h = self._held.get(job_id)
-            if h is None or h.job.fence != fence or h.outcome is not None:
-                continue
-            if self._lose(h, "heartbeat"):
-                lost.append((h, "heartbeat"))
-        if lost:
-            self._chore(self._record_stale(lost))
-
-    def _lose(self, held: Held, action: str) -> bool:
-        """The job is no longer ours: stop its handler, drop its result, free its slot.
-
-        False if it was already given up."""
-        if self._held.get(held.job.id) is not held:
-            return False
-        self._release(held)
-        if held in self._pending:
-            self._pending.remove(held)
-        if not held.ctx._began and held in self._buffer:
-            self._buffer.remove(held)
-        self._lost += 1
-        assert self._runner is not None
-        self._runner.abandon(held.ctx)
-        log.warning(
-            "job %d: lease lost (fence %d, %s matched no row); handler stopped, result discarded",
-            held.job.id,
-            held.job.fence,
-            action,
-        )
-        return True
-
-    async def _record_stale(self, lost: list[tuple[Held, str]]) -> None:
-        by_action: dict[str, list[tuple[int, int]]] = {}
-        for h, action in lost:
-            by_action.setdefault(action, []).append((h.job.id, h.job.fence))
-        for action, pairs in by_action.items():
-            try:
-                await self._call(ops.record_stale(pairs, self.id, action))
-            except (Disconnected, Transient, DataFault):
-                log.info("worker %s: could not record %d stale write(s)", self.id, len(pairs))
-
-    # -- recovery and shutdown ------------------------------------------------------------------
-
-    async def _hand_back_orphans(self) -> None:
-        """Jobs claimed under our id by a statement whose reply never arrived go back now."""
-        try:
-            now = time.monotonic()
-            ours = [*self._held, *(i for i, t in self._left_to_lease.items() if t > now)]
-            (orphans,) = await self._call(ops.hand_back_orphans(ours, self.id))
-        except (Disconnected, Transient):
-            return
-        except DataFault as exc:
-            log.warning(
-                "worker %s: could not look for orphaned claims: %s", self.id, printable(str(exc))
-            )
-            orphans = []
-        self._recover_orphans = False
-        if orphans:
-            log.info(
-                "worker %s: handed back %d job(s) claimed while the connection broke "
-                "(their reply was lost; the attempt does not count)",
-                self.id,
-                len(orphans),
-            )
-
-    async def _return_buffered(self) -> None:
-        """On stop, the buffered jobs go back at once (their attempt not counted)."""
-        waiting = list(self._buffer)
-        pairs = [(h.job.id, h.job.fence) for h in waiting]
-        try:
-            (settled,) = await self._call(ops.hand_back(pairs, self.id, RETURNED_UNSTARTED))
-        except (Disconnected, Transient, DataFault):
-            self._buffer_retry_at = time.monotonic() + 0.1
-            return
-        busy = set(settled.busy)
-        for h in waiting:
-            if h.job.id not in busy and h in self._buffer:  # not lost meanwhile
-                self._buffer.remove(h)
-                self._release(h)
-        if busy:
-            self._buffer_retry_at = time.monotonic() + 0.1
-        log.info(
-            "worker %s: handed back %d buffered job(s) not started",
-            self.id,
-            len(settled.applied),
-        )
-
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
-        deadline = time.monotonic() + HAND_BACK_TIMEOUT
-        while self._pending and time.monotonic() < deadline:
-            assert self._link is not None
-            if not self._link.up or time.monotonic() < self._retry_at:
-                await asyncio.sleep(0.05)
-                continue
-            due = [h for h in self._pending if h.not_before <= time.monotonic()]
-            if due:
-                await self._step(due, claim=False)
-            else:
-                await asyncio.sleep(0.05)
-        if self._pending:
-            log.warning(
-                "worker %s: could not settle %d finished job(s); they return when their "
-                "leases expire",
-                self.id,
-                len(self._pending),
-            )
-        await self._hand_back(deadline)
-
-    async def _hand_back(self, deadline: float) -> None:
-        """Tell running handlers to stop and release their jobs (the attempt not counted)."""
-        self._take_back()
-        remaining = [h for h in self._held.values() if h.outcome is None]
-        if not remaining:
-            return
-        assert self._runner is not None
-        for h in remaining:
-            self._runner.abandon(h.ctx)
-        await self._runner.wait_abandoned(timeout=1.0)
-        released = 0
-        while remaining and time.monotonic() < deadline:
-            pairs = [(h.job.id, h.job.fence) for h in remaining]
-            try:
-                (settled,) = await self._call(ops.hand_back(pairs, self.id, "worker shutdown"))
-            except (Disconnected, Transient, DataFault):
-                await asyncio.sleep(0.1)
-                continue
-            busy = set(settled.busy)
-            released += len(settled.applied)
-            for h in remaining:
-                if h.job.id not in busy:
-                    self._release(h)
-            remaining = [h for h in remaining if h.job.id in busy]
-            if remaining:
-                await asyncio.sleep(0.1)
-        self._buffer = collections.deque(h for h in self._buffer if self._held.get(h.job.id) is h)
-        if remaining:
-            log.warning(
-                "worker %s: could not hand back %d job(s); they return when their leases expire",
-                self.id,
-                len(remaining),
-            )
-        log.info("worker %s: handed back %d job(s)", self.id, released)
-
-
-class CaughtSignals:
-    """SIGTERM and SIGINT recorded in `received` from `catch_stop_signals()` until
-    `run_until_stopped` takes them over: a worker told to stop while it starts (importing its
-    handler, connecting) stops as soon as it runs, never dies of the signal. `restore()` puts
-    back the handlers found, for a worker started in a process that goes on."""
-
-    def __init__(self) -> None:
-        import signal
-
-        self.received: list[str] = []
-        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        for sig in self._previous:
-            signal.signal(sig, self._record)
-
-    def _record(self, signum: int, frame: object) -> None:
-        import signal
-
-        self.received.append(signal.Signals(signum).name)
-
-    def restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def catch_stop_signals() -> CaughtSignals:
-    """Record SIGTERM and SIGINT from now on (see `CaughtSignals`); call it first thing."""
-    return CaughtSignals()
-
-
-async def run_until_stopped(
-    worker: Worker,
-    on_signal: Callable[[str, int], None] | None = None,
-    caught: Sequence[str] = (),
-) -> None:
-    """Run `worker` with SIGTERM/SIGINT handled: the first stops gracefully, the second at once.
-    `caught` are the signals `catch_stop_signals` recorded before; they count as received now."""
-    import signal
-
-    loop = asyncio.get_running_loop()
-    received: list[str] = []
-
-    def handle(name: str) -> None:
-        received.append(name)
-        if on_signal is not None:
-            on_signal(name, len(received))
-        worker.stop(immediately=len(received) > 1)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, handle, sig.name)
-    for name in list(caught):
-        handle(name)
-    try:
-        await worker.run()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        assert self._jobs is not None and self._producer is not None
+        settle = functools.partial(self._producer.step, claim=False)
+        ready = self._statements.ready
+        await wind_down(self._call, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -26,44 +25,16 @@ from .. import ops
 from ..models import Job, Settled
 from ..ops import Op
 from ..text import printable
-from .context import JobContext
+from .ledger import Held, StepResult
 from .link import DataFault, Disconnected, Transient
 from .runner import Outcome
 
 log = logging.getLogger("pgq.worker")
 
+__all__ = ["Call", "Held", "Settler", "StepResult"]
+
 #: How the settler runs a step: the worker's statement link (with its transient backoff).
 Call = Callable[..., Awaitable[list[Any]]]
-
-
-@dataclass(eq=False)
-class Held:
-    """A job this worker holds, with what is known of its handler and its settlement."""
-
-    job: Job
-    ctx: JobContext
-    outcome: Outcome | None = None
-    #: its settlement was in flight when the connection broke: it may have committed unseen
-    uncertain: bool = False
-    #: a busy row (locked by another session) is not tried again before this time
-    not_before: float = 0.0
-    #: how many settlements in a row found its row locked by another session
-    busy: int = 0
-
-
-@dataclass
-class StepResult:
-    """What one step did, job by job; each held job of the step is in exactly one list."""
-
-    claimed: list[Job] = field(default_factory=list)
-    done: list[Held] = field(default_factory=list)
-    failed: list[Held] = field(default_factory=list)
-    busy: list[Held] = field(default_factory=list)
-    lost: list[tuple[Held, str]] = field(default_factory=list)
-    retry: list[Held] = field(default_factory=list)
-    refused: list[Held] = field(default_factory=list)
-    #: why the claim itself failed for its data (the queue's rows, a rule of the database's)
-    claim_refused: str | None = None
 
 
 class Settler:

@@ -1,0 +1,53 @@
+"""The tasks beside a worker's main loop: the listener, the reaper and the scheduler, started
+once the worker runs, and the chores it starts on the way (stale writes recorded).
+
+Invariants: the listener waits for the heartbeater's first successful round trip (it must not
+take the last connection a server allows before the heartbeat has one); on `stop` the chores
+get up to `timeout` seconds to finish, then every task is cancelled and awaited, so none
+outlives `run()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from .heartbeater import Heartbeater
+from .reaper import reap_forever
+from .scheduler import schedule_forever
+
+
+class Beside:
+    """The background tasks and chores of one running worker."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+        self._chores: set[asyncio.Task[None]] = set()
+
+    def start(
+        self,
+        heart: Heartbeater,
+        listener: Coroutine[Any, Any, None],
+        call: Callable[..., Awaitable[list[Any]]],
+        reap_interval: float,
+        worker_id: str,
+    ) -> None:
+        self._tasks = [
+            asyncio.create_task(heart.after_first_beat(listener)),
+            asyncio.create_task(reap_forever(call, reap_interval, worker_id)),
+            asyncio.create_task(schedule_forever(call, worker_id)),
+        ]
+
+    def chore(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` beside the main loop; it is awaited (or cancelled) by `stop`."""
+        task = asyncio.create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def stop(self, timeout: float) -> None:
+        if self._chores:
+            await asyncio.wait(self._chores, timeout=timeout)
+        for task in [*self._tasks, *self._chores]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,60 @@
+"""What a worker reports of itself (`Worker.snapshot()`): its state, counts and running jobs.
+
+Plain frozen data, importing nothing of the worker's runtime: the runtime builds it from its
+ledger (`take_snapshot`), the metrics, the dashboard and the command line read it, and none
+of them needs the other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    queue: str
+    fence: int
+    attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    id: str
+    queues: tuple[str, ...]
+    state: str
+    concurrency: int
+    done: int
+    failed: int
+    lost: int
+    running: tuple[RunningJob, ...]
+    #: claimed jobs waiting in the worker's buffer for a free slot
+    buffered: int = 0
+
+
+def take_snapshot(
+    worker_id: str, queues: tuple[str, ...], state: str, concurrency: int, ledger: Ledger
+) -> WorkerSnapshot:
+    """The snapshot of a worker whose held jobs `ledger` keeps (safe from any thread)."""
+    wall = time.time() - time.monotonic()
+    running = tuple(
+        RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began)
+        for h in ledger.running()
+    )
+    return WorkerSnapshot(
+        id=worker_id,
+        queues=queues,
+        state=state,
+        concurrency=concurrency,
+        done=ledger.done,
+        failed=ledger.failed,
+        lost=ledger.lost,
+        running=running,
+        buffered=len(ledger.buffer),
+    )

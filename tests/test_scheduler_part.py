@@ -1,0 +1,111 @@
+"""The scheduler alone (pgq_core/worker/scheduler.py), on a real PostgreSQL, two of them at
+once with no worker around them: each due slot is enqueued once, missed slots are skipped but
+the latest, and a schema without the schedules table stops the scheduler with a warning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgq_core import Queue
+from pgq_core.worker.link import Link, Timeouts
+from pgq_core.worker.scheduler import schedule_forever
+
+
+@contextlib.asynccontextmanager
+async def links(dsn: str, schema: str, n: int) -> AsyncIterator[list[Link]]:
+    opened = [Link(dsn, schema, Timeouts(), lambda r: None, lambda: None, "s") for _ in range(n)]
+    try:
+        for link in opened:
+            await link.open()
+        yield opened
+    finally:
+        for link in opened:
+            await link.close()
+
+
+@contextlib.asynccontextmanager
+async def scheduling(opened: list[Link]) -> AsyncIterator[list[asyncio.Task[None]]]:
+    tasks = [
+        asyncio.create_task(schedule_forever(link.call, f"sched-{i}", interval=0.5))
+        for i, link in enumerate(opened)
+    ]
+    try:
+        yield tasks
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def slot_jobs(queue: Queue, name: str) -> Counter[datetime]:
+    rows = queue.conn.execute(
+        sql.SQL("SELECT unique_key FROM {}.jobs WHERE unique_key LIKE %s").format(
+            sql.Identifier(queue.schema)
+        ),
+        [f"schedule:{name}:%"],
+    ).fetchall()
+    return Counter(datetime.fromisoformat(str(r[0]).split(":", 2)[2]) for r in rows)
+
+
+async def test_two_schedulers_enqueue_each_slot_of_a_1s_schedule_once(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.add_schedule("tick", "ticks", "* * * * * *")
+    async with links(dsn, schema, 2) as opened, scheduling(opened):
+        await asyncio.sleep(3.2)
+    slots = slot_jobs(queue, "tick")
+    assert len(slots) >= 2, slots
+    assert set(slots.values()) == {1}, "a slot enqueued twice"
+    assert all(slot.microsecond == 0 for slot in slots)
+    assert len(
+        queue.conn.execute(
+            sql.SQL("SELECT id FROM {}.jobs WHERE queue = 'ticks'").format(
+                sql.Identifier(queue.schema)
+            )
+        ).fetchall()
+    ) == len(slots)
+
+
+async def test_an_hour_of_missed_slots_is_one_job_the_latest(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    queue.add_schedule("missed", "later", "* * * * * *")
+    queue.conn.execute(
+        sql.SQL(
+            "UPDATE {}.schedules SET created_at = created_at - interval '1 hour' WHERE name = %s"
+        ).format(sql.Identifier(queue.schema)),
+        ["missed"],
+    )
+    started = datetime.now(UTC)
+    async with links(dsn, schema, 2) as opened, scheduling(opened):
+        await asyncio.sleep(0.3)
+    slots = slot_jobs(queue, "missed")
+    assert 1 <= len(slots) <= 2, slots  # not 3600: the latest, and maybe the next second's
+    assert min(slots) >= started - timedelta(seconds=2)
+    assert set(slots.values()) == {1}
+
+
+async def test_no_schedules_table_stops_the_scheduler_with_a_warning(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bare = f"t_{secrets.token_hex(5)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(bare)))
+    try:
+        caplog.set_level(logging.WARNING, logger="pgq.worker")
+        async with links(dsn, bare, 1) as (link,):
+            await asyncio.wait_for(schedule_forever(link.call, "sched-bare"), 10)
+        assert "no schedules table" in caplog.text
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(bare)))
