@@ -114,12 +114,12 @@ EFFECT_WITHOUT_DONE = """
 SELECT e.job_id, j.status FROM {s}.effects e LEFT JOIN {s}.jobs j ON j.id = e.job_id
  WHERE j.status IS DISTINCT FROM 'done' ORDER BY e.job_id
 """
-EVENTS = "SELECT event, count(*) FROM {s}.job_events GROUP BY event ORDER BY event"
+EVENTS = "SELECT event, count(*) FROM {s}.job_history GROUP BY event ORDER BY event"
 CLAIMS_PER_JOB = "SELECT fence, count(*) FROM {s}.jobs GROUP BY fence ORDER BY fence"
 #: Pickup: enqueue to the job's first claim (its first 'claimed' event); done: enqueue to done.
 LATENCY = """
 WITH first AS (
-  SELECT job_id, min(at) AS at FROM {s}.job_events WHERE event = 'claimed' GROUP BY job_id
+  SELECT job_id, min(at) AS at FROM {s}.job_history WHERE event = 'claimed' GROUP BY job_id
 ), lat AS (
   SELECT extract(epoch FROM f.at - j.queued_at) AS pickup,
          CASE WHEN j.status = 'done' THEN extract(epoch FROM j.finished_at - j.queued_at) END
@@ -155,8 +155,8 @@ WITH slow AS (
 SELECT s.id, round(extract(epoch FROM s.took)::numeric, 1),
        array_agg(ev.event || ' ' || ev.fence || ' ' || coalesce(ev.worker, '-') || ' +'
                  || round(extract(epoch FROM ev.at - s.queued_at)::numeric, 1) || 's'
-                 ORDER BY ev.id)
-  FROM slow s JOIN {s}.job_events ev ON ev.job_id = s.id
+                 ORDER BY ev.phase, ev.at, ev.seq)
+  FROM slow s JOIN {s}.job_history ev ON ev.job_id = s.id
  GROUP BY s.id, s.took ORDER BY s.took DESC
 """
 LOG_MARKS = ("Traceback", " ERROR ", " WARNING ", "prepared statement")

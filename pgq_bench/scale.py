@@ -78,16 +78,15 @@ SELECT 'q' || (g %% {queues}), jsonb_build_object('n', g), 'done', c - w, 1, 1, 
        LATERAL (SELECT ts.t - (g * 7 %% 1000) * interval '2 milliseconds' AS c,
                        (g %% 1000) * interval '10 milliseconds' AS w) cw
 """
-#: Fixture history: what each status would have gone through.
+#: Fixture history: the rows each status would have written, one per attempt that ended (an
+#: enqueue and a claim write none: migration 15).
 FIXTURE_EVENTS = """
-INSERT INTO {s}.job_events (job_id, at, event, fence, worker)
-SELECT j.id, coalesce(j.finished_at, j.queued_at), e.event, e.fence,
-       CASE WHEN e.event <> 'enqueued' THEN j.worker END
+INSERT INTO {s}.job_events (job_id, at, event, fence, worker, claimed_at)
+SELECT j.id, coalesce(j.finished_at, j.queued_at), e.event, e.fence, j.worker,
+       coalesce(j.claimed_at, j.queued_at)
   FROM {s}.jobs j
-  JOIN (VALUES ('done', 'enqueued', 0), ('done', 'claimed', 1), ('done', 'completed', 1),
-               ('ready', 'enqueued', 0),
-               ('running', 'enqueued', 0), ('running', 'claimed', 1),
-               ('dead', 'enqueued', 0), ('dead', 'claimed', 5), ('dead', 'dead', 5))
+  JOIN (VALUES ('done', 'completed', 1), ('dead', 'failed', 1), ('dead', 'failed', 2),
+               ('dead', 'failed', 3), ('dead', 'failed', 4), ('dead', 'dead', 5))
        AS e(status, event, fence) ON e.status = j.status
 """
 #: Fixture days: the history's daily partitions for the days the fixture history covers

@@ -35,7 +35,7 @@ from pgq_core.config import (
     scrub,
 )
 from pgq_core.durations import DURATION_MAX
-from pgq_core.queue import detect_pooler, is_pooler_error
+from pgq_core.session import detect_pooler, is_pooler_error
 from pgq_core.text import first_surrogate, printable
 
 F = TypeVar("F", bound=Callable[..., Any])

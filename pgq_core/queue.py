@@ -21,7 +21,6 @@ from collections.abc import (
     Generator,
     Iterable,
     Iterator,
-    Mapping,
     Sequence,
 )
 from datetime import datetime, timedelta
@@ -30,22 +29,15 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from . import ops
+from . import ops, session
 from .config import (
     connect_options,
-    first_line,
-    note_pooler,
-    pooled,
-    pooler_line,
-    pooling_undeclared,
 )
 from .errors import (
     JobNotFound,
     LeaseLost,
     PgqError,
     ScheduleExists,
-    SchemaMissing,
-    UnreadableValue,
 )
 from .filters import JobFilter
 from .health import assess
@@ -66,7 +58,7 @@ from .models import (
     Settled,
 )
 from .ops import JobSpec, Op
-from .queries import query_with, statement
+from .session import Failure, adetect_pooler, detect_pooler
 from .target import find_target
 from .text import first_surrogate
 
@@ -112,119 +104,13 @@ def result_json(result: Any) -> str | None:
     return text
 
 
-def _missing(schema: str, exc: psycopg.Error | None = None) -> SchemaMissing:
-    if isinstance(exc, psycopg.errors.UndefinedFunction):
-        return SchemaMissing(
-            f"schema {schema!r} lacks pgq's partitioned history (schema version 9): "
-            "run `pgq migrate`"
-        )
-    return SchemaMissing(f"schema {schema!r} has no pgq tables: run `pgq migrate` first")
-
-
-#: What a pooler in transaction mode answers a client that prepares statements: a statement
-#: prepared on one server session and used on another ("does not exist"), or a name another
-#: client already prepared there ("already exists"). pgq's own SQL never names one.
-POOLER_SQLSTATES = ("26000", "42P05")
-
-
-def is_pooler_error(exc: psycopg.Error) -> bool:
-    """True for the errors a pooler in transaction mode causes (see POOLER_SQLSTATES), and its
-    "bind message supplies N parameters, but prepared statement ... requires M" (08P01): the
-    statement did not run; the connection, not the job or the data, is at fault."""
-    if exc.sqlstate in POOLER_SQLSTATES:
-        return True
-    message = exc.diag.message_primary or str(exc)
-    return exc.sqlstate == "08P01" and "prepared statement" in message
-
-
-def _pooler_found(
-    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], pid: int
-) -> str | None:
-    announced = conn.info.backend_pid
-    if pid == announced or not note_pooler(f"server process {pid}, announced {announced}"):
-        return None
-    return pooler_line(f"its server process is {pid}, not the {announced} it announced")
-
-
-def detect_pooler(conn: psycopg.Connection[Any]) -> str | None:
-    """On a connection just opened, when PGQ_POOLED says nothing: does it go through a pooler
-    (its server process is not the one it announced; a pooler hands out cancel keys of its
-    own)? If so `pooled()` is True from now on and this connection prepares nothing. Returns
-    the line to say, the first time only."""
-    if not pooling_undeclared():
-        return None
-    with conn.cursor() as cur:
-        op = ops.backend_pid()
-        cur.execute(statement(op.name, "pgq"), op.params)
-        line = _pooler_found(conn, op.read(cur.fetchall()))
-    if pooled():
-        conn.prepare_threshold = None
-    return line
-
-
-async def adetect_pooler(conn: psycopg.AsyncConnection[Any]) -> str | None:
-    """`detect_pooler` for an async connection."""
-    if not pooling_undeclared():
-        return None
-    async with conn.cursor() as cur:
-        op = ops.backend_pid()
-        await cur.execute(statement(op.name, "pgq"), op.params)
-        line = _pooler_found(conn, op.read(await cur.fetchall()))
-    if pooled():
-        conn.prepare_threshold = None
-    return line
-
-
 log = logging.getLogger("pgq")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
-
-
-def note_pooler_error(
-    exc: psycopg.Error, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
-) -> bool:
-    """After a pooler's error (`is_pooler_error`): pooled mode from now on (said once), and
-    `conn` prepares nothing more. True if `exc` was one."""
-    if not is_pooler_error(exc):
-        return False
-    evidence = first_line(str(exc))
-    if note_pooler(evidence):
-        log.warning("%s", pooler_line(evidence))
-    if pooled():
-        conn.prepare_threshold = None
-    return True
-
-
-def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
-    """True when the error is about the queue's own tables, functions or schema (not, say, a
-    user's trigger)."""
-    message = exc.diag.message_primary or ""
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return f'"{schema}.' in message
-    if isinstance(exc, psycopg.errors.InvalidSchemaName):
-        return f'"{schema}"' in message
-    return isinstance(exc, psycopg.errors.UndefinedFunction) and (
-        f"{schema}.job_events_" in message
-    )
-
-
-_MISSING = (
-    psycopg.errors.UndefinedTable,
-    psycopg.errors.InvalidSchemaName,
-    psycopg.errors.UndefinedFunction,
-)
 
 
 def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:
     if settled.lost:
         raise LeaseLost(job_id, fence, action)
-
-
-def _statement(op: Op[Any], schema: str) -> tuple[bytes | sql.Composed, Mapping[str, Any]]:
-    """The op's statement and parameters, its filter (if any) bound into `{where}`."""
-    if op.where is None:
-        return statement(op.name, schema), op.params
-    fragment, values = op.where.where(schema)
-    return query_with(op.name, schema, where=fragment), {**op.params, **values}
 
 
 def _health(tables: Any, xmin: Any, notify: float, waits: Any) -> Health:
@@ -290,21 +176,15 @@ class Queue:
         self.close()
 
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
+        """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
+        any other failure the database's own error (`session.classify` has noted a pooler)."""
+        target = conn or self.conn
         try:
-            with (conn or self.conn).cursor() as cur:
-                cur.execute(*_statement(op, self.schema))
-                try:
-                    rows = cur.fetchall() if cur.rownumber is not None else []
-                except (RecursionError, ValueError) as exc:
-                    raise UnreadableValue(exc) from None
-        except _MISSING as exc:
-            if not is_schema_missing(exc, self.schema):
-                raise
-            raise _missing(self.schema, exc) from exc
+            return session.run(target, self.schema, op)
         except psycopg.Error as exc:
-            note_pooler_error(exc, conn or self.conn)
+            if session.classify(exc, self.schema, target) is Failure.SCHEMA_MISSING:
+                raise session.schema_missing(exc, self.schema) from exc
             raise
-        return op.read(rows)
 
     # producers
     def enqueue(
@@ -658,21 +538,14 @@ class AsyncQueue:
         await self.close()
 
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
+        """`Queue.run` on the async connection."""
+        target = conn or self.conn
         try:
-            async with (conn or self.conn).cursor() as cur:
-                await cur.execute(*_statement(op, self.schema))
-                try:
-                    rows = await cur.fetchall() if cur.rownumber is not None else []
-                except (RecursionError, ValueError) as exc:
-                    raise UnreadableValue(exc) from None
-        except _MISSING as exc:
-            if not is_schema_missing(exc, self.schema):
-                raise
-            raise _missing(self.schema, exc) from exc
+            return await session.arun(target, self.schema, op)
         except psycopg.Error as exc:
-            note_pooler_error(exc, conn or self.conn)
+            if session.classify(exc, self.schema, target) is Failure.SCHEMA_MISSING:
+                raise session.schema_missing(exc, self.schema) from exc
             raise
-        return op.read(rows)
 
     async def enqueue(
         self,

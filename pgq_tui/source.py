@@ -38,7 +38,7 @@ from pgq_core.config import (
 )
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health
-from pgq_core.queue import adetect_pooler, is_pooler_error
+from pgq_core.session import adetect_pooler, is_pooler_error
 
 APPLICATION_NAME = "pgq-dashboard"
 

@@ -230,9 +230,9 @@ def test_bench_rejects_bad_option() -> None:
 
 def _history(conn: psycopg.Connection[Any], schema: str, job_id: int) -> list[tuple[str, int]]:
     rows = conn.execute(
-        sql.SQL("SELECT event, fence FROM {}.job_events WHERE job_id = %s ORDER BY id").format(
-            sql.Identifier(schema)
-        ),
+        sql.SQL(
+            "SELECT event, fence FROM {}.job_history WHERE job_id = %s ORDER BY phase, at, seq"
+        ).format(sql.Identifier(schema)),
         [job_id],
     ).fetchall()
     return [(str(e), int(f)) for e, f in rows]

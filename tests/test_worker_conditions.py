@@ -478,7 +478,7 @@ def test_workers_through_an_unannounced_pgbouncer_drain_every_job_once(
     events = Counter(
         e
         for (e,) in queue.conn.execute(
-            sql.SQL("SELECT event FROM {}.job_events WHERE job_id = ANY(%s)").format(
+            sql.SQL("SELECT event FROM {}.job_history WHERE job_id = ANY(%s)").format(
                 sql.Identifier(schema)
             ),
             [ids],
@@ -542,7 +542,7 @@ async def test_a_poolers_errors_switch_the_worker_to_pooled_mode_and_cost_no_att
     events = Counter(
         e
         for (e,) in queue.conn.execute(
-            sql.SQL("SELECT event FROM {}.job_events WHERE job_id = ANY(%s)").format(
+            sql.SQL("SELECT event FROM {}.job_history WHERE job_id = ANY(%s)").format(
                 sql.Identifier(schema)
             ),
             [ids],

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pgq_core.models import Job
+from pgq_core.session import is_transient
 from pgq_core.text import ERROR_TEXT_LIMIT, describe_exception, printable, storable
 from pgq_core.worker import JobContext
-from pgq_core.worker.link import is_transient
 from pgq_core.worker.policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
 from pgq_core.worker.runner import Runner, is_async
 

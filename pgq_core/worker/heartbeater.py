@@ -29,18 +29,12 @@ from typing import Any
 
 import psycopg
 
-from .. import ops
+from .. import ops, session
 from ..config import first_line, pooled, scrub
-from ..queue import channel, note_pooler_error
+from ..queue import channel
+from ..session import Failure
 from ..text import printable
-from .link import (
-    PERMISSION_DENIED,
-    READ_ONLY,
-    Timeouts,
-    application_name,
-    open_sync_connection,
-    run_sync,
-)
+from .link import Timeouts, application_name, open_sync_connection, run_sync
 from .renewal import RenewalGate
 from .runner import call_async
 
@@ -199,16 +193,15 @@ class Heartbeater:
                 )
             settled = run_sync(self._conn, self._schema, self._timeouts, op)
         except psycopg.Error as exc:
-            if self._conn is not None and (
-                exc.sqlstate == READ_ONLY or note_pooler_error(exc, self._conn)
-            ):
+            failure = session.classify(exc, self._schema, self._conn)
+            if self._conn is not None and failure in (Failure.READ_ONLY, Failure.POOLER):
                 with contextlib.suppress(psycopg.Error):
                     self._conn.close()
             reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
             usable = self._conn is not None and not (self._conn.closed or self._conn.broken)
             with self._lock:
                 self._gate.failed(
-                    reason, connected=usable, refused=exc.sqlstate == PERMISSION_DENIED
+                    reason, connected=usable, refused=failure is Failure.REFUSED
                 )
             if held:
                 log.info(

@@ -3,12 +3,13 @@
 Invariants:
 - One statement (or one pipelined transaction of several) at a time; nothing waits forever:
   every session gets `statement_timeout` and `lock_timeout`, and connecting has a timeout.
-- A failure is exactly one of: `Disconnected` (the connection is gone; the link reconnects by
-  itself with bounded backoff), `Transient` (retry the same statement later: serialization
-  failure, deadlock, lock or statement timeout, too many connections; `Refused`: permission
-  denied, which an operator's grant ends; none of them is a job's fault), `DataFault` (this
-  statement fails for its data: retrying it as-is cannot help), or `SchemaMissing` (a table of
-  pgq's own is missing; a missing table a user's trigger names is the statement's data).
+- A failure, classified once by `session.classify`, is exactly one of: `Disconnected` (the
+  connection is gone; the link reconnects by itself with bounded backoff), `Transient` (retry
+  the same statement later: serialization failure, deadlock, lock or statement timeout, too
+  many connections; `Refused`: permission denied, which an operator's grant ends; none of them
+  is a job's fault), `DataFault` (this statement fails for its data: retrying it as-is cannot
+  help), or `SchemaMissing` (a table of pgq's own is missing; a missing table a user's trigger
+  names is the statement's data).
 - A session that cannot write (`READ_ONLY`, as after a failover) is dropped: the statement is
   `Transient` and the link reconnects until a session takes writes.
 - A pooler in transaction mode nobody announced (PGQ_POOLED unset) is found when a connection
@@ -29,7 +30,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -38,28 +39,14 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
-from .. import ops
+from .. import ops, session
 from ..config import connect_options, first_line, pooled, scrub
-from ..errors import SchemaMissing, why_unreadable
+from ..errors import why_unreadable
 from ..ops import Op
-from ..queries import statement
-from ..queue import (
-    adetect_pooler,
-    detect_pooler,
-    is_schema_missing,
-    note_pooler_error,
-)
+from ..session import Failure, adetect_pooler, detect_pooler
 from ..text import printable
 from .policy import Backoff
 from .stdio import restore_standard_fds
-
-#: SQLSTATE classes and codes worth retrying unchanged.
-TRANSIENT_CLASSES = ("08", "40", "53", "57P")
-TRANSIENT_CODES = ("55P03", "57014", "55006")
-#: The session cannot write (a standby, or default_transaction_read_only): a new one may.
-READ_ONLY = "25006"
-#: The role lacks a privilege the statement needs.
-PERMISSION_DENIED = "42501"
 
 log = logging.getLogger("pgq.worker")
 
@@ -101,13 +88,6 @@ def load_payload(data: str | bytes) -> Any:
         return json.loads(data)
     except (RecursionError, ValueError) as exc:
         return UnreadablePayload(why_unreadable(exc))
-
-
-def is_transient(sqlstate: str | None) -> bool:
-    """True for failures that say nothing about the statement itself."""
-    if not sqlstate:
-        return True
-    return sqlstate.startswith(TRANSIENT_CLASSES) or sqlstate in TRANSIENT_CODES
 
 
 @dataclass(frozen=True)
@@ -190,16 +170,8 @@ T = TypeVar("T")
 def run_sync(conn: psycopg.Connection[Any], schema: str, timeouts: Timeouts, op: Op[T]) -> T:
     """Run `op` on a connection of `open_sync_connection`; pooled, inside a transaction that
     first sets its own timeouts (in one round trip, pipelined)."""
-    if not pooled():
-        with conn.cursor() as cur:
-            cur.execute(statement(op.name, schema), op.params)
-            return op.read(cur.fetchall() if cur.rownumber is not None else [])
-    limits = timeouts.local_limits()
-    with conn.pipeline(), conn.transaction():
-        conn.execute(statement(limits.name, schema), limits.params)
-        cur = conn.cursor()
-        cur.execute(statement(op.name, schema), op.params)
-    return op.read(cur.fetchall() if cur.rownumber is not None else [])
+    result: T = session.bounded(conn, schema, timeouts.local_limits(), [op])[0]
+    return result
 
 
 class Link:
@@ -246,55 +218,28 @@ class Link:
             if conn is None:
                 raise Disconnected
             try:
-                return await self._run(conn, step)
+                return await session.abounded(
+                    conn, self._schema, self._timeouts.local_limits(), step
+                )
             except psycopg.Error as exc:
-                if isinstance(exc, psycopg.errors.UndefinedTable) and is_schema_missing(
-                    exc, self._schema
-                ):
-                    raise SchemaMissing(
-                        f"schema {self._schema!r} has no pgq tables: run `pgq migrate` first"
-                    ) from None
+                failure = session.classify(exc, self._schema, conn)
+                if failure is Failure.SCHEMA_MISSING:
+                    raise session.schema_missing(exc, self._schema) from None
                 reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
-                if conn.broken or conn.closed:
+                if failure is Failure.DISCONNECTED:
                     self._down(conn, reason)
                     raise Disconnected(reason) from None
-                if exc.sqlstate == READ_ONLY:
+                if failure is Failure.READ_ONLY:
                     self._down(conn, reason)
                     raise Transient(reason) from None
-                if note_pooler_error(exc, conn):
+                if failure is Failure.POOLER:
                     await self._fresh_session(conn, reason)
                     raise Transient(reason) from None
-                if exc.sqlstate == PERMISSION_DENIED:
+                if failure is Failure.REFUSED:
                     raise Refused(reason) from None
-                if is_transient(exc.sqlstate):
+                if failure is Failure.TRANSIENT:
                     raise Transient(reason) from None
                 raise DataFault(reason, exc.sqlstate) from None
-
-    async def _run(self, conn: psycopg.AsyncConnection[Any], step: Sequence[Op[Any]]) -> list[Any]:
-        if pooled():  # the session has no bounds: this transaction sets its own
-            limits = self._timeouts.local_limits()
-            return (await self._run_pipelined(conn, [limits, *step]))[1:]
-        if len(step) == 1:
-            (op,) = step
-            async with conn.cursor() as cur:
-                await cur.execute(statement(op.name, self._schema), op.params)
-                return [op.read(await cur.fetchall() if cur.rownumber is not None else [])]
-        return await self._run_pipelined(conn, step)
-
-    async def _run_pipelined(
-        self, conn: psycopg.AsyncConnection[Any], step: Sequence[Op[Any]]
-    ) -> list[Any]:
-        """Several ops in one transaction, pipelined in one round trip."""
-        cursors = []
-        async with conn.pipeline(), conn.transaction():
-            for op in step:
-                cur = conn.cursor()
-                await cur.execute(statement(op.name, self._schema), op.params)
-                cursors.append(cur)
-        return [
-            op.read(await cur.fetchall() if cur.rownumber is not None else [])
-            for op, cur in zip(step, cursors, strict=True)
-        ]
 
     async def _fresh_session(
         self, conn: psycopg.AsyncConnection[Any], reason: str
