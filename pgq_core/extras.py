@@ -21,6 +21,7 @@ EXTRAS = {
     "sqlalchemy": "sqlalchemy",
     "django": "django",
     "web": "textual_serve",
+    "otel": "opentelemetry",
 }
 
 

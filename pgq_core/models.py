@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -20,6 +21,8 @@ class Job:
     attempts: int
     max_attempts: int
     lease_until: datetime
+    #: the enqueue's W3C trace context (`tracing`), when it had one
+    trace: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

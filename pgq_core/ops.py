@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg.types.json import Jsonb
 
+from . import tracing
 from .config import QUEUE_NAME_MAX_BYTES, check_new_queue_name, check_queue_name
 from .errors import PgqError, SchemaMissing
 from .filters import JobFilter
@@ -161,6 +162,12 @@ def _check_spec(spec: JobSpec) -> None:
 Round = list[Enqueued | None]
 
 
+def _trace() -> Jsonb | None:
+    """The enqueuing code's trace context, recorded in its jobs (`tracing`)."""
+    carrier = tracing.current()
+    return None if carrier is None else Jsonb(carrier)
+
+
 def enqueue_one(spec: JobSpec) -> Op[int]:
     """One `enqueue_one` statement for `spec`, already checked and without a unique key."""
     return Op(
@@ -174,6 +181,7 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
             "priority": spec.priority,
             "backoff_base": spec.backoff_base,
             "backoff_cap": spec.backoff_cap,
+            "trace": _trace(),
         },
         lambda rows: int(rows[0][0]),
     )
@@ -227,6 +235,7 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
             "priorities": [s.priority for s in sent],
             "backoff_bases": [s.backoff_base for s in sent],
             "backoff_caps": [s.backoff_cap for s in sent],
+            "trace": _trace(),
         },
         read,
     )
@@ -357,7 +366,9 @@ def complete_and_claim(
     settled = _outcomes(held, "completed")
 
     def read(rows: Rows) -> tuple[Settled, list[Job]]:
-        jobs = [Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7]) for r in rows if r[0] == "claimed"]
+        jobs = [
+            Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7], r[8]) for r in rows if r[0] == "claimed"
+        ]
         return settled([r for r in rows if r[0] != "claimed"]), jobs
 
     params = {

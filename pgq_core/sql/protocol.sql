@@ -51,7 +51,8 @@ gate AS (
       LIMIT coalesce((SELECT n FROM gate), %(limit)s)
       FOR UPDATE SKIP LOCKED
    ))
-  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, priority, run_at
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, trace, priority,
+            run_at
 )
 
 -- fragment: backoff
@@ -84,14 +85,15 @@ WITH input AS (
     WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
 ), plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                             backoff_cap)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc
+                             backoff_cap, trace)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc, %(trace)s::jsonb
     FROM input WHERE k IS NULL ORDER BY n
   RETURNING id, fence, NULL::text AS unique_key
 ), keyed AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority,
-                             backoff_base, backoff_cap)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc
+                             backoff_base, backoff_cap, trace)
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc,
+         %(trace)s::jsonb
     FROM input WHERE k IS NOT NULL ORDER BY n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
   DO NOTHING
@@ -111,11 +113,11 @@ ORDER BY 1;
 -- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
 -- it, without the arrays a batch needs. Rows: (id).
 INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                           backoff_cap)
+                           backoff_cap, trace)
 VALUES (%(queue)s::text, %(payload)s::jsonb,
         coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
         %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
-        %(backoff_cap)s::float8)
+        %(backoff_cap)s::float8, %(trace)s::jsonb)
 RETURNING id;
 
 -- name: unique_holders
@@ -127,7 +129,8 @@ SELECT unique_key, id FROM {schema}.jobs
 -- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1, under
 -- queue control (`claim_ready`).
 WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
-SELECT id, queue, payload, fence, attempts, max_attempts, lease_until FROM claimed ORDER BY id;
+SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
+  FROM claimed ORDER BY id;
 
 -- name: settle_complete_and_claim
 -- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
@@ -159,13 +162,14 @@ WITH held AS (
     FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
     JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done')
 )
-SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz
+SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz,
+       NULL::jsonb
   FROM settled
 UNION ALL
-SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL FROM unsettled
+SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL, NULL FROM unsettled
 UNION ALL
-(SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until FROM claimed
-  ORDER BY priority DESC, run_at, id);
+(SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until, trace
+   FROM claimed ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
 -- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ class JobContext:
         "queue",
         "schema",
         "timeout",
+        "trace",
         "worker_id",
     )
 
@@ -38,6 +40,7 @@ class JobContext:
         self.attempts: int = job.attempts
         self.max_attempts: int = job.max_attempts
         self.lease_until: datetime = job.lease_until
+        self.trace: Mapping[str, Any] | None = job.trace
         self.worker_id = worker_id
         self.schema = schema
         self._lost = False

@@ -37,6 +37,7 @@ from ..config import first_line
 from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
 from ..text import describe_exception, storable
+from ..tracing import handler_span
 from .context import JobContext
 from .stdio import hold_standard_fds, restore_standard_fds
 
@@ -164,7 +165,8 @@ def call_sync(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
     pid = os.getpid()
     marked = _IN_HANDLER.set(True)
     try:
-        ended: tuple[bool, Any] = True, handler(ctx)
+        with handler_span(ctx):
+            ended: tuple[bool, Any] = True, handler(ctx)
     except BaseException as exc:  # noqa: BLE001 - every ending of a handler is its job's outcome
         ended = False, exc
     finally:
@@ -181,7 +183,8 @@ async def call_async(handler: Handler, ctx: JobContext) -> tuple[bool, Any]:
     pid = os.getpid()
     _IN_HANDLER.set(True)  # this task's own context
     try:
-        ended: tuple[bool, Any] = True, await handler(ctx)
+        with handler_span(ctx):
+            ended: tuple[bool, Any] = True, await handler(ctx)
     except asyncio.CancelledError:
         if os.getpid() != pid:
             _end_forked_child(False, None)
