@@ -1,5 +1,6 @@
 """Loads the named statements of `sql/*.sql`, the one home of the queue's SQL: `protocol.sql`
-(what every producer and worker runs), `operator.sql` and `observer.sql`.
+(what every producer and worker runs), `operator.sql`, `observer.sql` and `session.sql` (a
+session's bounds, its server process, the schema's version).
 
 A `-- name: X` section is a statement; a `-- fragment: X` section is a piece of SQL written
 once and spliced, as text, wherever a statement names it as `{X}` (before `{schema}` and any
@@ -13,7 +14,7 @@ from importlib.resources import files
 
 from psycopg import sql
 
-FILES = ("protocol.sql", "operator.sql", "observer.sql")
+FILES = ("protocol.sql", "operator.sql", "observer.sql", "session.sql")
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 

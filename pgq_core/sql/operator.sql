@@ -279,16 +279,3 @@ SELECT name, value FROM {schema}.settings ORDER BY name;
 INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
     ON CONFLICT (name) DO UPDATE SET value = excluded.value
 RETURNING value;
-
--- name: session_limits
--- Bound every statement (and lock wait) of an operator's session. A limit the role, database
--- or server already sets is kept unless `force` (the operator asked for one explicitly).
-SELECT pg_catalog.set_config('statement_timeout',
-                  CASE WHEN %(force)s OR pg_catalog.current_setting('statement_timeout') = '0'
-                       THEN %(statement_timeout)s
-                       ELSE pg_catalog.current_setting('statement_timeout') END,
-                  false),
-       pg_catalog.set_config('lock_timeout',
-                  CASE WHEN pg_catalog.current_setting('lock_timeout') = '0'
-                       THEN %(lock_timeout)s ELSE pg_catalog.current_setting('lock_timeout') END,
-                  false);

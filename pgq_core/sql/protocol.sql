@@ -1,5 +1,6 @@
 -- The protocol: every statement a producer and a worker run, by name. A job's whole life is
--- on this page; the operator's statements are in operator.sql, the readers' in observer.sql.
+-- on this page; the operator's statements are in operator.sql, the readers' in observer.sql,
+-- the session's own in session.sql.
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters; {fragment} is a
 -- named piece of SQL (`-- fragment:`) written once and spliced where it is named.
 -- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
@@ -431,19 +432,3 @@ SELECT clock_timestamp();
 SELECT day, outcome FROM {schema}.job_events_add_partitions(
   (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
   %(lock_timeout)s::interval);
-
--- name: local_limits
--- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
--- as the worker's session settings do on a direct connection (a session setting would stay on
--- a server session the pooler hands to other clients). Timeouts in milliseconds.
-SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
-       pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);
-
--- name: backend_pid
--- The server process this statement runs in. A pooler hands each client a cancel key of its
--- own, so a process id that differs from the one the connection announced means a pooler.
-SELECT pg_catalog.pg_backend_pid() AS pid;
-
--- name: schema_version
--- The newest migration applied to the schema (a worker refuses to run on an older one).
-SELECT coalesce(pg_catalog.max(version), 0) FROM {schema}.schema_version;

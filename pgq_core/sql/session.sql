@@ -1,0 +1,33 @@
+-- The session's own statements, by name: the bounds an operator's session or a pooled
+-- transaction sets on itself, which server process it reached (a pooler tells itself apart by
+-- that), and the schema's version. None reads or writes a job.
+-- {schema} is the quoted schema identifier; %(name)s are bound parameters.
+
+-- name: session_limits
+-- Bound every statement (and lock wait) of an operator's session. A limit the role, database
+-- or server already sets is kept unless `force` (the operator asked for one explicitly).
+SELECT pg_catalog.set_config('statement_timeout',
+                  CASE WHEN %(force)s OR pg_catalog.current_setting('statement_timeout') = '0'
+                       THEN %(statement_timeout)s
+                       ELSE pg_catalog.current_setting('statement_timeout') END,
+                  false),
+       pg_catalog.set_config('lock_timeout',
+                  CASE WHEN pg_catalog.current_setting('lock_timeout') = '0'
+                       THEN %(lock_timeout)s ELSE pg_catalog.current_setting('lock_timeout') END,
+                  false);
+
+-- name: local_limits
+-- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
+-- as the worker's session settings do on a direct connection (a session setting would stay on
+-- a server session the pooler hands to other clients). Timeouts in milliseconds.
+SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
+       pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: backend_pid
+-- The server process this statement runs in. A pooler hands each client a cancel key of its
+-- own, so a process id that differs from the one the connection announced means a pooler.
+SELECT pg_catalog.pg_backend_pid() AS pid;
+
+-- name: schema_version
+-- The newest migration applied to the schema (a worker refuses to run on an older one).
+SELECT coalesce(pg_catalog.max(version), 0) FROM {schema}.schema_version;
