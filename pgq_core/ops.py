@@ -39,6 +39,8 @@ from .models import (
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
+#: The rows of a `named` op: named tuples, read by column name.
+NamedRows = list[Any]
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE = timedelta(seconds=30)
@@ -76,6 +78,8 @@ class Op(Generic[T]):
     read: Callable[[Rows], T]
     #: For statements with a `{where}`: the filter that fills it (values bound, never spliced).
     where: JobFilter | None = None
+    #: Rows arrive as named tuples (each column of the statement has a name of its own).
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,10 +304,11 @@ def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
 
 
 def claim(queue: str, limit: int, lease: timedelta, worker: str) -> Op[list[Job]]:
-    def read(rows: Rows) -> list[Job]:
-        return [Job(*r) for r in rows]
+    def read(rows: NamedRows) -> list[Job]:
+        return [Job(**r._asdict()) for r in rows]
 
-    return Op("claim", {"queue": queue, "limit": limit, "lease": lease, "worker": worker}, read)
+    params = {"queue": queue, "limit": limit, "lease": lease, "worker": worker}
+    return Op("claim", params, read, named=True)
 
 
 def heartbeat(held: Sequence[tuple[int, int]]) -> Op[Settled]:
@@ -335,12 +340,12 @@ def _results(
     return list(results)
 
 
-def _outcomes(held: Sequence[tuple[int, int]], applied: str) -> Callable[[Rows], Settled]:
-    """Rows are (outcome, id, fence) of the worker's lock-free writes: `applied`, 'busy' or
-    'done'; a member with no row was stale."""
+def _outcomes(held: Sequence[tuple[int, int]], applied: str) -> Callable[[NamedRows], Settled]:
+    """Rows are (outcome, id, fence), by name, of the worker's lock-free writes: `applied`,
+    'busy' or 'done'; a member with no row was stale."""
 
-    def read(rows: Rows) -> Settled:
-        seen = {(int(r[1]), int(r[2])): str(r[0]) for r in rows}
+    def read(rows: NamedRows) -> Settled:
+        seen = {(int(r.id), int(r.fence)): str(r.outcome) for r in rows}
         by: dict[str, list[int]] = {applied: [], "busy": [], "done": [], "lost": []}
         for i, f in held:
             by[seen.get((i, f), "lost")].append(i)
@@ -365,11 +370,14 @@ def complete_and_claim(
     to `limit` of `queue` in one statement, never waiting on a row lock: (settled, claimed)."""
     settled = _outcomes(held, "completed")
 
-    def read(rows: Rows) -> tuple[Settled, list[Job]]:
+    def read(rows: NamedRows) -> tuple[Settled, list[Job]]:
         jobs = [
-            Job(r[1], r[3], r[4], r[2], r[5], r[6], r[7], r[8]) for r in rows if r[0] == "claimed"
+            Job(r.id, r.queue, r.payload, r.fence, r.attempts, r.max_attempts, r.lease_until,
+                r.trace)
+            for r in rows
+            if r.outcome == "claimed"
         ]
-        return settled([r for r in rows if r[0] != "claimed"]), jobs
+        return settled([r for r in rows if r.outcome != "claimed"]), jobs
 
     params = {
         **_pairs(held),
@@ -379,7 +387,7 @@ def complete_and_claim(
         "lease": lease,
         "worker": worker,
     }
-    return Op("settle_complete_and_claim", params, read)
+    return Op("settle_complete_and_claim", params, read, named=True)
 
 
 def _fail_params(
@@ -408,19 +416,22 @@ def settle_fail(
     true dies at once (its handler raised DontRetry)."""
     params = _fail_params(held, worker, base, cap, jitter)
     params["finals"] = list(final) if final is not None else [False] * len(held)
-    return Op("settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"))
+    return Op(
+        "settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"), named=True
+    )
 
 
 def extend_leases(held: Sequence[tuple[int, int]], channel: str | None = None) -> Op[Settled]:
     """The worker's heartbeat, never waiting on a row lock; notifies `channel` (payload '')
     when a lease moved."""
-    return Op("extend_leases", {**_pairs(held), "channel": channel}, _outcomes(held, "extended"))
+    params = {**_pairs(held), "channel": channel}
+    return Op("extend_leases", params, _outcomes(held, "extended"), named=True)
 
 
 def hand_back(held: Sequence[tuple[int, int]], worker: str, reason: str) -> Op[Settled]:
     """The worker hands unfinished jobs back (attempt not counted), never waiting on a lock."""
     params = {**_pairs(held), "worker": worker, "reason": reason}
-    return Op("hand_back", params, _outcomes(held, "released"))
+    return Op("hand_back", params, _outcomes(held, "released"), named=True)
 
 
 def hand_back_orphans(held: Sequence[int], worker: str) -> Op[list[int]]:

@@ -3,7 +3,8 @@
 
 Invariants:
 - An op runs as its named statement (`sql/*.sql`), its filter bound into `{where}`; several
-  ops run in one transaction, pipelined in one round trip. Rows are read whole; a value Python
+  ops run in one transaction, pipelined in one round trip. A `named` op reads its rows by
+  column name (named tuples), the others as plain tuples. Rows are read whole; a value Python
   cannot load raises `UnreadableValue`, never a bare RecursionError or ValueError.
 - Under a pooler in transaction mode (`config.pooled`) a session keeps no settings: `bounded`
   runs the transaction's own timeouts first, in the same round trip.
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import namedtuple_row, tuple_row
 
 from . import ops
 from .config import first_line, note_pooler, pooled, pooler_line, pooling_undeclared
@@ -142,9 +144,13 @@ async def _arows(cur: psycopg.AsyncCursor[Any]) -> list[Any]:
         raise UnreadableValue(exc) from None
 
 
+def _factory(op: Op[Any]) -> Any:
+    return namedtuple_row if op.named else tuple_row
+
+
 def run(conn: psycopg.Connection[Any], schema: str, op: Op[T]) -> T:
     """One op, one statement."""
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=_factory(op)) as cur:
         cur.execute(*_statement(op, schema))
         rows = _rows(cur)
     return op.read(rows)
@@ -152,7 +158,7 @@ def run(conn: psycopg.Connection[Any], schema: str, op: Op[T]) -> T:
 
 async def arun(conn: psycopg.AsyncConnection[Any], schema: str, op: Op[T]) -> T:
     """`run` on an async connection."""
-    async with conn.cursor() as cur:
+    async with conn.cursor(row_factory=_factory(op)) as cur:
         await cur.execute(*_statement(op, schema))
         rows = await _arows(cur)
     return op.read(rows)
@@ -163,7 +169,7 @@ def run_pipelined(conn: psycopg.Connection[Any], schema: str, step: Sequence[Op[
     cursors = []
     with conn.pipeline(), conn.transaction():
         for op in step:
-            cur = conn.cursor()
+            cur = conn.cursor(row_factory=_factory(op))
             cur.execute(*_statement(op, schema))
             cursors.append(cur)
     return [op.read(_rows(cur)) for op, cur in zip(step, cursors, strict=True)]
@@ -176,7 +182,7 @@ async def arun_pipelined(
     cursors = []
     async with conn.pipeline(), conn.transaction():
         for op in step:
-            cur = conn.cursor()
+            cur = conn.cursor(row_factory=_factory(op))
             await cur.execute(*_statement(op, schema))
             cursors.append(cur)
     return [op.read(await _arows(cur)) for op, cur in zip(step, cursors, strict=True)]

@@ -163,8 +163,9 @@ WITH held AS (
     FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
     JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done')
 )
-SELECT 'completed', id, fence, NULL::text, NULL::jsonb, NULL::int, NULL::int, NULL::timestamptz,
-       NULL::jsonb
+SELECT 'completed' AS outcome, id, fence, NULL::text AS queue, NULL::jsonb AS payload,
+       NULL::int AS attempts, NULL::int AS max_attempts, NULL::timestamptz AS lease_until,
+       NULL::jsonb AS trace
   FROM settled
 UNION ALL
 SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL, NULL FROM unsettled
@@ -202,7 +203,7 @@ WITH held AS (
          claimed_at
     FROM settled
 )
-SELECT 'failed', id, fence FROM settled
+SELECT 'failed' AS outcome, id, fence FROM settled
 UNION ALL
 SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM settled)) t
@@ -223,7 +224,7 @@ WITH held AS (
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence
 )
-SELECT 'extended', id, fence FROM beat
+SELECT 'extended' AS outcome, id, fence FROM beat
 UNION ALL
 SELECT 'busy', t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
@@ -250,7 +251,7 @@ WITH held AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
   SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM released
 )
-SELECT 'released', id, fence FROM released
+SELECT 'released' AS outcome, id, fence FROM released
 UNION ALL
 SELECT 'busy', t.id, t.fence
   FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM released)) t
