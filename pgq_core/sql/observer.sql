@@ -1,7 +1,14 @@
 -- The readers' statements, by name: stats, leases, jobs, a job and its history, error groups,
 -- latency, health and metrics. They write nothing, and every list they return is bounded.
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters; {where} is a
--- filter built with psycopg.sql (pgq_core/filters.py), its values bound.
+-- filter built with psycopg.sql (pgq_core/filters.py), its values bound; {job_row} a fragment.
+
+-- fragment: job_row
+-- The columns of a job in a list (JobRow): last_error cut to its first `error_chars`
+-- characters, with its whole size in bytes read from the stored value's header.
+id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
+pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at, finished_at,
+priority, unique_key, pg_catalog.octet_length(last_error) AS last_error_bytes
 
 -- name: stats
 -- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
@@ -72,20 +79,14 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
 -- Two branches, one of which a one-time filter skips, so each keeps an order an index serves
 -- (id DESC) or a small sort does (the dead rows of a queue by finished_at).
 SELECT * FROM (
-  (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-          pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
-          finished_at, priority, unique_key,
-          pg_catalog.octet_length(last_error) AS last_error_bytes
+  (SELECT {job_row}
      FROM {schema}.jobs
     WHERE %(status)s::text = 'dead' AND status = 'dead'
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY finished_at DESC NULLS LAST, id DESC
     LIMIT %(limit)s)
   UNION ALL
-  (SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-          pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
-          finished_at, priority, unique_key,
-          pg_catalog.octet_length(last_error) AS last_error_bytes
+  (SELECT {job_row}
      FROM {schema}.jobs
     WHERE %(status)s::text IS DISTINCT FROM 'dead'
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -147,10 +148,7 @@ SELECT count(*), pg_catalog.min(run_at) FROM {schema}.jobs
 
 -- name: jobs_filtered
 -- Jobs matching a filter, newest first; last_error cut as in `jobs`.
-SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-       pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
-       finished_at, priority, unique_key,
-       pg_catalog.octet_length(last_error) AS last_error_bytes
+SELECT {job_row}
   FROM {schema}.jobs j
  WHERE {where}
  ORDER BY id DESC
@@ -162,10 +160,7 @@ SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, wo
 -- form may walk the whole primary key looking for 50 matches; this one reads the live rows
 -- through their partial indexes first (bounded by the live set) and sorts the few that match.
 WITH matching AS MATERIALIZED (
-  SELECT id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
-         pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at,
-         finished_at, priority, unique_key,
-         pg_catalog.octet_length(last_error) AS last_error_bytes
+  SELECT {job_row}
     FROM {schema}.jobs j
    WHERE {where}
 )
