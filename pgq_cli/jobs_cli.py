@@ -35,8 +35,8 @@ from pgq_core.filters import (
     parse_error_group,
     parse_payload_match,
 )
-from pgq_core.models import ErrorGroup, JobRow
-from pgq_core.ops import BULK_BATCH, PayloadPreview
+from pgq_core.models import ErrorGroup, JobRow, PayloadPreview
+from pgq_core.ops import BULK_BATCH
 from pgq_core.text import first_line, printable
 
 from . import output

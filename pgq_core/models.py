@@ -303,3 +303,44 @@ class PruneReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class PayloadPreview:
+    """The first `chars` characters of a payload's JSON text, and its whole size in bytes."""
+
+    text: str
+    size: int
+
+    @property
+    def complete(self) -> bool:
+        return len(self.text.encode("utf-8")) >= self.size
+
+
+@dataclass(frozen=True)
+class QueueLeases:
+    """Per queue with running jobs: distinct workers holding them, leases already expired."""
+
+    queue: str
+    workers: int
+    expired: int
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Worker processes connected to the database, and the xmin horizon others hold back."""
+
+    workers_connected: int
+    xmin_horizon_seconds: float
+    xmin_horizon_xids: int
+
+
+@dataclass(frozen=True)
+class TableSize:
+    """One of the queue's tables: heap (with TOAST) and index bytes, live and dead tuples."""
+
+    table: str
+    table_bytes: int
+    index_bytes: int
+    live_tuples: int
+    dead_tuples: int

@@ -18,6 +18,7 @@ from .config import QUEUE_NAME_MAX_BYTES, check_new_queue_name, check_queue_name
 from .errors import PgqError, SchemaMissing
 from .filters import JobFilter
 from .models import (
+    Activity,
     Enqueued,
     ErrorGroup,
     EventPartition,
@@ -28,12 +29,15 @@ from .models import (
     Lease,
     LockWait,
     PartitionDay,
+    PayloadPreview,
     PruneReport,
+    QueueLeases,
     QueueStats,
     QueueWindow,
     Schedule,
     Settled,
     TableHealth,
+    TableSize,
     XminHolder,
 )
 
@@ -698,18 +702,6 @@ def session_limits(
     )
 
 
-@dataclass(frozen=True)
-class PayloadPreview:
-    """The first `chars` characters of a payload's JSON text, and its whole size in bytes."""
-
-    text: str
-    size: int
-
-    @property
-    def complete(self) -> bool:
-        return len(self.text.encode("utf-8")) >= self.size
-
-
 def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] | None]:
     """The job without its payload (`payload` is None) and a bounded preview of it; its
     last_error cut to `chars` characters too."""
@@ -976,15 +968,6 @@ def health_lock_waits(schema: str) -> Op[list[LockWait]]:
     return Op("health_lock_waits", {"schema": schema}, read)
 
 
-@dataclass(frozen=True)
-class QueueLeases:
-    """Per queue with running jobs: distinct workers holding them, leases already expired."""
-
-    queue: str
-    workers: int
-    expired: int
-
-
 def metrics_leases() -> Op[list[QueueLeases]]:
     return Op(
         "metrics_leases",
@@ -993,32 +976,12 @@ def metrics_leases() -> Op[list[QueueLeases]]:
     )
 
 
-@dataclass(frozen=True)
-class Activity:
-    """Worker processes connected to the database, and the xmin horizon others hold back."""
-
-    workers_connected: int
-    xmin_horizon_seconds: float
-    xmin_horizon_xids: int
-
-
 def metrics_activity() -> Op[Activity]:
     def read(rows: Rows) -> Activity:
         connected, seconds, xids = rows[0]
         return Activity(int(connected), float(seconds), int(xids))
 
     return Op("metrics_activity", {}, read)
-
-
-@dataclass(frozen=True)
-class TableSize:
-    """One of the queue's tables: heap (with TOAST) and index bytes, live and dead tuples."""
-
-    table: str
-    table_bytes: int
-    index_bytes: int
-    live_tuples: int
-    dead_tuples: int
 
 
 def table_sizes(schema: str) -> Op[list[TableSize]]:

@@ -42,6 +42,7 @@ from .errors import (
 from .filters import JobFilter
 from .health import assess
 from .models import (
+    Activity,
     Enqueued,
     ErrorGroup,
     Health,
@@ -52,10 +53,12 @@ from .models import (
     Lease,
     PartitionDay,
     PruneReport,
+    QueueLeases,
     QueueStats,
     QueueWindow,
     Schedule,
     Settled,
+    TableSize,
 )
 from .ops import JobSpec, Op
 from .session import Failure, adetect_pooler, detect_pooler
@@ -476,15 +479,15 @@ class Queue:
         applies to every statement from the next one on."""
         return self.run(ops.set_notify(mode))
 
-    def lease_summary(self) -> list[ops.QueueLeases]:
+    def lease_summary(self) -> list[QueueLeases]:
         """Per queue with running jobs: distinct workers holding them, expired leases."""
         return self.run(ops.metrics_leases())
 
-    def activity(self) -> ops.Activity:
+    def activity(self) -> Activity:
         """Worker processes connected to the database; the xmin horizon others hold back."""
         return self.run(ops.metrics_activity())
 
-    def table_sizes(self) -> list[ops.TableSize]:
+    def table_sizes(self) -> list[TableSize]:
         """Bytes, live and dead tuples of `jobs` and `job_events`."""
         return self.run(ops.table_sizes(self.schema))
 
@@ -693,15 +696,15 @@ class AsyncQueue:
         applies to every statement from the next one on."""
         return await self.run(ops.set_notify(mode))
 
-    async def lease_summary(self) -> list[ops.QueueLeases]:
+    async def lease_summary(self) -> list[QueueLeases]:
         """Per queue with running jobs: distinct workers holding them, expired leases."""
         return await self.run(ops.metrics_leases())
 
-    async def activity(self) -> ops.Activity:
+    async def activity(self) -> Activity:
         """Worker processes connected to the database; the xmin horizon others hold back."""
         return await self.run(ops.metrics_activity())
 
-    async def table_sizes(self) -> list[ops.TableSize]:
+    async def table_sizes(self) -> list[TableSize]:
         """Bytes, live and dead tuples of `jobs` and `job_events`."""
         return await self.run(ops.table_sizes(self.schema))
 
