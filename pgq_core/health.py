@@ -45,4 +45,18 @@ def assess(health: Health) -> list[str]:
                 f"pid {w.pid} has waited {w.waited_seconds:,.1f}s for a {w.mode} lock on jobs "
                 f"(over {LOCK_WAIT_SECONDS:.0f}s), blocked by pid {blockers}"
             )
+    stuck = health.stuck_jobs
+    if stuck is not None and stuck.total:
+        longest = stuck.jobs[0] if stuck.jobs else None
+        which = (
+            f": the longest, job {longest.id} on {longest.queue!r}, for "
+            f"{longest.running_seconds:,.0f}s"
+            if longest
+            else ""
+        )
+        found.append(
+            f"{stuck.total:,} running job{'' if stuck.total == 1 else 's'} stuck (past "
+            f"{stuck.factor:g}x the queue's p99 run time and {stuck.floor_seconds:g}s, "
+            f"lease still renewed){which}"
+        )
     return found
