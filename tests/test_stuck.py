@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
-from support import Pgq, error_line, ok
+from support import Pgq, dashboard, error_line, ok
 
 from pgq_core import AsyncQueue, JobSpec, Queue
 from pgq_core.exporter import QueueCollector
@@ -107,7 +107,7 @@ def test_stuck_jobs_past_p99_times_factor_or_the_floor_with_a_live_lease(queue: 
         assert job.threshold_seconds == 60.0
     warnings = [w for w in queue.health().warnings if "stuck" in w]
     assert len(warnings) == 1
-    assert warnings[0].startswith("3 running jobs stuck (past 3x the queue's p99 run time and 60s")
+    assert warnings[0].startswith("3 running jobs stuck (past 3x the queue's p99 run time and 1m,")
     assert f"job {scene.flagged} on 'steady'" in warnings[0]
 
 
@@ -255,3 +255,65 @@ def test_exporter_reports_stuck_jobs_per_queue(dsn: str, schema: str, queue: Que
 def test_exporter_refuses_a_bad_factor() -> None:
     with pytest.raises(ValueError, match="stuck factor"):
         QueueCollector(lambda: None, "pgq", stuck_factor=0)  # type: ignore[arg-type,return-value]
+
+
+# ---------------------------------------------------------------------------- dashboard
+
+
+async def test_dashboard_health_view_lists_stuck_jobs_and_enter_opens_one(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.screens.job_detail import JobDetailScreen
+    from pgq_tui.testing import wait_for
+    from pgq_tui.widgets.keyed_table import plain
+    from pgq_tui.widgets.stuck_table import StuckTable
+
+    scene = make_scene(queue)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("6")
+        dash = app.dashboard
+        table = dash.query_one(StuckTable)
+        await wait_for(pilot, lambda: table.row_count == 3, "the stuck jobs listed")
+        order = [str(row.key.value) for row in table.ordered_rows]
+        assert order == [str(scene.flagged), str(scene.fresh), str(scene.stale_history)]
+        cells = [plain(c) for c in table.get_row(str(scene.flagged))]
+        assert cells[:2] == [str(scene.flagged), "steady"]
+        assert cells[2].startswith("2m") and cells[3] == "30s" and cells[4] == "1m30s"
+        worker = plain(table.get_row(str(scene.fresh))[5])
+        assert worker == "w-\\x1b[31m[bold]x"  # control characters shown, markup not parsed
+        assert plain(table.get_row(str(scene.fresh))[3]) == "no history"
+        bar = dash.query_one("#stuck-bar", Static)
+        assert "3 stuck jobs" in str(bar.render())
+        assert app.focused is table
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), "job detail")
+        detail = app.screen
+        assert isinstance(detail, JobDetailScreen) and detail.job_id == scene.fresh
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.dashboard, "back to the dashboard")
+        assert dash.selected_job() == (scene.fresh, "running", "fresh")
+
+
+async def test_dashboard_health_view_without_stuck_jobs_hides_the_list(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.testing import wait_for
+    from pgq_tui.widgets.health_panel import HealthPanel
+    from pgq_tui.widgets.stuck_table import StuckTable
+
+    queue.enqueue("idle", {})
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("6")
+        dash = app.dashboard
+        await wait_for(pilot, lambda: dash.health is not None, "health read")
+        assert not dash.query_one(StuckTable).display
+        assert "no stuck jobs" in str(dash.query_one("#stuck-bar", Static).render())
+        assert app.focused is dash.query_one(HealthPanel)
