@@ -36,12 +36,12 @@ def stuck_bar(stuck: StuckJobs | None) -> Text:
         bar.append(" reading stuck jobs…", style="grey50")
         return bar
     rule = (
-        f" running past {stuck.factor:g}x their queue's p99 run time "
+        f"running past {stuck.factor:g}x their queue's p99 run time "
         f"and {humanize.duration(stuck.floor_seconds)}, lease renewed"
     )
     if not stuck.total:
         bar.append(" no stuck jobs", style="green")
-        bar.append(rule, style="grey50")
+        bar.append(f" ({rule})", style="grey50")
         return bar
     bar.append(
         f" {humanize.count(stuck.total)} stuck job{'' if stuck.total == 1 else 's'}",
@@ -49,7 +49,7 @@ def stuck_bar(stuck: StuckJobs | None) -> Text:
     )
     if len(stuck.jobs) < stuck.total:
         bar.append(f" (the {len(stuck.jobs)} longest shown)", style="yellow")
-    bar.append(" ·" + rule, style="grey62")
+    bar.append(f" · {rule}", style="grey62")
     bar.append("   Enter open · k kill", style="grey50")
     return bar
 
