@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from support import Pgq, dashboard, error_line, ok
 
-from pgq_core import AsyncQueue, JobSpec, Queue
+from pgq_core import AsyncQueue, JobSpec, Queue, ops
 from pgq_core.exporter import QueueCollector
 
 #: run time of every done job of the `steady` queue: its p99 is this, so 3x is 90 s
@@ -317,3 +317,25 @@ async def test_dashboard_health_view_without_stuck_jobs_hides_the_list(
         assert not dash.query_one(StuckTable).display
         assert "no stuck jobs" in str(dash.query_one("#stuck-bar", Static).render())
         assert app.focused is dash.query_one(HealthPanel)
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
+
+
+@pytest.mark.parametrize("name", ["health_stuck", "metrics_stuck"])
+def test_the_p99_is_computed_once_per_queue_not_per_running_job(queue: Queue, name: str) -> None:
+    from pgq_core.queries import query
+
+    make_scene(queue)
+    for _ in range(4):  # steady: 6 running jobs past the floor in all, fresh and old: 2 and 1
+        _running(queue, "steady", 100, 20, "w-more")
+    op = ops.health_stuck(floor=timedelta(0)) if name == "health_stuck" else ops.metrics_stuck()
+    [(plan,)] = queue.conn.execute(
+        sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + query(name, queue.schema), op.params
+    ).fetchall()
+    done_reads = [
+        n for n in _nodes(plan[0]["Plan"]) if n.get("Relation Name") == "jobs" and n["Alias"] == "j"
+    ]
+    assert len(done_reads) == 1
+    assert done_reads[0]["Actual Loops"] == 3  # steady, fresh, old
