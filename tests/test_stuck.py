@@ -339,3 +339,24 @@ def test_the_p99_is_computed_once_per_queue_not_per_running_job(queue: Queue, na
     ]
     assert len(done_reads) == 1
     assert done_reads[0]["Actual Loops"] == 3  # steady, fresh, old
+
+
+async def test_dashboard_stuck_list_goes_when_the_job_is_no_longer_stuck(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    from pgq_tui.testing import wait_for
+    from pgq_tui.widgets.health_panel import HealthPanel
+    from pgq_tui.widgets.stuck_table import StuckTable
+
+    stuck = _running(queue, "fresh", 90, 20, "w-alive")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("6")
+        dash = app.dashboard
+        table = dash.query_one(StuckTable)
+        await wait_for(pilot, lambda: table.row_count == 1, "the stuck job listed")
+        assert app.focused is table
+        _set(queue, stuck, "lease_until = now() - interval '1 second'")  # now the reaper's
+        await wait_for(pilot, lambda: not table.display, "the list hidden", timeout=30)
+        assert app.focused is dash.query_one(HealthPanel)
