@@ -9,12 +9,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import click
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from pgq_core import migrate as run_migrate
-from pgq_core.models import Health, PruneReport
-from pgq_core.ops import NOTIFY_MODES, PRUNE_BATCH, REAP_BATCH
+from pgq_core.models import Health, PruneReport, StuckJobs
+from pgq_core.ops import NOTIFY_MODES, PRUNE_BATCH, REAP_BATCH, STUCK_FACTOR, STUCK_FLOOR
 from pgq_core.text import printable
 
 from . import output
@@ -130,12 +131,31 @@ def prune_command(ctx: click.Context, older_than: timedelta, batch: int, as_json
 
 @click.command("health", cls=DocstringCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (with warnings).")
+@click.option(
+    "--stuck-factor",
+    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
+    default=STUCK_FACTOR,
+    show_default=True,
+    help="A running job is stuck past this many times its queue's p99 run time (last hour).",
+)
+@click.option(
+    "--stuck-floor",
+    default=output.span(STUCK_FLOOR),
+    show_default=True,
+    callback=duration,
+    help="...and never before running this long (alone when the queue has no p99).",
+)
 @click.pass_context
-def health_command(ctx: click.Context, as_json: bool) -> None:
+def health_command(
+    ctx: click.Context, as_json: bool, stuck_factor: float, stuck_floor: timedelta
+) -> None:
     """Table bloat and vacuum, the oldest transaction holding back vacuum, NOTIFY queue use,
-    lock waits on jobs; readings past a threshold are warnings (the exit code stays 0)."""
+    lock waits on jobs, and stuck jobs: running with their lease still renewed (the worker is
+    alive) past --stuck-factor times their queue's p99 run time and past --stuck-floor (the
+    longest running first, at most 100 listed). Readings past a threshold are warnings (the
+    exit code stays 0)."""
     with settings(ctx).queue() as q:
-        health = q.health()
+        health = q.health(stuck_factor, stuck_floor)
     if as_json:
         echo_json(health.to_dict())
         return
@@ -183,8 +203,40 @@ def _print_health(h: Health) -> None:
             f"blocked by {by}: {output.escaped(w.query)}",
             highlight=False,
         )
+    _print_stuck(console, h.stuck_jobs)
     for warning in h.warnings:
         console.print(f"[yellow]warning:[/yellow] {output.escaped(warning)}", highlight=False)
+
+
+def _print_stuck(console: Console, stuck: StuckJobs | None) -> None:
+    if stuck is None:
+        return
+    rule = (
+        f"running past {stuck.factor:g}x their queue's p99 run time and "
+        f"{stuck.floor_seconds:g}s, lease still renewed"
+    )
+    if not stuck.total:
+        console.print(f"stuck jobs: none ({rule})", highlight=False)
+        return
+    shown = f", the {len(stuck.jobs):,} longest shown" if len(stuck.jobs) < stuck.total else ""
+    console.print(f"stuck jobs: {stuck.total:,} ({rule}{shown})", highlight=False)
+    table = Table()
+    for col in ("job", "queue", "running for", "p99", "stuck past", "worker"):
+        table.add_column(col, justify="left" if col in ("queue", "worker") else "right")
+    for j in stuck.jobs:
+        table.add_row(
+            str(j.id),
+            output.text(j.queue),
+            _seconds(j.running_seconds),
+            "no history" if j.p99_seconds is None else _seconds(j.p99_seconds),
+            _seconds(j.threshold_seconds),
+            output.text(j.worker),
+        )
+    console.print(table)
+
+
+def _seconds(value: float) -> str:
+    return output.span(timedelta(seconds=round(value, 1) if value < 60 else round(value)))
 
 
 # ---------------------------------------------------------------------------- settings

@@ -58,6 +58,7 @@ def metrics_command(
     pgq_oldest_due_age_seconds{queue} age of the oldest due ready job
     pgq_jobs_completed_total{queue}   completions ever (rate() gives throughput)
     pgq_expired_leases{queue}         running jobs past their lease, awaiting the reaper
+    pgq_jobs_stuck{queue}             live lease, running past 3x the p99 run time and 60s
     pgq_job_wait_seconds{queue,window,quantile}  due to claimed, done jobs (5m, 1h)
     pgq_job_run_seconds{queue,window,quantile}   claimed to done, done jobs (5m, 1h)
     pgq_job_latency_jobs{queue,window}           done jobs those are over (at most 20,000)

@@ -57,8 +57,13 @@ class QueueCollector(Collector):
         timeout: timedelta = DEFAULT_SCRAPE_TIMEOUT,
         expiring_within: timedelta = timedelta(seconds=10),
         dsn: str | None = None,
+        stuck_factor: float = ops.STUCK_FACTOR,
+        stuck_floor: timedelta = ops.STUCK_FLOOR,
     ) -> None:
+        ops.check_stuck(stuck_factor, stuck_floor)
         self._connect = connect
+        self.stuck_factor = stuck_factor
+        self.stuck_floor = stuck_floor
         self.schema = schema
         self.timeout = timeout
         self.expiring_within = expiring_within
@@ -152,6 +157,12 @@ class QueueCollector(Collector):
             holding.add_metric([lease.queue], lease.workers)
             expired.add_metric([lease.queue], lease.expired)
         yield from (holding, expired)
+        yield _stuck(
+            q.stuck_counts(self.stuck_factor, self.stuck_floor),
+            [s.queue for s in stats],
+            self.stuck_factor,
+            self.stuck_floor,
+        )
 
         activity = q.activity()
         yield _gauge(
@@ -219,6 +230,23 @@ def _latency(report: ops.LatencyReport) -> Iterator[Metric]:
                     if value is not None:
                         family.add_metric([entry.queue, label, quantile], value)
     yield from (wait, run, jobs)
+
+
+def _stuck(
+    counts: dict[str, int], queues: list[str], factor: float, floor: timedelta
+) -> GaugeMetricFamily:
+    """Stuck jobs per queue (`Queue.stuck_counts`): 0 for every other queue `stats` lists, so
+    an alert on `> 0` sees a queue recover."""
+    stuck = GaugeMetricFamily(
+        "pgq_jobs_stuck",
+        f"Running jobs with a live lease (their worker heartbeats) running past {factor:g}x "
+        f"their queue's p99 run time (done jobs of the last hour) and past "
+        f"{floor.total_seconds():g}s",
+        labels=["queue"],
+    )
+    for queue in sorted({*queues, *counts}):
+        stuck.add_metric([queue], counts.get(queue, 0))
+    return stuck
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -5,6 +5,9 @@ Invariant: each warning is one line naming the reading and the threshold it pass
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from .durations import duration_label
 from .models import Health
 
 #: Dead tuples are worth a warning past this share of live ones and this count, together.
@@ -45,4 +48,19 @@ def assess(health: Health) -> list[str]:
                 f"pid {w.pid} has waited {w.waited_seconds:,.1f}s for a {w.mode} lock on jobs "
                 f"(over {LOCK_WAIT_SECONDS:.0f}s), blocked by pid {blockers}"
             )
+    stuck = health.stuck_jobs
+    if stuck is not None and stuck.total:
+        longest = stuck.jobs[0] if stuck.jobs else None
+        which = (
+            f": the longest, job {longest.id} on {longest.queue!r}, for "
+            f"{duration_label(timedelta(seconds=longest.running_seconds))}"
+            if longest
+            else ""
+        )
+        floor = duration_label(timedelta(seconds=stuck.floor_seconds))
+        found.append(
+            f"{stuck.total:,} running job{'' if stuck.total == 1 else 's'} stuck (past "
+            f"{stuck.factor:g}x the queue's p99 run time and {floor}, "
+            f"lease still renewed){which}"
+        )
     return found

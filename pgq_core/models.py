@@ -254,14 +254,49 @@ class LockWait:
 
 
 @dataclass(frozen=True)
+class StuckJob:
+    """A running job whose lease is still renewed (its worker is alive) but whose run so far,
+    `running_seconds` (since claimed_at), is past `threshold_seconds`: `factor` times its
+    queue's p99 run time (`p99_seconds`, over `done_jobs` done jobs of the window), or the
+    floor when that is more or when the queue has no done job in the window (p99 None)."""
+
+    id: int
+    queue: str
+    worker: str | None
+    claimed_at: datetime
+    lease_until: datetime
+    running_seconds: float
+    p99_seconds: float | None
+    done_jobs: int
+    threshold_seconds: float
+
+
+@dataclass(frozen=True)
+class StuckJobs:
+    """The stuck jobs (`StuckJob`), the longest running first: `jobs` holds at most `limit`
+    of them, `total` how many there are. A job is stuck past `factor` times its queue's p99
+    run time over the done jobs finished within the last `window_seconds`, and never before
+    `floor_seconds`."""
+
+    factor: float
+    floor_seconds: float
+    window_seconds: float
+    limit: int
+    total: int
+    jobs: list[StuckJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Health:
-    """Database health for the queue; `warnings` are the lines past a threshold."""
+    """Database health for the queue; `warnings` are the lines past a threshold; `stuck_jobs`
+    the running jobs stuck (None when not read)."""
 
     tables: list[TableHealth]
     xmin: XminHolder | None
     notify_usage: float
     lock_waits: list[LockWait]
     warnings: list[str] = field(default_factory=list)
+    stuck_jobs: StuckJobs | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

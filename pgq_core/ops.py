@@ -36,6 +36,8 @@ from .models import (
     QueueWindow,
     Schedule,
     Settled,
+    StuckJob,
+    StuckJobs,
     TableHealth,
     TableSize,
     XminHolder,
@@ -1178,3 +1180,83 @@ def latency(
         "long": since,
     }
     return Op("latency", params, read)
+
+
+#: A running job with a live lease is stuck past STUCK_FACTOR times its queue's p99 run time
+#: (over LATENCY_WINDOW, at most LATENCY_CAP done jobs, as `latency` reads it), and never
+#: before STUCK_FLOOR; at most STUCK_LIMIT of them are listed (`health_stuck`).
+STUCK_FACTOR = 3.0
+STUCK_FLOOR = timedelta(seconds=60)
+STUCK_LIMIT = 100
+
+
+def check_stuck(factor: float, floor: timedelta) -> None:
+    """ValueError unless `factor` is a positive number and `floor` is not negative."""
+    if not factor > 0 or factor == float("inf"):
+        raise ValueError(f"the stuck factor must be a number over 0, got {factor}")
+    if floor < timedelta(0):
+        raise ValueError(f"the stuck floor must not be negative, got {floor}")
+
+
+def _stuck_params(
+    factor: float, floor: timedelta, window: timedelta, cap: int
+) -> dict[str, Any]:
+    check_stuck(factor, floor)
+    if window <= timedelta(0):
+        raise ValueError("a latency window must be longer than 0")
+    if cap < 1:
+        raise ValueError(f"cap must be at least 1, got {cap}")
+    return {
+        "factor": float(factor),
+        "floor": floor.total_seconds(),
+        "window": window,
+        "cap": cap,
+    }
+
+
+def health_stuck(
+    factor: float = STUCK_FACTOR,
+    floor: timedelta = STUCK_FLOOR,
+    limit: int = STUCK_LIMIT,
+    window: timedelta = LATENCY_WINDOW,
+    cap: int = LATENCY_CAP,
+) -> Op[StuckJobs]:
+    """Running jobs whose lease is live and whose run so far is past `factor` times their
+    queue's p99 run time (done jobs finished within `window`, at most `cap` per queue), and
+    past `floor` in any case: the longest running first, at most `limit`, and how many in all."""
+    params = _stuck_params(factor, floor, window, cap)
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+
+    def read(rows: Rows) -> StuckJobs:
+        jobs = [
+            StuckJob(
+                id=int(r[0]),
+                queue=str(r[1]),
+                worker=r[2],
+                claimed_at=r[3],
+                lease_until=r[4],
+                running_seconds=float(r[5]),
+                p99_seconds=None if r[6] is None else float(r[6]),
+                done_jobs=int(r[7]),
+                threshold_seconds=float(r[8]),
+            )
+            for r in rows
+        ]
+        total = int(rows[0][9]) if rows else 0
+        return StuckJobs(
+            float(factor), floor.total_seconds(), window.total_seconds(), limit, total, jobs
+        )
+
+    return Op("health_stuck", {**params, "limit": limit}, read)
+
+
+def metrics_stuck(
+    factor: float = STUCK_FACTOR,
+    floor: timedelta = STUCK_FLOOR,
+    window: timedelta = LATENCY_WINDOW,
+    cap: int = LATENCY_CAP,
+) -> Op[dict[str, int]]:
+    """How many jobs are stuck (`health_stuck`) per queue that has any."""
+    params = _stuck_params(factor, floor, window, cap)
+    return Op("metrics_stuck", params, lambda rows: {str(r[0]): int(r[1]) for r in rows})

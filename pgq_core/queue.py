@@ -116,8 +116,8 @@ def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> N
         raise LeaseLost(job_id, fence, action)
 
 
-def _health(tables: Any, xmin: Any, notify: float, waits: Any) -> Health:
-    health = Health(tables, xmin, notify, waits)
+def _health(tables: Any, xmin: Any, notify: float, waits: Any, stuck: Any = None) -> Health:
+    health = Health(tables, xmin, notify, waits, stuck_jobs=stuck)
     health.warnings.extend(assess(health))
     return health
 
@@ -435,12 +435,22 @@ class Queue:
     ) -> list[ErrorGroup]:
         return self.run(ops.errors(queue, since, limit))
 
-    def health(self) -> Health:
+    def health(
+        self,
+        stuck_factor: float = ops.STUCK_FACTOR,
+        stuck_floor: timedelta = ops.STUCK_FLOOR,
+        stuck_limit: int = ops.STUCK_LIMIT,
+    ) -> Health:
+        """The database's health for the queue, and the running jobs stuck: a live lease and
+        a run past `stuck_factor` times the queue's p99 run time, and past `stuck_floor`
+        (`ops.health_stuck`; at most `stuck_limit` listed, all counted)."""
+        stuck = ops.health_stuck(stuck_factor, stuck_floor, stuck_limit)
         return _health(
             self.run(ops.health_tables(self.schema)),
             self.run(ops.health_xmin()),
             self.run(ops.health_notify()),
             self.run(ops.health_lock_waits(self.schema)),
+            self.run(stuck),
         )
 
     # reading
@@ -500,6 +510,12 @@ class Queue:
         """Wait and run-time percentiles per queue over the last 5 minutes and `since`, of
         done jobs, at most `ops.LATENCY_CAP` per queue (`ops.latency`)."""
         return self.run(ops.latency(since, queues, limit))
+
+    def stuck_counts(
+        self, factor: float = ops.STUCK_FACTOR, floor: timedelta = ops.STUCK_FLOOR
+    ) -> dict[str, int]:
+        """How many running jobs are stuck (`health`) per queue that has any."""
+        return self.run(ops.metrics_stuck(factor, floor))
 
 
 class AsyncQueue:
@@ -766,12 +782,20 @@ class AsyncQueue:
     ) -> list[ErrorGroup]:
         return await self.run(ops.errors(queue, since, limit))
 
-    async def health(self) -> Health:
+    async def health(
+        self,
+        stuck_factor: float = ops.STUCK_FACTOR,
+        stuck_floor: timedelta = ops.STUCK_FLOOR,
+        stuck_limit: int = ops.STUCK_LIMIT,
+    ) -> Health:
+        """`Queue.health`."""
+        stuck = ops.health_stuck(stuck_factor, stuck_floor, stuck_limit)
         return _health(
             await self.run(ops.health_tables(self.schema)),
             await self.run(ops.health_xmin()),
             await self.run(ops.health_notify()),
             await self.run(ops.health_lock_waits(self.schema)),
+            await self.run(stuck),
         )
 
     async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
@@ -789,6 +813,12 @@ class AsyncQueue:
     ) -> ops.LatencyReport:
         """`Queue.latency`."""
         return await self.run(ops.latency(since, queues, limit))
+
+    async def stuck_counts(
+        self, factor: float = ops.STUCK_FACTOR, floor: timedelta = ops.STUCK_FLOOR
+    ) -> dict[str, int]:
+        """`Queue.stuck_counts`."""
+        return await self.run(ops.metrics_stuck(factor, floor))
 
     async def leases(self, limit: int = 100) -> list[Lease]:
         return await self.run(ops.leases(limit))

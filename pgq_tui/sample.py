@@ -25,7 +25,15 @@ from pgq_core import (
     QueueWindow,
 )
 from pgq_core.filters import ACTION_STATUSES, JobFilter
-from pgq_core.models import ErrorGroup, Health, LockWait, TableHealth, XminHolder
+from pgq_core.models import (
+    ErrorGroup,
+    Health,
+    LockWait,
+    StuckJob,
+    StuckJobs,
+    TableHealth,
+    XminHolder,
+)
 from pgq_core.worker import RunningJob, WorkerSnapshot
 
 from .latency import LatencyTrend
@@ -423,7 +431,14 @@ HEALTH = Health(
     warnings=[
         "jobs: 18,422 dead tuples (31% of live): vacuum is behind",
         "pid 31337 (psql, idle in transaction) has held back vacuum for 30m43s",
+        "1 running job stuck (past 3x the queue's p99 run time and 1m, lease still renewed):"
+        " the longest, job 10477 on 'reports', for 41m1s",
     ],
+    stuck_jobs=StuckJobs(
+        3.0, 60.0, 3600.0, 100, 1,
+        [StuckJob(10477, "reports", W1, ago(2461), NOW + timedelta(seconds=19), 2461.0,
+                  252.4, 1840, 757.2)],
+    ),
 )
 
 

@@ -221,6 +221,8 @@ def _queue_steps(db: str, schema: str, attempt: Attempts) -> None:
             ("claim_latency", lambda: claim_latency(queue, datetime.now(UTC) - LEASE)),
             ("latency", queue.latency),
             ("latency of named queues", lambda: queue.latency(queues=["q"])),
+            ("health stuck, no floor", lambda: queue.health(stuck_floor=timedelta(0))),
+            ("stuck_counts", lambda: queue.stuck_counts(floor=timedelta(0))),
             ("job", lambda: queue.job(queue.enqueue("q", {}))),
             ("history", lambda: queue.history(queue.enqueue("q", {}))),
         ):

@@ -44,6 +44,7 @@ from ..widgets.leases_table import LeasesTable
 from ..widgets.log_panel import LogPanel
 from ..widgets.queues_table import QueuesTable
 from ..widgets.status_header import StatusHeader
+from ..widgets.stuck_table import StuckTable, stuck_bar
 from ..widgets.workers_table import WorkersTable
 
 __all__ = ["JOBS_LIMIT", "JOB_STATUSES", "DashboardScreen", "Snapshot"]
@@ -111,6 +112,8 @@ class DashboardScreen(Screen[None]):
                 yield ErrorsTable(id="errors-table")
                 yield Static(example_text(None), id="errors-example")
             with TabPane("Health", id="health"):
+                yield Static(stuck_bar(None), id="stuck-bar")
+                yield StuckTable(id="stuck-table")
                 yield HealthPanel(id="health-table")
         yield Input(placeholder=ROWS_PROMPT, id="filter", restrict=humanize.TYPED_TEXT)
         yield Static(id="status-line")
@@ -155,6 +158,10 @@ class DashboardScreen(Screen[None]):
             key = self.query_one(LeasesTable).selected_key
             lease = next((x for x in self.data.leases if str(x.id) == key), None)
             return (lease.id, "running", lease.queue) if lease else None
+        if view == "health" and self.health is not None and self.health.stuck_jobs is not None:
+            key = self.query_one(StuckTable).selected_key
+            stuck = next((j for j in self.health.stuck_jobs.jobs if str(j.id) == key), None)
+            return (stuck.id, "running", stuck.queue) if stuck else None
         return None
 
     def selected_group(self) -> ErrorGroup | None:
@@ -222,7 +229,14 @@ class DashboardScreen(Screen[None]):
 
     def show_health(self, health: Health, now: float) -> None:
         self.health = health
-        self.query_one(HealthPanel).show(health, now)
+        self.query_one("#stuck-bar", Static).update(stuck_bar(health.stuck_jobs))
+        table, panel = self.query_one(StuckTable), self.query_one(HealthPanel)
+        table.show(health.stuck_jobs)
+        shown = table.display
+        table.display = table.total_rows > 0
+        if table.display and not shown and self.focused is panel:
+            table.focus()  # the cursor goes to the list that just came, as Enter acts on it
+        panel.show(health, now)
         self._render_tab_labels()
 
     def tick(self, now: float) -> None:
@@ -471,7 +485,7 @@ class DashboardScreen(Screen[None]):
             if key is not None:
                 self.set_job_filter(JobFilter(error_group=key))
                 self.action_show_tab("jobs")
-        elif event.data_table.id in ("jobs-table", "leases-table"):
+        elif event.data_table.id in ("jobs-table", "leases-table", "stuck-table"):
             key = event.row_key.value
             if key is not None:
                 self.post_message(OpenJob(int(key)))
@@ -586,13 +600,16 @@ class DashboardScreen(Screen[None]):
         if self.active_view() == "log":
             return self.query_one(LogPanel)
         if self.active_view() == "health":
-            return self.query_one(HealthPanel)
+            stuck = self.query_one(StuckTable)
+            return stuck if stuck.display else self.query_one(HealthPanel)
         return self._active_table() or self.query_one(LeasesTable)
 
     def _active_table(self) -> KeyedTable | None:
         view = self.active_view()
-        if view in ("log", "health"):
+        if view == "log":
             return None
+        if view == "health":
+            return self.query_one(StuckTable)
         table: KeyedTable = self.query_one(f"#{view}-table", KeyedTable)
         return table
 

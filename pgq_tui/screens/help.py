@@ -18,8 +18,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("↑ ↓ PgUp PgDn", "move the cursor"),
     ("Tab Shift+Tab", "move between the queues table and the view below"),
     ("1 … 6", "show Leases, Jobs, Workers, Log, Errors, Health (the cursor goes there)"),
-    ("Enter", "on a queue: browse its jobs (dead first); on a job: open it; on an error "
-     "group: its jobs"),
+    ("Enter", "on a queue: browse its jobs (dead first); on a job (a stuck one too): open "
+     "it; on an error group: its jobs"),
     ("s", "Jobs: next status (dead, ready, running, done, all)"),
     ("/", "Jobs: filter on the server (below); elsewhere: filter the rows shown, or a job's "
      "history (Esc clears)"),
@@ -45,7 +45,8 @@ VIEWS: tuple[tuple[str, str], ...] = (
     ("3 Workers", "workers started in this app and their current jobs"),
     ("4 Log", "what this app's workers logged (warnings counted on the tab)"),
     ("5 Errors", "failed and dead jobs grouped by error, largest first (read every 5s)"),
-    ("6 Health", "tables, vacuum, the xmin holder, NOTIFY queue, lock waits; warnings"),
+    ("6 Health", "stuck jobs (lease renewed, running past 3x their queue's p99 and 1m), "
+     "tables, vacuum, the xmin holder, NOTIFY queue, lock waits; warnings"),
 )
 
 
