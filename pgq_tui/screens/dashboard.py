@@ -87,6 +87,7 @@ class DashboardScreen(Screen[None]):
         self.stale_for: float | None = None
         self.log_book = LogBook()
         self._tab_labels: dict[str, str] = {}
+        self._lines: dict[str, str] = {}
 
     @property
     def host(self) -> Host:
@@ -305,7 +306,15 @@ class DashboardScreen(Screen[None]):
             line.append(" · ", style="grey62")
             line.append_text(self.message)
         line.append(f" · every {host.refresh_seconds:g}s + on NOTIFY", style="grey62")
-        self.query_one("#status-line", Static).update(line)
+        self._set_line("#status-line", line)
+
+    def _set_line(self, selector: str, text: Text) -> None:
+        """A one-line Static (height 1 in the stylesheet) gets `text` only when it changed, and
+        without a layout pass: the tick runs four times a second, and a layout pass re-renders
+        every table on the screen."""
+        if self._lines.get(selector) != text.markup:
+            self._lines[selector] = text.markup
+            self.query_one(selector, Static).update(text, layout=False)
 
     def _render_tab_labels(self) -> None:
         """Each label counts the rows its table holds ("shown of all" while a filter hides some)."""
@@ -427,18 +436,22 @@ class DashboardScreen(Screen[None]):
             return
         hint.display = True
         if host.read_only:
-            hint.update(Text(" read-only: no workers can be started", style="grey50"))
+            self._set_line(
+                "#workers-hint", Text(" read-only: no workers can be started", style="grey50")
+            )
         elif host.pool.can_start:
-            hint.update(
-                Text(" no workers in this app yet: press w to start one on the selected queue")
+            self._set_line(
+                "#workers-hint",
+                Text(" no workers in this app yet: press w to start one on the selected queue"),
             )
         else:
-            hint.update(
+            self._set_line(
+                "#workers-hint",
                 Text(
                     " no handler: start the dashboard with --handler MODULE:CALLABLE"
                     " to run workers here",
                     style="grey50",
-                )
+                ),
             )
 
     def _render_log_hint(self) -> None:
