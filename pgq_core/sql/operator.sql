@@ -62,19 +62,20 @@ SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
 ORDER BY 2;
 
 -- name: kill
--- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
+-- Operator: waiting, ready or running jobs to dead (a job's waiting dependents die with it:
+-- migration 18's trigger). fence + 1, so a worker still running the job fails
 -- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
 -- (the kill's own row names the operator and the next fence).
 WITH victims AS (
   SELECT id, status AS was, fence, worker, claimed_at FROM {schema}.jobs
-   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'running')
+   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('waiting', 'ready', 'running')
      FOR UPDATE
 ), killed AS (
   UPDATE {schema}.jobs j
      SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
          last_error = %(reason)s
     FROM victims v
-   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
   RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
@@ -140,12 +141,12 @@ WITH victims AS (
 SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
 
 -- name: kill_filtered
--- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
+-- Operator: waiting, ready or running jobs matching a filter to dead, fence + 1 (a worker still running
 -- one fails its next write), one batch; a running job's attempt gets its 'claimed' row as in
 -- `kill`.
 WITH victims AS (
   SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at FROM {schema}.jobs j
-   WHERE j.status IN ('ready', 'running') AND j.id > %(after)s AND {where}
+   WHERE j.status IN ('waiting', 'ready', 'running') AND j.id > %(after)s AND {where}
    ORDER BY j.id
    LIMIT %(batch)s
    FOR UPDATE SKIP LOCKED
@@ -154,7 +155,7 @@ WITH victims AS (
      SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
          last_error = %(reason)s
     FROM victims v
-   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
   RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)

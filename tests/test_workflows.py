@@ -1,0 +1,236 @@
+"""Workflows on a real server: a job that depends on others waits until they are all done, is
+ready in the transaction of the last completion (whichever statement completes it), dies with
+a parent (transitively, naming it), comes back when that parent is requeued; unknown parents
+are refused, done ones satisfied; two sessions completing two parents at once never leave a
+dependent waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg import sql
+from support import events
+
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue
+
+LEASE = timedelta(seconds=30)
+
+
+def take(queue: Queue, name: str, n: int = 10) -> dict[int, int]:
+    """Claim what is ready on `name`: {id: fence}."""
+    return {j.id: j.fence for j in queue.claim(name, n, LEASE, "w")}
+
+
+def status(queue: Queue, job_id: int) -> str:
+    return queue.job(job_id).status
+
+
+def test_a_chain_runs_in_order(queue: Queue) -> None:
+    a = queue.enqueue("q", {"step": "a"})
+    b = queue.enqueue("q", {"step": "b"}, depends_on=[a])
+    c = queue.enqueue("q", {"step": "c"}, depends_on=[b])
+    assert [status(queue, i) for i in (a, b, c)] == ["ready", "waiting", "waiting"]
+    held = take(queue, "q")
+    assert list(held) == [a]  # b and c are not claimable
+    queue.complete(a, held[a])
+    assert [status(queue, i) for i in (b, c)] == ["ready", "waiting"]
+    assert ("unblocked", 0, None) in events(queue, b)
+    assert [e.detail for e in queue.history(b) if e.event == "unblocked"] == [
+        f"parent {a} done, the last"
+    ]
+    held = take(queue, "q")
+    assert list(held) == [b]
+    queue.complete(b, held[b])
+    held = take(queue, "q")
+    assert list(held) == [c]
+
+
+def test_a_group_fans_in(queue: Queue) -> None:
+    parents = queue.enqueue_many([JobSpec("q", {"n": n}) for n in range(5)])
+    last = queue.enqueue("q", {"n": "all"}, depends_on=parents)
+    detail = queue.job(last)
+    assert detail.status == "waiting" and detail.parents_total == 5
+    assert [p.id for p in detail.parents] == parents
+    held = take(queue, "q")
+    assert set(held) == set(parents)
+    for job_id in parents[:-1]:
+        queue.complete(job_id, held[job_id])
+        assert status(queue, last) == "waiting"
+    queue.complete(parents[-1], held[parents[-1]])
+    assert status(queue, last) == "ready"
+    assert [c.id for c in queue.job(parents[0]).children] == [last]
+
+
+def test_a_parent_that_dies_kills_its_dependents_transitively(queue: Queue) -> None:
+    a = queue.enqueue("q", {}, max_attempts=1)
+    other = queue.enqueue("q", {})
+    b = queue.enqueue("q", {}, depends_on=[a, other])
+    c = queue.enqueue("q", {}, depends_on=[b])
+    d = queue.enqueue("q", {}, depends_on=[other])  # not a descendant of a
+    held = take(queue, "q")
+    queue.fail(a, held[a], "boom")
+    assert status(queue, a) == "dead"
+    jb, jc = queue.job(b), queue.job(c)
+    assert (jb.status, jb.last_error) == ("dead", f"parent {a} died")
+    assert (jc.status, jc.last_error) == ("dead", f"parent {b} died")
+    assert [e.detail for e in queue.history(c) if e.event == "parent died"] == [
+        f"parent {b} died"
+    ]
+    assert status(queue, d) == "waiting"
+    # the other parent completing leaves the dead dependent dead
+    queue.complete(other, held[other])
+    assert status(queue, b) == "dead" and status(queue, d) == "ready"
+
+
+def test_kill_and_reap_kill_dependents(queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    b = queue.enqueue("q", {}, depends_on=[a])
+    assert queue.kill([b]) == [b]  # a waiting job can be killed
+    b2 = queue.enqueue("q", {}, depends_on=[a])
+    assert queue.kill([a]) == [a]
+    assert queue.job(b2).last_error == f"parent {a} died"
+    r = queue.enqueue("r", {}, max_attempts=1)
+    rb = queue.enqueue("r", {}, depends_on=[r])
+    queue.claim("r", 1, timedelta(milliseconds=1), "w")
+    time.sleep(0.05)
+    assert (r, "dead") in queue.reap()
+    assert queue.job(rb).last_error == f"parent {r} died"
+
+
+def test_requeue_brings_dependents_back_to_waiting(queue: Queue) -> None:
+    a = queue.enqueue("q", {}, max_attempts=1)
+    b = queue.enqueue("q", {}, depends_on=[a])
+    c = queue.enqueue("q", {}, depends_on=[b])
+    held = take(queue, "q")
+    queue.fail(a, held[a], "boom")
+    assert status(queue, c) == "dead"
+    assert queue.requeue([a]) == [a]
+    assert [status(queue, i) for i in (a, b, c)] == ["ready", "waiting", "waiting"]
+    held = take(queue, "q")
+    assert list(held) == [a]
+    queue.complete(a, held[a])
+    assert status(queue, b) == "ready"
+    # a dependent of a job dead on its own account is not revived by its own parent's requeue
+    x = queue.enqueue("q", {}, max_attempts=1)
+    y = queue.enqueue("q", {}, depends_on=[x], max_attempts=1)
+    held = take(queue, "q")
+    queue.complete(b, held[b])
+    queue.complete(x, held[x])
+    held = take(queue, "q")
+    queue.fail(y, held[y], "own failure")
+    assert queue.requeue_dead("q")  # c and y
+    assert status(queue, y) == "ready"
+
+
+def test_a_dependent_with_another_dead_parent_stays_dead_on_requeue(queue: Queue) -> None:
+    a = queue.enqueue("q", {}, max_attempts=1)
+    b = queue.enqueue("q", {}, max_attempts=1)
+    c = queue.enqueue("q", {}, depends_on=[a, b])
+    held = take(queue, "q")
+    queue.fail(a, held[a], "boom")
+    queue.fail(b, held[b], "boom")
+    assert queue.requeue([a]) == [a]
+    assert queue.job(c).status == "dead"
+    assert queue.job(c).last_error == f"parent {b} died"
+    assert queue.requeue([b]) == [b]
+    assert queue.job(c).status == "waiting"
+
+
+def test_unknown_parent_is_refused_and_done_parent_satisfied(queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    with pytest.raises(PgqError, match=r"^depends_on: no job 999999; nothing was enqueued$"):
+        queue.enqueue("q", {}, depends_on=[a, 999999])
+    assert [j.id for j in queue.jobs("q")] == [a]
+    held = take(queue, "q")
+    queue.complete(a, held[a])
+    b = queue.enqueue("q", {}, depends_on=[a])
+    assert status(queue, b) == "ready"
+    with pytest.raises(ValueError, match="unique_key"):
+        queue.enqueue("q", {}, depends_on=[a], unique_key="k")
+    with pytest.raises(ValueError, match="not a job id"):
+        queue.enqueue("q", {}, depends_on=[0])
+
+
+def test_a_dead_parent_makes_a_new_dependent_dead(queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    queue.kill([a])
+    b = queue.enqueue("q", {}, depends_on=[a])
+    assert (queue.job(b).status, queue.job(b).last_error) == ("dead", f"parent {a} died")
+    queue.requeue([a])
+    assert status(queue, b) == "waiting"
+
+
+def test_enqueue_many_mixes_keys_and_dependencies(queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    ids = queue.enqueue_many(
+        [
+            JobSpec("q", {"k": 1}, unique_key="one"),
+            JobSpec("q", {"after": a}, depends_on=[a]),
+            JobSpec("q", {"plain": True}),
+            JobSpec("q", {"k": 1}, unique_key="one"),
+        ]
+    )
+    assert ids[0] == ids[3] and len(set(ids)) == 3
+    assert [status(queue, i) for i in ids[:3]] == ["ready", "waiting", "ready"]
+    assert [p.id for p in queue.job(ids[1]).parents] == [a]
+
+
+def test_two_sessions_completing_two_parents_leave_no_dependent_waiting(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    rounds = 40
+    pairs = []
+    for _ in range(rounds):
+        p1 = queue.enqueue("a", {})
+        p2 = queue.enqueue("b", {})
+        child = queue.enqueue("c", {}, depends_on=[p1, p2])
+        pairs.append((p1, p2, child))
+    held_a = take(queue, "a", rounds)
+    held_b = take(queue, "b", rounds)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def complete(held: dict[int, int], which: int) -> None:
+        try:
+            with Queue.connect(dsn, schema) as q:
+                for trio in pairs:
+                    barrier.wait()
+                    job_id = trio[which]
+                    q.complete(job_id, held[job_id])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=complete, args=(held_a, 0)),
+        threading.Thread(target=complete, args=(held_b, 1)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    statuses = {status(queue, child) for _, _, child in pairs}
+    assert statuses == {"ready"}
+    with psycopg.connect(dsn) as conn:
+        left = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.jobs WHERE parents_left <> 0").format(
+                sql.Identifier(schema)
+            )
+        ).fetchone()
+    assert left == (0,)
+
+
+async def test_async_queue_has_depends_on(aqueue: AsyncQueue, queue: Queue) -> None:
+    a = await aqueue.enqueue("q", {})
+    b = await aqueue.enqueue("q", {}, depends_on=[a])
+    (c,) = await aqueue.enqueue_many([JobSpec("q", {}, depends_on=[a, b])])
+    detail = await aqueue.job(c)
+    assert detail.status == "waiting" and [p.id for p in detail.parents] == [a, b]
+    assert [x.id for x in (await aqueue.job(a)).children] == [b, c]
+    with pytest.raises(PgqError, match="no job 424242"):
+        await aqueue.enqueue("q", {}, depends_on=[424242])
