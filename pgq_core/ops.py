@@ -761,7 +761,10 @@ def job_links(job_id: int, kind: str, limit: int = LINKS_LIMIT) -> Op[tuple[list
         links = [JobLink(int(r[0]), r[1], r[2]) for r in rows]
         return links, int(rows[0][3]) if rows else 0
 
-    return Op(f"job_{kind}", {"id": job_id, "limit": limit}, read)
+    params = {"id": job_id, "limit": limit}
+    if kind == "parents":
+        return Op("job_parents", params, read)
+    return Op("job_children", params, read)
 
 
 def history(job_id: int) -> Op[list[JobEvent]]:

@@ -6,6 +6,7 @@ dependent waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from datetime import timedelta
@@ -13,9 +14,20 @@ from datetime import timedelta
 import psycopg
 import pytest
 from psycopg import sql
-from support import events
+from support import events, make_worker
 
-from pgq_core import AsyncQueue, JobSpec, PgqError, Queue
+from pgq_core import (
+    AsyncQueue,
+    JobSpec,
+    PgqError,
+    Queue,
+    TaskArgumentError,
+    Tasks,
+    achain,
+    agroup,
+    chain,
+    group,
+)
 
 LEASE = timedelta(seconds=30)
 
@@ -234,3 +246,60 @@ async def test_async_queue_has_depends_on(aqueue: AsyncQueue, queue: Queue) -> N
     assert [x.id for x in (await aqueue.job(a)).children] == [b, c]
     with pytest.raises(PgqError, match="no job 424242"):
         await aqueue.enqueue("q", {}, depends_on=[424242])
+
+
+# -- the task API -------------------------------------------------------------------------
+
+flow = Tasks(queue="flow")
+order: list[str] = []
+
+
+@flow.task()
+def step(name: str) -> str:
+    order.append(name)
+    return name
+
+
+def run_all(dsn: str, schema: str) -> None:
+    """Drain the flow queue with an in-process worker."""
+    flow.use_database(dsn, schema)
+    worker = make_worker(dsn, schema, flow, queues=["flow"], burst=True)
+    asyncio.run(worker.run())
+
+
+def test_chain_and_group_run_in_order(dsn: str, schema: str, queue: Queue) -> None:
+    order.clear()
+    ids = chain(
+        step.s("a"), [step.s("b1"), step.s("b2"), step.s("b3")], step.s("c"), conn=queue
+    )
+    assert len(ids) == 5
+    detail = queue.job(ids[-1])
+    assert [p.id for p in detail.parents] == ids[1:4]
+    later = group(step.s("d1"), step.s("d2"), depends_on=[ids[-1]], conn=queue)
+    last = step.enqueue("e", depends_on=later, conn=queue)
+    assert status(queue, last) == "waiting"
+    run_all(dsn, schema)
+    assert order[0] == "a" and set(order[1:4]) == {"b1", "b2", "b3"}
+    assert order[4] == "c" and set(order[5:7]) == {"d1", "d2"} and order[7] == "e"
+    assert queue.job(last).status == "done"
+
+
+def test_a_chain_is_one_transaction(queue: Queue) -> None:
+    with pytest.raises(PgqError, match="no job 987654"):
+        chain(step.s("x"), step.s("y"), depends_on=[987654], conn=queue)
+    before = len(queue.jobs("flow"))
+    with pytest.raises(TaskArgumentError):
+        step.s(nom="x")  # checked when the step is made
+    with pytest.raises(PgqError, match="not a step"):
+        chain(step.s("x"), "y", conn=queue)  # type: ignore[arg-type]
+    with pytest.raises(PgqError, match="nothing to enqueue"):
+        group(conn=queue)
+    assert len(queue.jobs("flow")) == before == 0
+
+
+async def test_async_chain_and_group(aqueue: AsyncQueue, queue: Queue) -> None:
+    ids = await achain(step.s("a"), step.s("b"), conn=aqueue)
+    fan = await agroup(step.s("c"), step.s("d"), depends_on=ids[-1:], conn=aqueue)
+    last = await step.enqueue_async("e", depends_on=fan, conn=aqueue)
+    assert [status(queue, i) for i in (*ids, *fan, last)] == ["ready"] + ["waiting"] * 4
+    assert [p.id for p in queue.job(last).parents] == fan
