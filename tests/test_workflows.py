@@ -7,14 +7,20 @@ dependent waiting."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
+from click.testing import Result
 from psycopg import sql
-from support import events, make_worker
+from rich.console import Console
+from support import dashboard, events, make_worker, ok
 
 from pgq_core import (
     AsyncQueue,
@@ -30,6 +36,7 @@ from pgq_core import (
 )
 
 LEASE = timedelta(seconds=30)
+Pgq = Callable[..., Result]
 
 
 def take(queue: Queue, name: str, n: int = 10) -> dict[int, int]:
@@ -303,3 +310,70 @@ async def test_async_chain_and_group(aqueue: AsyncQueue, queue: Queue) -> None:
     last = await step.enqueue_async("e", depends_on=fan, conn=aqueue)
     assert [status(queue, i) for i in (*ids, *fan, last)] == ["ready"] + ["waiting"] * 4
     assert [p.id for p in queue.job(last).parents] == fan
+
+
+# -- pgq show and the dashboard -----------------------------------------------------------
+
+
+def test_show_lists_parents_and_children(pgq: Pgq, queue: Queue) -> None:
+    parents = queue.enqueue_many([JobSpec("[red]mail", {"n": n}) for n in range(60)])
+    child = queue.enqueue("q", {}, depends_on=parents)
+    queue.kill([parents[0]])
+    detail = json.loads(ok(pgq("show", str(child), "--json")))
+    assert detail["status"] == "dead" and detail["last_error"] == f"parent {parents[0]} died"
+    assert detail["parents_total"] == 60 and len(detail["parents"]) == 50
+    assert detail["parents"][0] == {"id": parents[0], "queue": "[red]mail", "status": "dead"}
+    assert detail["children"] == [] and detail["children_total"] == 0
+    assert [e["event"] for e in detail["history"]] == ["enqueued", "parent died"]
+    parent = json.loads(ok(pgq("show", str(parents[1]), "--json")))
+    assert parent["children"] == [{"id": child, "queue": "q", "status": "dead"}]
+    human = ok(pgq("show", str(child)))
+    assert f"{parents[0]} dead ([red]mail), {parents[1]} ready ([red]mail)" in human
+    assert "... and 10 more" in human
+    assert f"{child} dead (q)" in ok(pgq("show", str(parents[1])))
+    listed = json.loads(ok(pgq("jobs", "--status", "waiting", "--json")))
+    assert listed == []
+
+
+def shown(widget: Any) -> str:
+    """The text a Static shows (its Rich renderable, printed)."""
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def test_the_dashboard_shows_parents_and_children(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    from textual.widgets import Static
+
+    from pgq_tui.screens.job_detail import LINKS_SHOWN, JobDetailScreen
+    from pgq_tui.testing import wait_for
+
+    parents = queue.enqueue_many([JobSpec("[b]mail", {"n": n}) for n in range(12)])
+    child = queue.enqueue("q", {}, depends_on=parents)
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=(132, 40)) as pilot:
+        await wait_for(pilot, lambda: app.dashboard.data is not None, "the first poll")
+        app.push_screen(JobDetailScreen(child))
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job is not None,
+            "the job detail",
+        )
+        facts = shown(app.screen.query_one("#facts", Static))
+        assert "waits for" in facts and f"{parents[0]} ready [b]mail" in facts
+        assert f"… and {12 - LINKS_SHOWN} more" in facts
+        assert str(parents[LINKS_SHOWN]) not in facts
+        assert "waiting" in facts
+        app.pop_screen()
+        app.push_screen(JobDetailScreen(parents[0]))
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen)
+            and app.screen.job is not None
+            and app.screen.job.id == parents[0],
+            "the parent's detail",
+        )
+        facts = shown(app.screen.query_one("#facts", Static))
+        assert "dependents" in facts and f"{child} waiting q" in facts
