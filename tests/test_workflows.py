@@ -34,6 +34,7 @@ from pgq_core import (
     chain,
     group,
 )
+from pgq_core.filters import JobFilter
 
 LEASE = timedelta(seconds=30)
 Pgq = Callable[..., Result]
@@ -377,3 +378,23 @@ async def test_the_dashboard_shows_parents_and_children(
         )
         facts = shown(app.screen.query_one("#facts", Static))
         assert "dependents" in facts and f"{child} waiting q" in facts
+
+
+def test_requeueing_a_dependent_itself_waits_again_for_its_parents(queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    b = queue.enqueue("q", {}, depends_on=[a])
+    queue.kill([b])  # killed while waiting
+    assert queue.requeue([b]) == [b]
+    assert status(queue, b) == "waiting"  # not ready: a is not done
+    held = take(queue, "q")
+    queue.complete(a, held[a])
+    assert status(queue, b) == "ready"
+    # once its parents are done, a requeued dependent is ready at once
+    queue.kill([b])
+    assert queue.requeue([b]) == [b] and status(queue, b) == "ready"
+    # by filter too
+    c = queue.enqueue("q", {})
+    d = queue.enqueue("q", {}, depends_on=[c])
+    queue.kill([d])
+    queue.bulk("requeue", JobFilter(queue="q", statuses=("dead",)))
+    assert status(queue, d) == "waiting"

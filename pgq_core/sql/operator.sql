@@ -4,6 +4,17 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters; {where} is a
 -- filter built with psycopg.sql (pgq_core/filters.py), its values bound.
 
+-- fragment: requeued_status
+-- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
+-- stays on a job that died waiting): then it waits again on its parents not done, counted
+-- afresh (a dead parent included: requeue that one and both run in order).
+parents_left = CASE WHEN j.parents_left > 0 THEN
+           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status <> 'done') ELSE 0 END,
+         status = CASE WHEN j.parents_left > 0 AND
+           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status <> 'done') > 0 THEN 'waiting' ELSE 'ready' END
+
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
 -- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
@@ -20,8 +31,8 @@ WITH dead AS (
                        WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
     ORDER BY unique_key, id DESC)
 ), requeued AS (
-  UPDATE {schema}.jobs
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+  UPDATE {schema}.jobs j
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
    WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
@@ -48,8 +59,8 @@ WITH dead AS (
                        WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
     ORDER BY unique_key, id DESC)
 ), requeued AS (
-  UPDATE {schema}.jobs
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+  UPDATE {schema}.jobs j
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
    WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
@@ -130,7 +141,7 @@ WITH victims AS (
    FOR UPDATE SKIP LOCKED
 ), requeued AS (
   UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
     FROM victims v
    WHERE j.id = v.id AND j.status = 'dead'
   RETURNING j.id, j.fence
