@@ -20,7 +20,7 @@ import pytest
 from click.testing import Result
 from psycopg import sql
 from rich.console import Console
-from support import dashboard, events, make_worker, ok
+from support import dashboard, error_line, events, make_worker, ok
 
 from pgq_core import (
     AsyncQueue,
@@ -398,3 +398,14 @@ def test_requeueing_a_dependent_itself_waits_again_for_its_parents(queue: Queue)
     queue.kill([d])
     queue.bulk("requeue", JobFilter(queue="q", statuses=("dead",)))
     assert status(queue, d) == "waiting"
+
+
+def test_pgq_enqueue_after(pgq: Pgq, queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    [b] = json.loads(ok(pgq("enqueue", "q", "{}", "--after", str(a), "--json")))
+    assert status(queue, b) == "waiting"
+    assert [p.id for p in queue.job(b).parents] == [a]
+    error_line(pgq("enqueue", "q", "{}", "--after", "424242"), 1, "depends_on: no job 424242")
+    error_line(pgq("enqueue", "q", "--after", str(a), "--unique-key", "k"), 2, "--after")
+    error_line(pgq("enqueue", "q", "--after", "0"), 2, "--after")
+    assert [j.id for j in queue.jobs("q")] == [b, a]
