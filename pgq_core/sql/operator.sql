@@ -8,12 +8,12 @@
 -- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
 -- stays on a job that died waiting): then it waits again on its parents not done, counted
 -- afresh (a dead parent included: requeue that one and both run in order).
-parents_left = CASE WHEN j.parents_left > 0 THEN
+parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
            (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status <> 'done') ELSE 0 END,
-         status = CASE WHEN j.parents_left > 0 AND
+             WHERE d.child = j.id AND p.status <> 'done'), 0) ELSE 0 END,
+         status = CASE WHEN j.parents_left > 0 AND coalesce(
            (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status <> 'done') > 0 THEN 'waiting' ELSE 'ready' END
+             WHERE d.child = j.id AND p.status <> 'done'), 0) > 0 THEN 'waiting' ELSE 'ready' END
 
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
