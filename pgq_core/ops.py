@@ -310,6 +310,7 @@ def enqueue_after(specs: Sequence[JobSpec]) -> Op[list[int]]:
             "backoff_caps": [s.backoff_cap for s in specs],
             "dep_ns": ns,
             "dep_parents": parents,
+            "trace": _trace(),
         },
         read,
     )

@@ -7,8 +7,8 @@
 
 -- name: enqueue_after
 -- Insert jobs with dependencies in one round trip: `enqueue`'s parallel arrays (no unique
--- keys), and the dependencies as pairs (the job's 1-based position in the arrays, the parent's
--- id). Each parent's row is locked (in id order) and marked has_children, so a completion of
+-- keys) and `trace`, and the dependencies as pairs (the job's 1-based position in the arrays,
+-- the parent's id). Each parent's row is locked (in id order) and marked has_children, so a completion of
 -- it either committed before (then it is done here, and not counted) or waits for this
 -- statement (then it counts this job off). A job waits on its parents not done; a job with a
 -- dead parent is inserted dead, naming it (a requeue of the parent brings it back); a job whose
@@ -45,8 +45,9 @@ WITH input AS (
    GROUP BY d.n
 ), new_jobs AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                             backoff_cap, status, parents_left, last_error, finished_at)
+                             backoff_cap, trace, status, parents_left, last_error, finished_at)
   SELECT i.q, i.p, coalesce(i.r, now() + coalesce(i.d, interval '0')), i.m, i.pr, i.bb, i.bc,
+         %(trace)s::jsonb,
          CASE WHEN c.dead_parent IS NOT NULL THEN 'dead'
               WHEN c.waiting_on > 0 THEN 'waiting' ELSE 'ready' END,
          coalesce(c.waiting_on, 0),
