@@ -57,6 +57,8 @@ class QueueStats:
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
+    #: jobs waiting for their parents (`JobSpec.depends_on`)
+    waiting: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

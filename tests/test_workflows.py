@@ -409,3 +409,12 @@ def test_pgq_enqueue_after(pgq: Pgq, queue: Queue) -> None:
     error_line(pgq("enqueue", "q", "--after", str(a), "--unique-key", "k"), 2, "--after")
     error_line(pgq("enqueue", "q", "--after", "0"), 2, "--after")
     assert [j.id for j in queue.jobs("q")] == [b, a]
+
+
+def test_stats_count_waiting_jobs(pgq: Pgq, queue: Queue) -> None:
+    a = queue.enqueue("q", {})
+    queue.enqueue_many([JobSpec("w", {}, depends_on=[a]) for _ in range(3)])
+    stats = {s.queue: s for s in queue.stats()}
+    assert (stats["w"].waiting, stats["w"].ready, stats["q"].waiting) == (3, 0, 0)
+    rows = {r["queue"]: r for r in json.loads(ok(pgq("stats", "--json")))}
+    assert rows["w"]["waiting"] == 3
