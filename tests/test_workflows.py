@@ -418,3 +418,31 @@ def test_stats_count_waiting_jobs(pgq: Pgq, queue: Queue) -> None:
     assert (stats["w"].waiting, stats["w"].ready, stats["q"].waiting) == (3, 0, 0)
     rows = {r["queue"]: r for r in json.loads(ok(pgq("stats", "--json")))}
     assert rows["w"]["waiting"] == 3
+
+
+def test_a_job_without_dependents_settles_without_calling_the_trigger(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """The trigger's WHEN tests has_children: a job nothing depends on runs no function."""
+    lonely = queue.enqueue_many([JobSpec("q", {}) for _ in range(5)])
+    parent = queue.enqueue("q", {})
+    queue.enqueue("q", {}, depends_on=[parent])
+    held = take(queue, "q")
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET track_functions = 'pl'")
+        q = Queue(conn, schema)
+
+        def calls() -> int:
+            row = conn.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+                " WHERE schemaname = %s AND funcname = 'jobs_settle_dependents'",
+                [schema],
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        q.complete_many([(i, held[i]) for i in lonely], "w")
+        assert calls() == 0
+        q.complete(parent, held[parent])
+        assert calls() == 1
+        conn.commit()
