@@ -22,6 +22,7 @@ from pgq_core.text import printable
 from . import output
 from .context import (
     INT4,
+    JOB_ID,
     DocstringCommand,
     duration,
     echo_json,
@@ -224,6 +225,14 @@ def read_stdin_payload() -> str:
     callback=_unique_key,
     help="Enqueue nothing while a ready, scheduled or running job holds this key.",
 )
+@click.option(
+    "--after",
+    "after",
+    type=JOB_ID,
+    multiple=True,
+    metavar="JOB_ID",
+    help="Wait until this job is done (repeat for several); dies if it dies.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the new ids as a JSON array.")
 @click.pass_context
 def enqueue_command(
@@ -236,10 +245,14 @@ def enqueue_command(
     max_attempts: int,
     priority: int,
     unique_key: str | None,
+    after: tuple[int, ...],
     as_json: bool,
 ) -> None:
     """Add a job to QUEUE with PAYLOAD_JSON (default {}; - reads it from stdin), or one job
     per line of --file.
+
+    With --after, the job waits (status waiting) until every job named is done, and dies if
+    one dies.
 
     With --unique-key, a second enqueue while a job with that key is ready, scheduled or
     running inserts nothing and prints the existing job's id."""
@@ -249,6 +262,8 @@ def enqueue_command(
         raise click.UsageError("give --delay or --run-at, not both")
     if unique_key is not None and file is not None:
         raise click.UsageError("--unique-key names one job: it does not go with --file")
+    if unique_key is not None and after:
+        raise click.UsageError("--unique-key does not go with --after (a waiting job holds no key)")
 
     if file is None:
         if payload == "-":
@@ -267,6 +282,7 @@ def enqueue_command(
             max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
+            depends_on=after,
         )
         with settings(ctx).queue() as q:
             (outcome,) = q.enqueue_many_detailed([spec])
@@ -292,6 +308,7 @@ def enqueue_command(
                 delay=delay,
                 max_attempts=max_attempts,
                 priority=priority,
+                depends_on=after,
             ),
             size,
         )

@@ -35,7 +35,7 @@ from pgq_core.filters import (
     parse_error_group,
     parse_payload_match,
 )
-from pgq_core.models import ErrorGroup, JobRow, PayloadPreview
+from pgq_core.models import ErrorGroup, JobLink, JobRow, PayloadPreview
 from pgq_core.ops import BULK_BATCH
 from pgq_core.text import first_line, printable
 
@@ -296,7 +296,20 @@ def show_command(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> 
             raise JobNotFound(job_id)
         detail, preview = found
         detail.history.extend(q.history(job_id))
+        detail = q.with_links(detail)
     _print_detail(detail, preview)
+
+
+def links_text(links: list[JobLink], total: int) -> str:
+    """A job's parents or children on one line: `12 done (mail), 13 waiting (mail), ... and
+    N more`; a deleted parent is `gone`."""
+    shown = ", ".join(
+        f"{link.id} {link.status or 'gone'}" + (f" ({link.queue})" if link.queue else "")
+        for link in links
+    )
+    if total > len(links):
+        shown += f", ... and {total - len(links)} more"
+    return shown
 
 
 def _payload_text(preview: PayloadPreview) -> Text:
@@ -339,6 +352,10 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         ("unique key", d.unique_key or ""),
     ):
         fields.add_row(label, output.text(value))
+    if d.parents_total:
+        fields.add_row("waits for", output.text(links_text(d.parents, d.parents_total)))
+    if d.children_total:
+        fields.add_row("dependents", output.text(links_text(d.children, d.children_total)))
     error = output.text(d.last_error, multiline=True)
     if d.last_error_truncated and d.last_error_bytes is not None:
         error.append(

@@ -21,6 +21,7 @@ from .models import (
     Job,
     JobDetail,
     JobEvent,
+    JobLink,
     JobRow,
     Lease,
     QueueStats,
@@ -31,7 +32,19 @@ from .models import (
 from .ops import JobSpec, LatencyReport, LatencyWindow, Percentiles, QueueLatency
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
 from .target import find_target
-from .tasks import Task, TaskArgumentError, TaskError, TaskOptions, Tasks, current_job
+from .tasks import (
+    Step,
+    Task,
+    TaskArgumentError,
+    TaskError,
+    TaskOptions,
+    Tasks,
+    achain,
+    agroup,
+    chain,
+    current_job,
+    group,
+)
 
 __all__ = [
     "AsyncQueue",
@@ -40,6 +53,7 @@ __all__ = [
     "Job",
     "JobDetail",
     "JobEvent",
+    "JobLink",
     "JobNotFound",
     "JobRow",
     "JobSpec",
@@ -58,6 +72,7 @@ __all__ = [
     "ScheduleExists",
     "SchemaMissing",
     "Settled",
+    "Step",
     "Target",
     "Task",
     "TaskArgumentError",
@@ -65,12 +80,16 @@ __all__ = [
     "TaskOptions",
     "Tasks",
     "UnreadableValue",
+    "achain",
+    "agroup",
+    "chain",
     "channel",
     "current_job",
     "driver_connection",
     "enqueue_in",
     "fenced_write",
     "find_target",
+    "group",
     "listen_statement",
     "make_worker_id",
     "mask",

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-STATUSES = ("ready", "running", "done", "dead")
+#: `waiting`: a job with dependencies (`JobSpec.depends_on`) whose parents are not all done.
+STATUSES = ("ready", "running", "done", "dead", "waiting")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class QueueStats:
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
+    #: jobs waiting for their parents (`JobSpec.depends_on`)
+    waiting: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +157,24 @@ class JobDetail:
     last_error_bytes: int | None = None
     last_error_truncated: bool = False
     history: list[JobEvent] = field(default_factory=list)
+    #: the jobs this one waits for and the jobs waiting for it, lowest id first, at most
+    #: `ops.LINKS_LIMIT` of each; the totals count them all
+    parents: list[JobLink] = field(default_factory=list)
+    parents_total: int = 0
+    children: list[JobLink] = field(default_factory=list)
+    children_total: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobLink:
+    """A job's parent or child: its id, queue and status (None: deleted since)."""
+
+    id: int
+    queue: str | None
+    status: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,7 @@ from .models import (
     Job,
     JobDetail,
     JobEvent,
+    JobLink,
     JobRow,
     Lease,
     LockWait,
@@ -67,6 +68,8 @@ DROP_LOCK_TIMEOUT = timedelta(milliseconds=200)
 DROP_ATTEMPTS = 5
 #: The most bytes of UTF-8 a unique key may have: it is indexed (a btree entry holds ~2.7 kB).
 UNIQUE_KEY_MAX_BYTES = QUEUE_NAME_MAX_BYTES
+#: A job's parents and children shown (`show`, the dashboard): the lowest ids, and the totals
+LINKS_LIMIT = 50
 #: How often an enqueue looks again for the holder of a key it conflicted with, when the holder
 #: committed (or finished) between the statements. Each round needs a new race to fail.
 UNIQUE_ROUNDS = 5
@@ -104,6 +107,10 @@ class JobSpec:
     #: higher is claimed first among due jobs of the queue
     priority: int = 0
     unique_key: str | None = None
+    #: ids of jobs this one waits for (status 'waiting'): it becomes ready once every one is
+    #: done, and dies when one dies (docs/guides/enqueue.md, workflows). Each must exist; one
+    #: done already is satisfied. Not with a unique_key (a waiting job holds no key).
+    depends_on: Sequence[int] = ()
     #: seconds: a failed attempt n waits min(backoff_cap, backoff_base * 2**n) before the next
     #: (less jitter); None is the settling worker's (its retry_base; BACKOFF_CAP)
     backoff_base: float | None = None
@@ -165,6 +172,21 @@ def _check_spec(spec: JobSpec) -> None:
         check_unique_key(spec.unique_key)
     check_backoff(spec.backoff_base, "backoff_base")
     check_backoff(spec.backoff_cap, "backoff_cap")
+    if spec.depends_on:
+        check_depends_on(spec.depends_on)
+        if spec.unique_key is not None:
+            raise ValueError(
+                "a job with depends_on cannot have a unique_key (a waiting job holds no key)"
+            )
+
+
+def check_depends_on(ids: Sequence[int]) -> None:
+    """ValueError unless `ids` are job ids (positive integers)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ValueError(f"depends_on must be a sequence of job ids, got {ids!r}")
+    for job_id in ids:
+        if not isinstance(job_id, int) or isinstance(job_id, bool) or not 0 < job_id < 2**63:
+            raise ValueError(f"depends_on: {job_id!r} is not a job id")
 
 
 #: One enqueue round's answer per spec: its outcome, or None when a ready or running job held
@@ -260,6 +282,47 @@ def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:
     )
 
 
+def enqueue_after(specs: Sequence[JobSpec]) -> Op[list[int]]:
+    """One `enqueue_after` statement (sql/workflows.sql) for `specs`, already checked, none with
+    a unique key: their ids in order. PgqError naming the parents that do not exist (then
+    nothing was inserted)."""
+
+    def read(rows: Rows) -> list[int]:
+        missing = [int(r[1]) for r in rows if r[0] == "missing"]
+        if missing:
+            shown = ", ".join(str(i) for i in missing[:10])
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            raise PgqError(f"depends_on: no job {shown}{more}; nothing was enqueued")
+        return [int(r[1]) for r in rows if r[0] == "job"]
+
+    ns = [n for n, spec in enumerate(specs, 1) for _ in spec.depends_on]
+    parents = [int(p) for spec in specs for p in spec.depends_on]
+    return Op(
+        "enqueue_after",
+        {
+            "queues": [s.queue for s in specs],
+            "payloads": Jsonb([s.payload for s in specs]),
+            "run_ats": [s.run_at for s in specs],
+            "delays": [s.delay for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+            "priorities": [s.priority for s in specs],
+            "backoff_bases": [s.backoff_base for s in specs],
+            "backoff_caps": [s.backoff_cap for s in specs],
+            "dep_ns": ns,
+            "dep_parents": parents,
+            "trace": _trace(),
+        },
+        read,
+    )
+
+
+def enqueue_is_one_statement(specs: Sequence[JobSpec]) -> bool:
+    """Whether `enqueue_flow` sends `specs` in one statement (mostly): false when jobs with
+    dependencies come with jobs with unique keys, which go in two (the caller makes it one
+    transaction)."""
+    return not (any(s.depends_on for s in specs) and any(s.unique_key for s in specs))
+
+
 def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enqueued]]:
     """Enqueue `specs` (checked first: nothing is sent if any is invalid), one outcome each.
 
@@ -271,6 +334,18 @@ def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enque
     specs = list(specs)
     for spec in specs:
         _check_spec(spec)
+    if any(spec.depends_on for spec in specs):
+        # jobs with dependencies, and those without a key, in one `enqueue_after`; the keyed
+        # ones (none has dependencies) first, as usual
+        plain = [i for i, spec in enumerate(specs) if spec.unique_key is None]
+        keyed = [i for i, spec in enumerate(specs) if spec.unique_key is not None]
+        outcomes: dict[int, Enqueued] = {}
+        if keyed:
+            done = yield from enqueue_flow([specs[i] for i in keyed])
+            outcomes.update(zip(keyed, done, strict=True))
+        ids: list[int] = yield enqueue_after([specs[i] for i in plain])
+        outcomes.update((i, Enqueued(job_id, True)) for i, job_id in zip(plain, ids, strict=True))
+        return [outcomes[i] for i in range(len(specs))]
     if len(specs) == 1 and specs[0].unique_key is None:
         return [Enqueued((yield enqueue_one(specs[0])), True)]
     results: Round = yield enqueue_round(specs)
@@ -676,6 +751,21 @@ def jobs(
 
 def job(job_id: int) -> Op[JobDetail | None]:
     return Op("job", {"id": job_id}, lambda rows: JobDetail(*rows[0]) if rows else None)
+
+
+def job_links(job_id: int, kind: str, limit: int = LINKS_LIMIT) -> Op[tuple[list[JobLink], int]]:
+    """A job's parents (`kind` 'parents') or children ('children'): at most `limit`, lowest id
+    first, and how many there are in all."""
+    assert kind in ("parents", "children")
+
+    def read(rows: Rows) -> tuple[list[JobLink], int]:
+        links = [JobLink(int(r[0]), r[1], r[2]) for r in rows]
+        return links, int(rows[0][3]) if rows else 0
+
+    params = {"id": job_id, "limit": limit}
+    if kind == "parents":
+        return Op("job_parents", params, read)
+    return Op("job_children", params, read)
 
 
 def history(job_id: int) -> Op[list[JobEvent]]:

@@ -14,7 +14,7 @@ from importlib.resources import files
 
 from psycopg import sql
 
-FILES = ("protocol.sql", "operator.sql", "observer.sql", "session.sql")
+FILES = ("protocol.sql", "workflows.sql", "operator.sql", "observer.sql", "session.sql")
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 

@@ -23,6 +23,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -202,17 +203,21 @@ class Queue:
         unique_key: str | None = None,
         backoff_base: float | None = None,
         backoff_cap: float | None = None,
+        depends_on: Sequence[int] = (),
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """The new job's id; with `unique_key` held by a ready or running job, nothing is
         inserted and that job's id is returned (`enqueue_many_detailed` tells which).
-        `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec)."""
+        `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec).
+        `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
+        exist."""
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
             unique_key=unique_key,
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
+            depends_on=depends_on,
         )
         return self.enqueue_many_detailed([spec], conn)[0].id
 
@@ -240,7 +245,7 @@ class Queue:
         """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
         target = conn or self.conn
-        if len(specs) <= ENQUEUE_CHUNK:
+        if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
             return self._drive(ops.enqueue_flow(specs), target)
         done: list[Enqueued] = []
         with target.transaction():
@@ -477,7 +482,16 @@ class Queue:
         if detail is None:
             raise JobNotFound(job_id)
         detail.history.extend(self.history(job_id))
-        return detail
+        return self.with_links(detail)
+
+    def with_links(self, detail: JobDetail, limit: int = ops.LINKS_LIMIT) -> JobDetail:
+        """`detail` with its parents and children (at most `limit` of each)."""
+        parents, parents_total = self.run(ops.job_links(detail.id, "parents", limit))
+        children, children_total = self.run(ops.job_links(detail.id, "children", limit))
+        return replace(
+            detail, parents=parents, parents_total=parents_total, children=children,
+            children_total=children_total,
+        )
 
     # production: settings, and what the exporter and the soak read
     def settings(self) -> dict[str, str]:
@@ -578,6 +592,7 @@ class AsyncQueue:
         unique_key: str | None = None,
         backoff_base: float | None = None,
         backoff_cap: float | None = None,
+        depends_on: Sequence[int] = (),
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         spec = JobSpec(
@@ -586,6 +601,7 @@ class AsyncQueue:
             unique_key=unique_key,
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
+            depends_on=depends_on,
         )
         return (await self.enqueue_many_detailed([spec], conn))[0].id
 
@@ -608,7 +624,7 @@ class AsyncQueue:
     ) -> list[Enqueued]:
         specs = list(specs)
         target = conn or self.conn
-        if len(specs) <= ENQUEUE_CHUNK:
+        if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
             return await self._drive(ops.enqueue_flow(specs), target)
         done: list[Enqueued] = []
         async with target.transaction():
@@ -836,7 +852,15 @@ class AsyncQueue:
         if detail is None:
             raise JobNotFound(job_id)
         detail.history.extend(await self.history(job_id))
-        return detail
+        return await self.with_links(detail)
+
+    async def with_links(self, detail: JobDetail, limit: int = ops.LINKS_LIMIT) -> JobDetail:
+        parents, parents_total = await self.run(ops.job_links(detail.id, "parents", limit))
+        children, children_total = await self.run(ops.job_links(detail.id, "children", limit))
+        return replace(
+            detail, parents=parents, parents_total=parents_total, children=children,
+            children_total=children_total,
+        )
 
     async def add_schedule(
         self,

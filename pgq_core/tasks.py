@@ -8,6 +8,12 @@ def send_email(to: str, subject: str) -> None: ...
 
 send_email.enqueue(to="ada@example.com", subject="hi", conn=conn)   # in conn's transaction
 send_email.options(priority=9, delay=60).enqueue(to="bob@example.com", subject="hi", conn=conn)
+
+# workflows: b after a; report after all of b1..b3 (ids of the jobs, in order)
+ids = chain(fetch.s(url=u), parse.s(), conn=conn)
+ids = chain(split.s(), [work.s(part=n) for n in range(3)], report.s(), conn=conn)
+ids = group(work.s(part=1), work.s(part=2), depends_on=[ids[0]], conn=conn)
+send_email.enqueue(to="ada@example.com", subject="done", depends_on=ids, conn=conn)
 ```
 
 `pgq worker --tasks myapp.jobs:tasks` runs them. Invariants:
@@ -30,6 +36,12 @@ send_email.options(priority=9, delay=60).enqueue(to="bob@example.com", subject="
   Tasks' own thread pool. A plain task given up (lease lost, timeout) cannot be stopped: its
   job's slot stays occupied until its thread returns, as for a plain `--handler`.
   `current_job()` gives either kind its `JobContext` (e.g. to check `lost`).
+- `depends_on=[ids]` (on `enqueue`, `chain`, `group`): the job waits until those jobs are all
+  done and dies if one dies (`Queue.enqueue`'s `depends_on`). `Task.s(...)` is a step: the
+  task with its arguments, checked at once, enqueued by `chain` (each link after the one
+  before; a list in a chain is a group: the next link waits for all of it) or `group` (side by
+  side), in one transaction. A step's job carries no result to the next: a step that needs
+  one reads it (`Queue.job(parent).result`).
 - A job naming an unknown task, or with arguments its task no longer accepts, fails with a
   clear error (and retries as any failure: a newer worker may know the task); the worker goes on.
 """
@@ -47,7 +59,7 @@ import math
 import re
 import string
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
@@ -66,7 +78,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Keywords `Task.enqueue` takes for itself; a task may not name a parameter so.
-ENQUEUE_OPTIONS = ("conn", "delay", "run_at", "unique_key")
+ENQUEUE_OPTIONS = ("conn", "delay", "run_at", "unique_key", "depends_on")
 #: Threads for plain tasks (made on demand; a worker runs at most `concurrency` at once).
 DEFAULT_THREADS = 100
 
@@ -341,6 +353,11 @@ class Task(Generic[P, R]):
                 f"{type(exc).__name__}: {exc}"
             ) from None
 
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """This task with these arguments, to enqueue later in a `chain` or a `group` (the
+        arguments are checked now: TaskArgumentError)."""
+        return Step(self, self._spec(args, kwargs, None, None, None, ()))
+
     def _spec(
         self,
         args: tuple[Any, ...],
@@ -348,6 +365,7 @@ class Task(Generic[P, R]):
         delay: timedelta | None,
         run_at: datetime | None,
         unique_key: str | None,
+        depends_on: Sequence[int],
     ) -> JobSpec:
         stored = self._bind(args, kwargs)
         opts = self._options
@@ -361,6 +379,7 @@ class Task(Generic[P, R]):
             unique_key=unique_key if unique_key is not None else self.unique_key_for(stored),
             backoff_base=opts.backoff_base,
             backoff_cap=opts.backoff_cap,
+            depends_on=tuple(depends_on),
         )
 
     def enqueue(
@@ -370,16 +389,18 @@ class Task(Generic[P, R]):
         delay: timedelta | None = None,
         run_at: datetime | None = None,
         unique_key: str | None = None,
+        depends_on: Sequence[int] = (),
         **kwargs: Any,
     ) -> int:
         """Enqueue a run with these arguments: the job's id (the holder's, for a duplicate
         unique key). `conn`: a psycopg connection (or SQLAlchemy session or connection on
         the psycopg driver) whose open transaction the job joins, or a `Queue`; default the
         Tasks' own queue client. `delay`, `run_at` and `unique_key` (the key itself, not a
-        template) win over the task's options."""
-        spec = self._spec(args, kwargs, delay, run_at, unique_key)
+        template) win over the task's options. `depends_on`: ids of jobs this run waits for
+        (PgqError if one does not exist)."""
+        spec = self._spec(args, kwargs, delay, run_at, unique_key, depends_on)
         queue, target = self.tasks._sync_target(conn)
-        return queue.enqueue_many([spec], conn=target)[0]
+        return _enqueue(queue, [spec], target)[0]
 
     async def enqueue_async(
         self,
@@ -388,23 +409,111 @@ class Task(Generic[P, R]):
         delay: timedelta | None = None,
         run_at: datetime | None = None,
         unique_key: str | None = None,
+        depends_on: Sequence[int] = (),
         **kwargs: Any,
     ) -> int:
         """`enqueue` for asyncio: `conn` is an `AsyncQueue` or an async psycopg connection."""
-        spec = self._spec(args, kwargs, delay, run_at, unique_key)
-        if isinstance(conn, AsyncQueue):
-            queue, target = conn, None
-        elif isinstance(conn, psycopg.AsyncConnection):
-            queue, target = AsyncQueue(conn, self.tasks.schema), conn
-        else:
-            if self.tasks.async_client is None:
-                client = await AsyncQueue.connect(self.tasks._dsn, self.tasks._schema)
-                if self.tasks.async_client is None:  # no other enqueue connected meanwhile
-                    self.tasks.async_client = client
-                else:
-                    await client.close()
-            queue, target = self.tasks.async_client, None
-        return (await queue.enqueue_many([spec], conn=target))[0]
+        spec = self._spec(args, kwargs, delay, run_at, unique_key, depends_on)
+        queue, target = await self.tasks._async_target(conn)
+        return (await _aenqueue(queue, [spec], target))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A task with its arguments (`Task.s(...)`), checked, not yet enqueued: a link of a
+    `chain` or a member of a `group`."""
+
+    task: Task[Any, Any]
+    spec: JobSpec
+
+
+#: A link of a chain: one step, or a group of steps (side by side).
+Link = Step | Sequence[Step]
+
+
+def _links(links: tuple[Link, ...], what: str) -> list[list[Step]]:
+    groups = [[link] if isinstance(link, Step) else list(link) for link in links]
+    if not groups or any(not g for g in groups):
+        raise PgqError(f"{what}: nothing to enqueue (an empty chain or group)")
+    for g in groups:
+        for step in g:
+            if not isinstance(step, Step):
+                raise PgqError(f"{what}: {step!r} is not a step (make one with task.s(...))")
+    return groups
+
+
+def _after(steps: list[Step], parents: Sequence[int]) -> list[JobSpec]:
+    return [dataclasses.replace(step.spec, depends_on=tuple(parents)) for step in steps]
+
+
+def _enqueue(
+    queue: Queue, specs: list[JobSpec], target: psycopg.Connection[Any] | None
+) -> list[int]:
+    try:
+        return queue.enqueue_many(specs, conn=target)
+    except ValueError as exc:  # a spec refused before anything is sent
+        raise PgqError(str(exc)) from None
+
+
+async def _aenqueue(
+    queue: AsyncQueue, specs: list[JobSpec], target: psycopg.AsyncConnection[Any] | None
+) -> list[int]:
+    try:
+        return await queue.enqueue_many(specs, conn=target)
+    except ValueError as exc:
+        raise PgqError(str(exc)) from None
+
+
+def chain(*links: Link, depends_on: Sequence[int] = (), conn: Any = None) -> list[int]:
+    """Enqueue `links` to run one after the other, in one transaction: each link waits for
+    the one before (the first for `depends_on`); a link that is a list of steps is a group,
+    and the next link waits for all of it. The ids of every job, in order. `conn` as in
+    `Task.enqueue` (default: the first step's Tasks' own client)."""
+    groups = _links(links, "chain")
+    queue, target = groups[0][0].task.tasks._sync_target(conn)
+    ids: list[int] = []
+    parents = list(depends_on)
+    with (target or queue.conn).transaction():
+        for steps in groups:
+            parents = _enqueue(queue, _after(steps, parents), target)
+            ids.extend(parents)
+    return ids
+
+
+def group(*steps: Step, depends_on: Sequence[int] = (), conn: Any = None) -> list[int]:
+    """Enqueue `steps` side by side (each after `depends_on`) in one statement: their ids, in
+    order. Wait for all of them with `depends_on=` the ids (or put the group in a `chain`)."""
+    (members,) = _links((list(steps),), "group")
+    queue, target = members[0].task.tasks._sync_target(conn)
+    return _enqueue(queue, _after(members, depends_on), target)
+
+
+async def achain(
+    *links: Link,
+    depends_on: Sequence[int] = (),
+    conn: AsyncQueue | psycopg.AsyncConnection[Any] | None = None,
+) -> list[int]:
+    """`chain` for asyncio: `conn` is an `AsyncQueue` or an async psycopg connection."""
+    groups = _links(links, "chain")
+    queue, target = await groups[0][0].task.tasks._async_target(conn)
+    ids: list[int] = []
+    parents = list(depends_on)
+    async with (target or queue.conn).transaction():
+        for steps in groups:
+            parents = await _aenqueue(queue, _after(steps, parents), target)
+            ids.extend(parents)
+    return ids
+
+
+async def agroup(
+    *steps: Step,
+    depends_on: Sequence[int] = (),
+    conn: AsyncQueue | psycopg.AsyncConnection[Any] | None = None,
+) -> list[int]:
+    """`group` for asyncio."""
+    (members,) = _links((list(steps),), "group")
+    queue, target = await members[0].task.tasks._async_target(conn)
+    return await _aenqueue(queue, _after(members, depends_on), target)
 
 
 class Tasks:
@@ -503,6 +612,21 @@ class Tasks:
             if self.client is None:
                 self.client = Queue.connect(self._dsn, self._schema)
         return self.client, None
+
+    async def _async_target(
+        self, conn: AsyncQueue | psycopg.AsyncConnection[Any] | None
+    ) -> tuple[AsyncQueue, psycopg.AsyncConnection[Any] | None]:
+        if isinstance(conn, AsyncQueue):
+            return conn, None
+        if isinstance(conn, psycopg.AsyncConnection):
+            return AsyncQueue(conn, self.schema), conn
+        if self.async_client is None:
+            client = await AsyncQueue.connect(self._dsn, self._schema)
+            if self.async_client is None:  # no other enqueue connected meanwhile
+                self.async_client = client
+            else:
+                await client.close()
+        return self.async_client, None
 
     # -- the handler --------------------------------------------------------------------
 

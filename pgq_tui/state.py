@@ -21,7 +21,7 @@ QUEUES_WINDOW = 100
 #: the cursor this close to an end of the window moves the window (when there are more)
 QUEUES_EDGE = 10
 #: Jobs view status choices, in the order `s` cycles them; None is every status.
-JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", None)
+JOB_STATUSES: tuple[str | None, ...] = ("dead", "ready", "running", "done", "waiting", None)
 #: What the Jobs view lists: (queue, status, None) while browsing a queue by status, or
 #: (None, None, filter) for a server-side filter typed at `/`.
 JobsQuery = tuple[str | None, str | None, JobFilter | None]

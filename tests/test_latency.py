@@ -255,7 +255,7 @@ def test_stats_json_keeps_its_keys_and_adds_latency(pgq: Pgq, queue: Queue) -> N
     assert list(rows["a"]) == [
         "queue", "ready", "scheduled", "running", "expiring", "dead", "done", "completed",
         "oldest_due_seconds", "paused", "limit", "paused_at", "paused_by", "pause_reason",
-        "latency",
+        "waiting", "latency",
     ]  # fmt: skip
     assert rows["a"]["latency"]["5m"] == expected(300.0, RECENT_WAITS, RECENT_RUNS)
     # a queue with no done job yet: every window present, figures null

@@ -12,7 +12,8 @@ priority, unique_key, pg_catalog.octet_length(last_error) AS last_error_bytes
 
 -- name: stats
 -- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
--- (paused, limit, paused at, by, why); a paused or limited queue is listed even with no jobs.
+-- (paused, limit, paused at, by, why), then its waiting jobs (migration 18); a paused or
+-- limited queue is listed even with no jobs.
 -- Reads the partial indexes, queue_counts and queue_settings only; never scans done rows.
 -- Expiring: under a third of its lease left (expired included), or under `soon` when given.
 -- One row per queue and source, summed per queue: linear in the number of queues (joining the
@@ -29,23 +30,26 @@ WITH parts AS (
          extract(epoch FROM now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_due_seconds,
          NULL::timestamptz AS paused_at, NULL::text AS paused_by, NULL::text AS pause_reason,
-         NULL::int AS max_running
+         NULL::int AS max_running, 0::bigint AS waiting
     FROM {schema}.jobs WHERE status = 'ready' GROUP BY queue
   UNION ALL
   SELECT queue, 0, 0, count(*),
          count(*) FILTER (WHERE lease_until
                                 < now() + coalesce(%(soon)s::interval, lease_length / 3::float8)),
-         0, 0, 0, NULL, NULL, NULL, NULL, NULL
+         0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0
     FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
   UNION ALL
-  SELECT queue, 0, 0, 0, 0, count(*), 0, 0, NULL, NULL, NULL, NULL, NULL
+  SELECT queue, 0, 0, 0, 0, count(*), 0, 0, NULL, NULL, NULL, NULL, NULL, 0
     FROM {schema}.jobs WHERE status = 'dead' GROUP BY queue
   UNION ALL
+  SELECT queue, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, count(*)
+    FROM {schema}.jobs WHERE status = 'waiting' GROUP BY queue
+  UNION ALL
   SELECT queue, 0, 0, 0, 0, 0, pg_catalog.sum(done)::bigint, pg_catalog.sum(completed)::bigint,
-         NULL, NULL, NULL, NULL, NULL
+         NULL, NULL, NULL, NULL, NULL, 0
     FROM {schema}.queue_counts GROUP BY queue
   UNION ALL
-  SELECT queue, 0, 0, 0, 0, 0, 0, 0, NULL, paused_at, paused_by, pause_reason, max_running
+  SELECT queue, 0, 0, 0, 0, 0, 0, 0, NULL, paused_at, paused_by, pause_reason, max_running, 0
     FROM {schema}.queue_settings
    WHERE paused_at IS NOT NULL OR max_running IS NOT NULL
 )
@@ -56,7 +60,7 @@ SELECT queue,
        pg_catalog.sum(completed)::bigint, pg_catalog.max(oldest_due_seconds),
        pg_catalog.bool_or(paused_at IS NOT NULL), pg_catalog.max(max_running),
        pg_catalog.max(paused_at), pg_catalog.max(paused_by), pg_catalog.max(pause_reason),
-       count(*) OVER () AS queues_in_all
+       pg_catalog.sum(waiting)::bigint, count(*) OVER () AS queues_in_all
   FROM parts
  GROUP BY queue
  ORDER BY queue

@@ -4,6 +4,17 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters; {where} is a
 -- filter built with psycopg.sql (pgq_core/filters.py), its values bound.
 
+-- fragment: requeued_status
+-- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
+-- stays on a job that died waiting): then it waits again on its parents not done, counted
+-- afresh (a dead parent included: requeue that one and both run in order).
+parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
+           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status <> 'done'), 0) ELSE 0 END,
+         status = CASE WHEN j.parents_left > 0 AND coalesce(
+           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status <> 'done'), 0) > 0 THEN 'waiting' ELSE 'ready' END
+
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
 -- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
@@ -20,8 +31,8 @@ WITH dead AS (
                        WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
     ORDER BY unique_key, id DESC)
 ), requeued AS (
-  UPDATE {schema}.jobs
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+  UPDATE {schema}.jobs j
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
    WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
@@ -48,8 +59,8 @@ WITH dead AS (
                        WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
     ORDER BY unique_key, id DESC)
 ), requeued AS (
-  UPDATE {schema}.jobs
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+  UPDATE {schema}.jobs j
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
    WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
@@ -62,19 +73,20 @@ SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
 ORDER BY 2;
 
 -- name: kill
--- Operator: ready or running jobs to dead. fence + 1, so a worker still running the job fails
+-- Operator: waiting, ready or running jobs to dead (a job's waiting dependents die with it:
+-- migration 18's trigger). fence + 1, so a worker still running the job fails
 -- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
 -- (the kill's own row names the operator and the next fence).
 WITH victims AS (
   SELECT id, status AS was, fence, worker, claimed_at FROM {schema}.jobs
-   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'running')
+   WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('waiting', 'ready', 'running')
      FOR UPDATE
 ), killed AS (
   UPDATE {schema}.jobs j
      SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
          last_error = %(reason)s
     FROM victims v
-   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
   RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
@@ -129,7 +141,7 @@ WITH victims AS (
    FOR UPDATE SKIP LOCKED
 ), requeued AS (
   UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
     FROM victims v
    WHERE j.id = v.id AND j.status = 'dead'
   RETURNING j.id, j.fence
@@ -140,12 +152,12 @@ WITH victims AS (
 SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
 
 -- name: kill_filtered
--- Operator: ready or running jobs matching a filter to dead, fence + 1 (a worker still running
+-- Operator: waiting, ready or running jobs matching a filter to dead, fence + 1 (a worker still running
 -- one fails its next write), one batch; a running job's attempt gets its 'claimed' row as in
 -- `kill`.
 WITH victims AS (
   SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at FROM {schema}.jobs j
-   WHERE j.status IN ('ready', 'running') AND j.id > %(after)s AND {where}
+   WHERE j.status IN ('waiting', 'ready', 'running') AND j.id > %(after)s AND {where}
    ORDER BY j.id
    LIMIT %(batch)s
    FOR UPDATE SKIP LOCKED
@@ -154,7 +166,7 @@ WITH victims AS (
      SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
          last_error = %(reason)s
     FROM victims v
-   WHERE j.id = v.id AND j.status IN ('ready', 'running')
+   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
   RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)

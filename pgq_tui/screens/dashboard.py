@@ -381,6 +381,7 @@ class DashboardScreen(Screen[None]):
                 "ready": stats.ready + stats.scheduled,
                 "running": stats.running,
                 "done": stats.done,
+                "waiting": stats.waiting,
             }
         bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append(" queue ", style="grey62")

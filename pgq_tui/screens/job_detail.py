@@ -19,7 +19,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from pgq_core import JobDetail, JobEvent, JobNotFound, PgqError
+from pgq_core import JobDetail, JobEvent, JobLink, JobNotFound, PgqError
 
 from .. import humanize
 from ..host import Host
@@ -35,6 +35,27 @@ from ..widgets.timeline import EVENTS, timeline
 PAYLOAD_CHARS = 64 * 1024
 #: characters of the last error shown (a traceback's worth; `pgq show --full` has it all)
 ERROR_CHARS = 4000
+#: parents and children listed each (the job's read holds at most ops.LINKS_LIMIT)
+LINKS_SHOWN = 8
+
+
+def links(items: list[JobLink], total: int) -> Text:
+    """A job's parents or children, one a line: id, status, queue; past LINKS_SHOWN, how many
+    more (`pgq show --json` lists them)."""
+    text = Text()
+    for n, link in enumerate(items[:LINKS_SHOWN]):
+        if n:
+            text.append("\n")
+        text.append(str(link.id), style="bold")
+        status = link.status or "gone"
+        text.append(f" {status}", style=STATUS_STYLE.get(status, "grey50"))
+        if link.queue is not None:
+            text.append(" ")
+            text.append_text(humanize.db_text(link.queue, style="grey62"))
+    if total > min(len(items), LINKS_SHOWN):
+        text.append(f"\n… and {humanize.count(total - min(len(items), LINKS_SHOWN))} more",
+                    style="grey50")
+    return text
 
 
 def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None = None) -> Table:
@@ -78,6 +99,10 @@ def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None =
         table.add_row("claimed", humanize.ago(now - job.claimed_at.timestamp()))
     if job.finished_at is not None:
         table.add_row("finished", humanize.ago(now - job.finished_at.timestamp()))
+    if job.parents_total:
+        table.add_row("waits for", links(job.parents, job.parents_total))
+    if job.children_total:
+        table.add_row("dependents", links(job.children, job.children_total))
     return table
 
 

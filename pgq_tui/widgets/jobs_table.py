@@ -24,6 +24,7 @@ STATUS_STYLE = {
     "running": "cyan",
     "done": "green",
     "dead": "bold red",
+    "waiting": "magenta",
 }
 
 

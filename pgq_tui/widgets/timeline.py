@@ -27,6 +27,8 @@ EVENTS: dict[str, tuple[str, str, str]] = {
     "killed": ("✖", "killed", "bold magenta"),
     "released": ("⇠", "released", "blue"),
     "stale": ("⚠", "stale write rejected", "bold white on red"),
+    "unblocked": ("⇢", "unblocked: parents done", "bold"),
+    "parent died": ("☠", "parent died", "red"),
 }
 
 
