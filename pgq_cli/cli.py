@@ -148,8 +148,7 @@ class LazyGroup(PgqGroup):
             "health_command",
             (
                 "Table bloat and vacuum, the oldest transaction holding back vacuum, NOTIFY queue"
-                " use, lock waits on jobs; readings past a threshold are warnings (the exit code "
-                "stays 0)."
+                " use, lock waits on jobs, and stuck jobs"
             ),
         ),
         "worker": (
