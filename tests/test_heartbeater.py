@@ -136,9 +136,14 @@ async def test_a_row_another_session_holds_is_skipped_not_waited_on_nor_lost(
             [job.id],
         )
         beats.heart.track(job.id, job.fence)
-        await asyncio.sleep(5 * INTERVAL)  # several beats while the row is locked
-        # the gate stayed open: beats went on (not stuck behind the lock)
-        assert beats.heart.claim_blocked(time.monotonic()) is None
+        locked_at = time.monotonic()
+        # a beat sent after the lock was taken succeeds while it is held: not stuck behind it
+        # (one that waited would fail at the session's lock_timeout, 5 s, not succeed)
+        await until(
+            lambda: (beats.heart.renewed_at() or 0.0) > locked_at + INTERVAL,
+            timeout=15,
+            what="a round trip sent under the lock succeeded",
+        )
         locker.rollback()
     assert beats.lost == []
     await until(lambda: lease_until(queue, job) > before, timeout=5, what="extended after")

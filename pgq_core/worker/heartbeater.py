@@ -114,6 +114,11 @@ class Heartbeater:
         with self._lock:
             return self._gate.why_not(now)
 
+    def renewed_at(self) -> float | None:
+        """When the latest successful round trip was sent (time.monotonic()), if any."""
+        with self._lock:
+            return self._gate.renewed_at
+
     def refusal(self, now: float) -> str | None:
         """Why renewals are refused for good (permission denied), while claims are stopped."""
         with self._lock:

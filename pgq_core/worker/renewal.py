@@ -62,6 +62,11 @@ class RenewalGate:
     def may_claim(self, now: float) -> bool:
         return self.why_not(now) is None
 
+    @property
+    def renewed_at(self) -> float | None:
+        """When the latest successful round trip was sent (time.monotonic()), if any."""
+        return self._renewed_at
+
     def note(self, now: float) -> str | None:
         """What to log once when the gate changed since the last note, else None."""
         why = self.why_not(now)
