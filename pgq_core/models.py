@@ -96,6 +96,13 @@ class Lease:
         return asdict(self)
 
 
+def progress_text(done: int, total: int | None) -> str:
+    """`40 of 100 (40%)`, or `40 done` when the total is unknown."""
+    if total is None:
+        return f"{done:,} done"
+    return f"{done:,} of {total:,} ({int(100 * done / total)}%)"
+
+
 @dataclass(frozen=True)
 class JobProgress:
     """A running job's progress as its handler reported it (`JobContext.progress`): `done` of
