@@ -81,8 +81,11 @@ async def handle(ctx: JobContext) -> None:
     payload: dict[str, Any] = ctx.payload if isinstance(ctx.payload, dict) else {}
     kind = payload.get("kind", "fast")
     if kind == "slow":
-        deadline = time.monotonic() + float(payload.get("seconds", 10))
-        while time.monotonic() < deadline and not ctx.lost:
+        seconds = max(0.001, float(payload.get("seconds", 10)))
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < seconds and not ctx.lost:
+            step = min(100, int(100 * elapsed / seconds))
+            ctx.progress(step, 100, f"step {step} of 100")
             await asyncio.sleep(0.2)
         return
     await asyncio.sleep(float(payload.get("ms", 150)) / 1000)

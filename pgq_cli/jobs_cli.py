@@ -35,7 +35,7 @@ from pgq_core.filters import (
     parse_error_group,
     parse_payload_match,
 )
-from pgq_core.models import ErrorGroup, JobLink, JobRow, PayloadPreview
+from pgq_core.models import ErrorGroup, JobLink, JobRow, PayloadPreview, progress_text
 from pgq_core.ops import BULK_BATCH
 from pgq_core.text import first_line, printable
 
@@ -356,6 +356,11 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
         fields.add_row("waits for", output.text(links_text(d.parents, d.parents_total)))
     if d.children_total:
         fields.add_row("dependents", output.text(links_text(d.children, d.children_total)))
+    if d.progress_done is not None:
+        reported = f", reported {when(d.progress_at)}" if d.progress_at else ""
+        fields.add_row("progress", progress_text(d.progress_done, d.progress_total) + reported)
+        if d.progress_note:
+            fields.add_row("progress note", output.text(d.progress_note))
     error = output.text(d.last_error, multiline=True)
     if d.last_error_truncated and d.last_error_bytes is not None:
         error.append(

@@ -85,9 +85,35 @@ class Lease:
     lease_until: datetime
     seconds_left: float
     lease_seconds: float | None
+    #: what its handler last reported (`JobContext.progress`; None: nothing yet this attempt);
+    #: `progress_note` cut to `ops.LEASE_NOTE_CHARS` characters
+    progress_done: int | None = None
+    progress_total: int | None = None
+    progress_note: str | None = None
+    progress_at: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def progress_text(done: int, total: int | None) -> str:
+    """`40 of 100 (40%)`, or `40 done` when the total is unknown."""
+    if total is None:
+        return f"{done:,} done"
+    return f"{done:,} of {total:,} ({int(100 * done / total)}%)"
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A running job's progress as its handler reported it (`JobContext.progress`): `done` of
+    `total` (None: unknown), a short `note`, and `age`: seconds since it was reported (what the
+    heartbeat that writes it sends, so the row says when it was reported, by the server's clock).
+    """
+
+    done: int
+    total: int | None = None
+    note: str | None = None
+    age: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -163,6 +189,12 @@ class JobDetail:
     parents_total: int = 0
     children: list[JobLink] = field(default_factory=list)
     children_total: int = 0
+    #: what its handler last reported (`JobContext.progress`): done of total (None: unknown),
+    #: a short note, and when; kept after the job ends, cleared by its next claim
+    progress_done: int | None = None
+    progress_total: int | None = None
+    progress_note: str | None = None
+    progress_at: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,6 +26,7 @@ from .models import (
     JobDetail,
     JobEvent,
     JobLink,
+    JobProgress,
     JobRow,
     Lease,
     LockWait,
@@ -76,6 +77,8 @@ UNIQUE_ROUNDS = 5
 #: Characters of a long text (last_error, an error group's example) that lists carry: the
 #: server cuts it, so a list of big errors stays small; `job` and `job_preview` read it whole.
 LIST_TEXT_CHARS = 1000
+#: Characters of a progress note the leases list carries (the worker stores at most 200).
+LEASE_NOTE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -502,10 +505,23 @@ def settle_fail(
     )
 
 
-def extend_leases(held: Sequence[tuple[int, int]], channel: str | None = None) -> Op[Settled]:
+def extend_leases(
+    held: Sequence[tuple[int, int]],
+    channel: str | None = None,
+    progress: Mapping[int, JobProgress] | None = None,
+) -> Op[Settled]:
     """The worker's heartbeat, never waiting on a row lock; notifies `channel` (payload '')
-    when a lease moved."""
-    params = {**_pairs(held), "channel": channel}
+    when a lease moved. `progress`: by job id, the new progress to write with the lease (a
+    held job without an entry keeps the progress its row has)."""
+    new = [(progress or {}).get(i) for i, _ in held]
+    params = {
+        **_pairs(held),
+        "done": [p.done if p else None for p in new],
+        "total": [p.total if p else None for p in new],
+        "notes": [p.note if p else None for p in new],
+        "ages": [p.age if p else None for p in new],
+        "channel": channel,
+    }
     return Op("extend_leases", params, _outcomes(held, "extended"), named=True)
 
 
@@ -717,8 +733,10 @@ def stats_window(offset: int, limit: int, soon: timedelta | None = None) -> Op[Q
     return Op("stats", {"soon": soon, "offset": offset, "limit": limit}, read)
 
 
-def leases(limit: int = 100) -> Op[list[Lease]]:
-    return Op("leases", {"limit": limit}, lambda rows: [Lease(*r) for r in rows])
+def leases(limit: int = 100, note_chars: int = LEASE_NOTE_CHARS) -> Op[list[Lease]]:
+    """Running jobs, the lease closest to expiry first; progress notes cut to `note_chars`."""
+    params = {"limit": limit, "note_chars": note_chars}
+    return Op("leases", params, lambda rows: [Lease(*r) for r in rows])
 
 
 def cut_bytes(text: str | None, size: int | None) -> bool:
@@ -749,8 +767,22 @@ def jobs(
     )
 
 
+#: Columns of `job` and `job_preview` before the progress (JobDetail's, up to last_error_bytes).
+_DETAIL_COLUMNS = 19
+
+
+def _detail(columns: Sequence[Any]) -> JobDetail:
+    """A JobDetail from `job`'s columns: its own, then the four of its progress."""
+    head, progress = columns[:_DETAIL_COLUMNS], columns[_DETAIL_COLUMNS:]
+    done, total, note, at = progress
+    return replace(
+        JobDetail(*head), progress_done=done, progress_total=total, progress_note=note,
+        progress_at=at,
+    )
+
+
 def job(job_id: int) -> Op[JobDetail | None]:
-    return Op("job", {"id": job_id}, lambda rows: JobDetail(*rows[0]) if rows else None)
+    return Op("job", {"id": job_id}, lambda rows: _detail(rows[0]) if rows else None)
 
 
 def job_links(job_id: int, kind: str, limit: int = LINKS_LIMIT) -> Op[tuple[list[JobLink], int]]:
@@ -802,7 +834,7 @@ def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] 
         if not rows:
             return None
         *columns, text, size = rows[0]
-        job = JobDetail(*columns)
+        job = _detail(columns)
         job = replace(job, last_error_truncated=cut_bytes(job.last_error, job.last_error_bytes))
         return job, PayloadPreview(str(text), int(size))
 

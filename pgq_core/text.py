@@ -81,6 +81,15 @@ def storable(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
     return clean[: max(0, limit - len(mark))] + mark
 
 
+def one_line(text: str, limit: int) -> str:
+    """`text` as one short line fit for a text column: `storable`, each run of control
+    characters (newlines and tabs included) and surrounding spaces made one space, cut to
+    `limit` characters with an ellipsis."""
+    clean = re.sub(rf"\s*[{CONTROL_CHARACTERS}]+\s*", " ", storable(text, len(text) + 1))
+    clean = clean.strip()
+    return clean if len(clean) <= limit else clean[: max(0, limit - 1)] + "…"
+
+
 def describe_exception(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     """`TypeName: message` (or `TypeName` when the message is empty), storable; an exception
     whose `__str__` raises gives `TypeName (unprintable)`."""

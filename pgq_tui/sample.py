@@ -28,6 +28,7 @@ from pgq_core.filters import ACTION_STATUSES, JobFilter
 from pgq_core.models import (
     ErrorGroup,
     Health,
+    JobProgress,
     LockWait,
     StuckJob,
     StuckJobs,
@@ -139,11 +140,25 @@ def warm_latency(latency: LatencyTrend) -> LatencyTrend:
     return latency
 
 
+#: What some running jobs' handlers reported (the same in the Leases and Workers views).
+PROGRESS = {
+    10391: JobProgress(37, 120, "page 37: rendering charts"),
+    10477: JobProgress(1_840, None, "rows exported"),
+    10505: JobProgress(3, 4, "resizing to 1920x1080"),
+}
+
+
 def lease(
     job_id: int, queue: str, worker: str, fence: int, attempts: int, left: float, length: float
 ) -> Lease:
     until = NOW + timedelta(seconds=left)
-    return Lease(job_id, queue, worker, fence, attempts, 5, until, left, length)
+    p = PROGRESS.get(job_id)
+    if p is None:
+        return Lease(job_id, queue, worker, fence, attempts, 5, until, left, length)
+    at = NOW - timedelta(seconds=2)
+    return Lease(
+        job_id, queue, worker, fence, attempts, 5, until, left, length, p.done, p.total, p.note, at
+    )
 
 
 LEASES = [
@@ -344,8 +359,8 @@ WORKERS = [
         12,
         1,
         (
-            RunningJob(10391, "reports", 2, 2, EPOCH - 26.8),
-            RunningJob(10477, "reports", 1, 1, EPOCH - 11.0),
+            RunningJob(10391, "reports", 2, 2, EPOCH - 26.8, PROGRESS[10391]),
+            RunningJob(10477, "reports", 1, 1, EPOCH - 11.0, PROGRESS[10477]),
         ),
     ),
     WorkerSnapshot(
@@ -356,7 +371,7 @@ WORKERS = [
         5210,
         0,
         0,
-        (RunningJob(10505, "thumbnails", 1, 1, EPOCH - 5.3),),
+        (RunningJob(10505, "thumbnails", 1, 1, EPOCH - 5.3, PROGRESS[10505]),),
     ),
     WorkerSnapshot("demo-host:4242:777aaa", ("webhooks",), "stopped", 4, 87, 41, 2, ()),
 ]

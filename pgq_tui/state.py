@@ -9,6 +9,7 @@ from typing import Protocol
 
 from pgq_core import JobRow, Lease, QueueStats
 from pgq_core.filters import JobFilter
+from pgq_core.models import JobProgress
 
 CONNECTED = "connected"
 CONNECTING = "connecting"
@@ -151,6 +152,8 @@ class RunningJobView(Protocol):
     def attempts(self) -> int: ...
     @property
     def started_at(self) -> float: ...
+    @property
+    def progress(self) -> JobProgress | None: ...
 
 
 class WorkerView(Protocol):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -652,3 +653,40 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
     await _until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
     leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
     assert exits == [0]
+
+
+async def test_leases_and_workers_show_a_jobs_progress(dsn: str, schema: str, queue: Queue) -> None:
+    """A worker the app started runs a handler that reports progress: the Workers view shows it
+    from the worker's memory, the Leases view once the heartbeat wrote it; the note as data."""
+    release = threading.Event()
+
+    def handler(ctx: Any) -> None:
+        ctx.progress(2, 8, "[red]chunk[/red] two")
+        release.wait(TIMEOUT)
+
+    [job_id] = [queue.enqueue("slow", {})]
+    app = dashboard(dsn, schema, handler=handler, lease=timedelta(seconds=3), grace=2.0)
+    try:
+        async with app.run_test(size=(180, 40)) as pilot:
+            await wait_for(pilot, lambda: shown_counts(app, "slow").get("ready") == 1, "ready")
+            select_queue(app, "slow")
+            await pilot.press("w")
+            leases = app.dashboard.query_one(LeasesTable)
+            key = str(job_id)
+            await wait_for(
+                pilot, lambda: "25%" in cells(leases, key).get("progress", ""), "lease progress"
+            )
+            shown = cells(leases, key)["progress"]
+            # markup shown as text, the note cut to its 16 cells
+            assert shown == "██░░░░░░  25% [red]chunk[/red…"
+            workers = app.dashboard.query_one(WorkersTable)
+            await wait_for(pilot, lambda: workers.row_count == 1, "the worker row")
+            [worker_id] = [str(r.key.value) for r in workers.ordered_rows]
+            jobs = cells(workers, worker_id)["jobs"]
+            assert f"#{job_id}" in jobs and "25%" in jobs and "[red]chunk" in jobs
+            release.set()
+            await wait_for(pilot, lambda: db_counts(queue, "slow")["done"] == 1, "done")
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+    finally:
+        release.set()

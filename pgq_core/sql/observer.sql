@@ -67,10 +67,13 @@ SELECT queue,
 OFFSET %(offset)s LIMIT %(limit)s;
 
 -- name: leases
--- Running jobs, the lease closest to expiry first.
+-- Running jobs, the lease closest to expiry first, with the progress their handlers reported
+-- (the note cut to `note_chars` characters).
 SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
        extract(epoch FROM lease_until - now())::float8 AS seconds_left,
-       extract(epoch FROM lease_length)::float8 AS lease_seconds
+       extract(epoch FROM lease_length)::float8 AS lease_seconds,
+       progress_done, progress_total, pg_catalog.left(progress_note, %(note_chars)s::int),
+       progress_at
   FROM {schema}.jobs
  WHERE status = 'running'
  ORDER BY lease_until
@@ -106,7 +109,8 @@ SELECT * FROM (
 SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, fence,
        last_error, queued_at, worker, claimed_at,
        extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
-       pg_catalog.octet_length(last_error)
+       pg_catalog.octet_length(last_error),
+       progress_done, progress_total, progress_note, progress_at
   FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: history
@@ -122,7 +126,9 @@ SELECT at, event, fence, worker, detail
 SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
        pg_catalog.substr(last_error, 1, %(chars)s::int), queued_at, worker, claimed_at,
        extract(epoch FROM lease_length)::float8, finished_at, priority, result, unique_key,
-       pg_catalog.octet_length(last_error), pg_catalog.left(p.text, %(chars)s::int),
+       pg_catalog.octet_length(last_error),
+       progress_done, progress_total, progress_note, progress_at,
+       pg_catalog.left(p.text, %(chars)s::int),
        pg_catalog.octet_length(p.text)
   FROM {schema}.jobs
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p

@@ -44,7 +44,8 @@ gate AS (
          lease_until  = clock_timestamp() + %(lease)s::interval,
          lease_length = %(lease)s::interval,
          claimed_at   = now(),
-         worker       = %(worker)s
+         worker       = %(worker)s,  -- and no progress yet: a retry starts from none
+         progress_done = NULL, progress_total = NULL, progress_note = NULL, progress_at = NULL
    WHERE id = ANY(ARRAY(
      SELECT id FROM {schema}.jobs
       WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
@@ -210,16 +211,27 @@ SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
   JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done');
 
 -- name: extend_leases
--- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock.
+-- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock, and
+-- write the progress handlers reported (`done` NULL: none new; `ages`: seconds since reported).
 -- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When any lease
 -- moved, `channel` (if given) gets a notification with an empty payload, delivered at commit,
 -- so a dashboard shows the new lease at once (no queue is named '', so workers ignore it).
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
+                           pg_catalog.unnest(%(fences)s::bigint[]),
+                           pg_catalog.unnest(%(done)s::bigint[]),
+                           pg_catalog.unnest(%(total)s::bigint[]),
+                           pg_catalog.unnest(%(notes)s::text[]),
+                           pg_catalog.unnest(%(ages)s::float8[]))
+    AS t(id, fence, done, total, note, age)
 ), {lock_held}, beat AS (
   UPDATE {schema}.jobs j
-     SET lease_until = clock_timestamp() + j.lease_length
+     SET lease_until    = clock_timestamp() + j.lease_length,
+         progress_done  = coalesce(m.done, j.progress_done),
+         progress_total = CASE WHEN m.done IS NULL THEN j.progress_total ELSE m.total END,
+         progress_note  = CASE WHEN m.done IS NULL THEN j.progress_note ELSE m.note END,
+         progress_at    = CASE WHEN m.done IS NULL THEN j.progress_at
+                               ELSE clock_timestamp() - pg_catalog.make_interval(secs => m.age) END
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
   RETURNING j.id, j.fence

@@ -12,6 +12,10 @@ Invariants:
 - It keeps its connection whether or not jobs are held (a round trip every `interval`, an
   empty one when nothing is held), and its `gate` (renewal.py) says whether the worker may
   claim: only while that connection renews. It connects at once on `start()`.
+- It carries the progress handlers reported (`JobContext.progress`) in the same statement,
+  no extra round trip: per held job, the latest value not yet written, if its last write is at
+  least `PROGRESS_EVERY` (1 s) old. With an interval over a second, progress waits for the next
+  beat. A beat that did not land it (busy row, failed statement) leaves it for the next one.
 - It also watches the event loop: a loop that does not answer for `BLOCKED_AFTER` seconds is
   logged once with the job whose async handler holds it, and once more when it is free.
 """
@@ -31,9 +35,11 @@ import psycopg
 
 from .. import ops, session
 from ..config import first_line, pooled, scrub
+from ..models import JobProgress
 from ..queue import channel
 from ..session import Failure
 from ..text import printable
+from .context import ProgressCell
 from .link import Timeouts, application_name, open_sync_connection, run_sync
 from .renewal import RenewalGate
 from .runner import call_async
@@ -84,6 +90,9 @@ class Heartbeater:
         self._loop = loop
         self._on_lost = on_lost
         self._held: dict[int, int] = {}
+        self._progress: dict[int, ProgressCell] = {}
+        #: progress values written so far (one per job per beat that carried one)
+        self.progress_writes = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -98,13 +107,17 @@ class Heartbeater:
 
     # -- called from the event loop ------------------------------------------------------------
 
-    def track(self, job_id: int, fence: int) -> None:
+    def track(self, job_id: int, fence: int, progress: ProgressCell | None = None) -> None:
+        """Keep the lease of `job_id` at `fence`, and write the progress `progress` holds."""
         with self._lock:
             self._held[job_id] = fence
+            if progress is not None:
+                self._progress[job_id] = progress
 
     def untrack(self, job_id: int) -> None:
         with self._lock:
             self._held.pop(job_id, None)
+            self._progress.pop(job_id, None)
 
     def beat_now(self) -> None:
         self._wake.set()
@@ -186,8 +199,16 @@ class Heartbeater:
     def _beat(self) -> bool:
         with self._lock:
             held = sorted(self._held.items())
-        op = ops.extend_leases(held, channel(self._schema) if held else None)
+            cells = [(i, self._progress.get(i)) for i, _ in held]
         sent = time.monotonic()
+        due: dict[int, tuple[ProgressCell, int]] = {}
+        progress: dict[int, JobProgress] = {}
+        for job_id, cell in cells:
+            found = cell.due(sent) if cell is not None else None
+            if cell is not None and found is not None:
+                due[job_id] = (cell, found[0])
+                progress[job_id] = found[1]
+        op = ops.extend_leases(held, channel(self._schema) if held else None, progress)
         if self._conn is not None and pooled() and self._conn.prepare_threshold is not None:
             with contextlib.suppress(psycopg.Error):  # pooled mode began: a session of its own
                 self._conn.close()
@@ -216,6 +237,11 @@ class Heartbeater:
                     reason,
                 )
             return False
+        for job_id in settled.applied:
+            if job_id in due:
+                cell, version = due[job_id]
+                cell.written(version, sent)
+                self.progress_writes += 1
         with self._lock:
             was_open = self._gate.may_claim(time.monotonic())
             self._gate.renewed(sent)

@@ -225,7 +225,7 @@ class Worker:
             jobs.heartbeat_lost,
             on_renewing=self._wakeup,
         )
-        self._ledger.on_hold = self._heart.track
+        self._ledger.on_hold = self._track
         link = self._statements.link
         try:
             try:
@@ -286,6 +286,12 @@ class Worker:
     def _wakeup(self) -> None:
         if self._wake is not None:
             self._wake.set()
+
+    def _track(self, job_id: int, fence: int) -> None:
+        """A job came: the heartbeater keeps its lease and writes its handler's progress."""
+        assert self._heart is not None
+        held = self._ledger.held.get(job_id)
+        self._heart.track(job_id, fence, held.ctx._progress if held is not None else None)
 
     def _untracked(self, job_id: int) -> None:
         if self._heart is not None:

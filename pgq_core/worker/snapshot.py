@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..models import JobProgress
+
 if TYPE_CHECKING:
     from .ledger import Ledger
 
@@ -22,6 +24,8 @@ class RunningJob:
     fence: int
     attempts: int
     started_at: float
+    #: what its handler last reported (`JobContext.progress`), written or not; None: nothing
+    progress: JobProgress | None = None
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,17 @@ def take_snapshot(
     worker_id: str, queues: tuple[str, ...], state: str, concurrency: int, ledger: Ledger
 ) -> WorkerSnapshot:
     """The snapshot of a worker whose held jobs `ledger` keeps (safe from any thread)."""
-    wall = time.time() - time.monotonic()
+    now = time.monotonic()
+    wall = time.time() - now
     running = tuple(
-        RunningJob(h.job.id, h.job.queue, h.job.fence, h.job.attempts, wall + h.ctx._began)
+        RunningJob(
+            h.job.id,
+            h.job.queue,
+            h.job.fence,
+            h.job.attempts,
+            wall + h.ctx._began,
+            h.ctx._progress.latest(now),
+        )
         for h in ledger.running()
     )
     return WorkerSnapshot(

@@ -13,9 +13,14 @@ from ..state import Snapshot, urgency
 from .fence import fence_text
 from .keyed_table import Column, KeyedTable, Row
 
-__all__ = ["LeasesTable", "countdown", "lease_left_text", "lease_row", "urgency"]
+__all__ = [
+    "LeasesTable", "countdown", "lease_left_text", "lease_row", "progress_cell", "urgency",
+]
 
 BAR_WIDTH = 10
+#: cells of the progress bar, and of the note beside it (cut with an ellipsis)
+PROGRESS_BAR = 8
+PROGRESS_NOTE_CELLS = 16
 LOW_STYLE = "bold yellow"
 EXPIRED_STYLE = "bold white on red"
 
@@ -42,6 +47,35 @@ def countdown(left: float, length: float | None) -> Text:
     return text
 
 
+def progress_cell(
+    done: int | None,
+    total: int | None,
+    note: str | None,
+    bar: int = PROGRESS_BAR,
+    note_cells: int = PROGRESS_NOTE_CELLS,
+) -> Text:
+    """A handler's progress: a bar and its percentage (or a count when the total is unknown),
+    then the note as data (escaped, cut to `note_cells`); a dash when none was reported."""
+    text = Text()
+    if done is None:
+        text.append("—", style="grey50")
+        return text
+    if total:
+        filled = max(0, min(bar, bar * done // total))
+        text.append("█" * filled, style="cyan")
+        text.append("░" * (bar - filled), style="grey30")
+        text.append(f" {100 * done // total:>3}%", style="cyan")
+    else:
+        text.append(f"{humanize.count(done)} done", style="cyan")
+    if note:
+        shown = humanize.db_text(note, style="grey62")
+        if shown.cell_len > note_cells:
+            shown.truncate(note_cells, overflow="ellipsis")
+        text.append(" ")
+        text.append_text(shown)
+    return text
+
+
 def lease_row(lease: Lease, left: float) -> Row:
     level = urgency(left, lease.lease_seconds)
     id_style = {"expired": "bold red", "low": LOW_STYLE}.get(level, "")
@@ -58,6 +92,7 @@ def lease_row(lease: Lease, left: float) -> Row:
                 f"{lease.attempts}/{lease.max_attempts}",
                 style="yellow" if lease.attempts > 1 else "",
             ),
+            progress_cell(lease.progress_done, lease.progress_total, lease.progress_note),
         ],
     )
 
@@ -71,6 +106,7 @@ class LeasesTable(KeyedTable):
         ("worker", "worker", 34, 3),
         ("fence", "fence", 6, 2),
         ("attempts", "attempt", 7, 5),
+        ("progress", "progress", PROGRESS_BAR + 6 + PROGRESS_NOTE_CELLS, 3),
     )
     RIGHT = frozenset({"id", "length", "fence", "attempts"})
 

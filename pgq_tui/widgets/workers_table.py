@@ -10,6 +10,11 @@ from .. import humanize
 from ..state import WorkerView
 from .fence import fence_style
 from .keyed_table import Column, KeyedTable, Row
+from .leases_table import progress_cell
+
+#: cells of a running job's progress bar and note in the Workers view
+JOB_BAR = 5
+JOB_NOTE_CELLS = 16
 
 STATE_STYLE = {
     "starting": "blue",
@@ -21,7 +26,8 @@ STATE_STYLE = {
 
 
 def current_jobs(worker: WorkerView, now: float, limit: int = 4) -> Text:
-    """Oldest first: "#id fN age", jobs apart by " · "; beyond `limit`, only a count."""
+    """Oldest first: "#id fN age" and the progress its handler reported (a bar and the note),
+    jobs apart by " · "; beyond `limit`, only a count."""
     text = Text()
     jobs = sorted(worker.running, key=lambda j: j.started_at)
     for i, job in enumerate(jobs[:limit]):
@@ -32,6 +38,10 @@ def current_jobs(worker: WorkerView, now: float, limit: int = 4) -> Text:
         text.append(f"f{job.fence}", style=fence_style(job.fence))
         text.append(" ")
         text.append(humanize.duration(now - job.started_at), style="grey62")
+        p = job.progress
+        if p is not None:
+            text.append(" ")
+            text.append_text(progress_cell(p.done, p.total, p.note, JOB_BAR, JOB_NOTE_CELLS))
     if len(jobs) > limit:
         text.append(f" · +{len(jobs) - limit} more", style="grey50")
     if not jobs:
@@ -65,7 +75,7 @@ class WorkersTable(KeyedTable):
         ("done", "done", 7, 2),
         ("failed", "failed", 6, 2),
         ("lost", "lost", 4, 4),
-        ("jobs", "current jobs (job, fence, running for)", None, 0),
+        ("jobs", "current jobs (job, fence, running for, progress)", None, 0),
     )
     RIGHT = frozenset({"busy", "done", "failed", "lost"})
 
