@@ -359,4 +359,5 @@ async def test_dashboard_stuck_list_goes_when_the_job_is_no_longer_stuck(
         assert app.focused is table
         _set(queue, stuck, "lease_until = now() - interval '1 second'")  # now the reaper's
         await wait_for(pilot, lambda: not table.display, "the list hidden", timeout=30)
-        assert app.focused is dash.query_one(HealthPanel)
+        panel = dash.query_one(HealthPanel)
+        await wait_for(pilot, lambda: app.focused is panel, "the cursor back on the health panel")
