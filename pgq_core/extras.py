@@ -21,7 +21,7 @@ EXTRAS = {
     "sqlalchemy": "sqlalchemy",
     "django": "django",
     "web": "textual_serve",
-    "otel": "opentelemetry",
+    "otel": "opentelemetry.propagate",
 }
 
 
@@ -41,8 +41,8 @@ def installed(extra: str) -> bool:
     """True when the module `extra` provides can be imported."""
     try:
         return importlib.util.find_spec(EXTRAS[extra]) is not None
-    except ValueError:  # a module set to None in sys.modules, or one without a spec
-        return False
+    except (ImportError, ValueError):  # a module (or its package) set to None in sys.modules,
+        return False  # one without a spec, or a namespace package without the module
 
 
 def require(extra: str, what: str, hint: str = "") -> None:

@@ -8,7 +8,8 @@ Invariants:
 - With it, the handler's span is a CONSUMER span named `<queue> process`, current while the
   handler runs (a span the handler starts is its child), with the job's queue, id, attempt and
   fence as attributes, and a link (not a parent) to the enqueue's context: a job may run long
-  after, and more than once. A handler that raises marks the span as an error.
+  after, and more than once. A handler that raises marks the span as an error; recording it
+  never changes what the handler raised (an exception whose text cannot be read included).
 - No trace is ever the job's fault: a context that cannot be read is dropped, never raised.
 """
 
@@ -74,13 +75,17 @@ def handler_span(ctx: JobContext) -> Iterator[None]:
             "pgq.job.attempt": ctx.attempts,
             "pgq.job.fence": ctx.fence,
         },
-        record_exception=True,
-        set_status_on_exception=True,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         try:
             yield
         except BaseException as exc:
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
+            # the handler's own exception goes on; an exception whose text cannot be read
+            # (its __str__ raises) must not replace it while the span records it
+            with contextlib.suppress(Exception):
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                span.record_exception(exc)
             raise
 
 

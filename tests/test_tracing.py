@@ -149,3 +149,40 @@ print(json.dumps({"id": job_id, "status": status, "available": tracing.available
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["status"], result["available"]) == ("done", False)
     assert stored_trace(queue, result["id"]) is None
+
+
+def test_a_namespace_without_the_api_counts_as_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another opentelemetry-* distribution leaves the `opentelemetry` namespace behind without
+    the API (seen after uninstalling it): pgq treats that as no OpenTelemetry, not a crash."""
+    from pgq_core import tracing
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.propagate", None)
+    tracing.available.cache_clear()
+    try:
+        assert tracing.available() is False
+        assert tracing.current() is None
+    finally:
+        monkeypatch.undo()
+        tracing.available.cache_clear()
+    assert tracing.available() is True
+
+
+async def test_recording_a_handlers_unreadable_exception_keeps_its_outcome(
+    dsn: str, schema: str, queue: Queue, spans: Any
+) -> None:
+    """An exception whose __str__ raises: the span records what it can, and the job fails
+    with the handler's own exception, as it does without tracing."""
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    job_id = queue.enqueue("q", {}, max_attempts=1)
+
+    def handler(ctx: JobContext) -> None:
+        raise Unprintable
+
+    await asyncio.wait_for(make_worker(dsn, schema, handler, burst=True).run(), TIMEOUT)
+    assert queue.job(job_id).last_error == "Unprintable (unprintable)"
+    [span] = [s for s in spans.get_finished_spans() if s.name == "q process"]
+    assert span.status.status_code is trace.StatusCode.ERROR
