@@ -15,7 +15,13 @@ from pgq_core.models import Job
 from pgq_core.session import is_transient
 from pgq_core.text import ERROR_TEXT_LIMIT, describe_exception, printable, storable
 from pgq_core.worker import JobContext
-from pgq_core.worker.policy import Backoff, ClaimRound, FlushPolicy, PrefetchPolicy
+from pgq_core.worker.policy import (
+    PREFETCH_CAP,
+    Backoff,
+    ClaimRound,
+    FlushPolicy,
+    PrefetchPolicy,
+)
 from pgq_core.worker.runner import Runner, is_async
 
 
@@ -149,7 +155,7 @@ def test_short_handlers_fill_what_the_slots_get_through_in_two_round_trips() -> 
     assert policy.size() == 8  # 2 slots * 2 round trips * 2 ms / 1 ms
     noop = PrefetchPolicy(10, clock=clock)
     timed(noop, clock, run=0.0, step=0.001)
-    assert noop.size() == noop.cap == 100
+    assert noop.size() == noop.cap == PREFETCH_CAP == 300
 
 
 def test_long_handlers_get_no_buffer() -> None:

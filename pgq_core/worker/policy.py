@@ -13,7 +13,7 @@ Jitter = Callable[[float, float], float]
 Clock = Callable[[], float]
 
 #: The most jobs a worker claims ahead of its slots when it sizes its buffer itself.
-PREFETCH_CAP = 100
+PREFETCH_CAP = 300
 
 
 class Backoff:
