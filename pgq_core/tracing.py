@@ -18,12 +18,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .extras import installed
 
-if TYPE_CHECKING:
-    from .worker.context import JobContext
+
+class TracedJob(Protocol):
+    """What a handler's span is made from (the worker's JobContext has it)."""
+
+    id: int
+    queue: str
+    attempts: int
+    fence: int
+    trace: Mapping[str, Any] | None
 
 #: The instrumentation scope's name, as tracers and exporters show it.
 SCOPE = "pgq"
@@ -49,7 +56,7 @@ def current() -> dict[str, str] | None:
 
 
 @contextlib.contextmanager
-def handler_span(ctx: JobContext) -> Iterator[None]:
+def handler_span(ctx: TracedJob) -> Iterator[None]:
     """Run the block (the handler) in the job's span; a no-op without OpenTelemetry."""
     if not available():
         yield
