@@ -258,22 +258,23 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
             result.append(outcome)
         return result
 
-    return Op(
-        "enqueue",
-        {
-            "queues": [s.queue for s in sent],
-            "payloads": Jsonb([s.payload for s in sent]),
-            "run_ats": [s.run_at for s in sent],
-            "delays": [s.delay for s in sent],
-            "max_attempts": [s.max_attempts for s in sent],
-            "unique_keys": [s.unique_key for s in sent],
-            "priorities": [s.priority for s in sent],
-            "backoff_bases": [s.backoff_base for s in sent],
-            "backoff_caps": [s.backoff_cap for s in sent],
-            "trace": _trace(),
-        },
-        read,
-    )
+    return Op("enqueue", _job_arrays(sent), read)
+
+
+def _job_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """The parallel arrays of a batch enqueue (the fragment `job_input`), and the trace."""
+    return {
+        "queues": [s.queue for s in specs],
+        "payloads": Jsonb([s.payload for s in specs]),
+        "run_ats": [s.run_at for s in specs],
+        "delays": [s.delay for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        "unique_keys": [s.unique_key for s in specs],
+        "priorities": [s.priority for s in specs],
+        "backoff_bases": [s.backoff_base for s in specs],
+        "backoff_caps": [s.backoff_cap for s in specs],
+        "trace": _trace(),
+    }
 
 
 def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:
@@ -302,19 +303,7 @@ def enqueue_after(specs: Sequence[JobSpec]) -> Op[list[int]]:
     parents = [int(p) for spec in specs for p in spec.depends_on]
     return Op(
         "enqueue_after",
-        {
-            "queues": [s.queue for s in specs],
-            "payloads": Jsonb([s.payload for s in specs]),
-            "run_ats": [s.run_at for s in specs],
-            "delays": [s.delay for s in specs],
-            "max_attempts": [s.max_attempts for s in specs],
-            "priorities": [s.priority for s in specs],
-            "backoff_bases": [s.backoff_base for s in specs],
-            "backoff_caps": [s.backoff_cap for s in specs],
-            "dep_ns": ns,
-            "dep_parents": parents,
-            "trace": _trace(),
-        },
+        {**_job_arrays(specs), "dep_ns": ns, "dep_parents": parents},
         read,
     )
 

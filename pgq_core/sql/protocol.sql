@@ -13,6 +13,21 @@
 -- running in the whole fleet), lock them with SKIP LOCKED, and update each by the row address
 -- (ctid) that lock pins.
 
+-- fragment: job_input
+-- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
+input AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
+                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
+                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
+                           pg_catalog.unnest(%(delays)s::interval[]),
+                           pg_catalog.unnest(%(max_attempts)s::int[]),
+                           pg_catalog.unnest(%(unique_keys)s::text[]),
+                           pg_catalog.unnest(%(priorities)s::int[]),
+                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
+                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
+    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
+)
+
 -- fragment: lock_held
 -- The held rows (CTE `held`: id, fence and what settles them) that are still ours, locked
 -- without waiting: a row another session holds is skipped, and reported 'busy' by the caller.
@@ -67,25 +82,12 @@ now() + pg_catalog.make_interval(secs => least(
           * (1::float8 - %(jitter)s::float8 * random()))
 
 -- name: enqueue
--- Insert many jobs in one round trip: parallel arrays, the payloads as one JSON array. Jobs
--- without a unique key are inserted as they are. A job with a key is inserted unless a ready
--- or running job holds the key (the partial unique index arbitrates, so racing producers make
--- one job): then nothing is inserted and the holder's id is looked up. The caller sends each
--- key at most once per statement. Rows: (id, true, key) per inserted job, in input order per
+-- Insert many jobs in one round trip (`job_input`). A job with a unique key is inserted unless
+-- a ready or running job holds the key (the partial unique index arbitrates, so racing
+-- producers make one job): then the holder's id is looked up. Each key is sent once. Rows: (id, true, key) per inserted job, in input order per
 -- kind; (holder id, false, key) per duplicate. The holder id is NULL when the holder committed
 -- after this statement's snapshot was taken: look it up again in a new statement.
-WITH input AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
-                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
-                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
-                           pg_catalog.unnest(%(delays)s::interval[]),
-                           pg_catalog.unnest(%(max_attempts)s::int[]),
-                           pg_catalog.unnest(%(unique_keys)s::text[]),
-                           pg_catalog.unnest(%(priorities)s::int[]),
-                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
-                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
-    WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
-), plain AS (
+WITH {job_input}, plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
                              backoff_cap, trace)
   SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc, %(trace)s::jsonb

@@ -6,25 +6,16 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
 
 -- name: enqueue_after
--- Insert jobs with dependencies in one round trip: `enqueue`'s parallel arrays (no unique
--- keys) and `trace`, and the dependencies as pairs (the job's 1-based position in the arrays,
--- the parent's id). Each parent's row is locked (in id order) and marked has_children, so a completion of
--- it either committed before (then it is done here, and not counted) or waits for this
--- statement (then it counts this job off). A job waits on its parents not done; a job with a
--- dead parent is inserted dead, naming it (a requeue of the parent brings it back); a job whose
--- parents are all done is ready. If any parent does not exist, nothing is inserted.
+-- Insert jobs with dependencies in one round trip: `enqueue`'s arrays (`job_input`; unique
+-- keys are NULL: a job with dependencies has none) and `trace`, and the dependencies as pairs
+-- (the job's 1-based position in the arrays, the parent's id). Each parent's row is locked (in
+-- id order) and marked has_children, so a completion of it either committed before (then it
+-- is done here, and not counted) or waits for this statement (then it counts this job off). A
+-- job waits on its parents not done; a job with a dead parent is inserted dead, naming it (a
+-- requeue of the parent brings it back); a job whose parents are all done is ready. If any
+-- parent does not exist, nothing is inserted.
 -- Rows: ('job', id) per job, in input order; ('missing', parent id) per unknown parent.
-WITH input AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
-                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
-                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
-                           pg_catalog.unnest(%(delays)s::interval[]),
-                           pg_catalog.unnest(%(max_attempts)s::int[]),
-                           pg_catalog.unnest(%(priorities)s::int[]),
-                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
-                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
-    WITH ORDINALITY AS t(q, p, r, d, m, pr, bb, bc, n)
-), deps AS (
+WITH {job_input}, deps AS (
   SELECT DISTINCT n, parent
     FROM ROWS FROM (pg_catalog.unnest(%(dep_ns)s::bigint[]),
                     pg_catalog.unnest(%(dep_parents)s::bigint[])) AS t(n, parent)
