@@ -58,7 +58,7 @@ gate AS (
          fence        = fence + 1,
          lease_until  = clock_timestamp() + %(lease)s::interval,
          lease_length = %(lease)s::interval,
-         claimed_at   = now(),
+         claimed_at   = clock_timestamp(),
          worker       = %(worker)s,  -- and no progress yet: a retry starts from none
          progress_done = NULL, progress_total = NULL, progress_note = NULL, progress_at = NULL
    WHERE id = ANY(ARRAY(
