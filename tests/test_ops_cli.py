@@ -486,6 +486,8 @@ def test_errors_since_leaves_old_errors_out(pgq: Pgq, queue: Queue, conn: Any, s
 # ---------------------------------------------------------------------------- health
 
 
+@pytest.mark.slow  # the serial pass: the oldest snapshot on the server must be this test's own,
+# and another test process on a shared server (PGQ_TEST_DSN) may hold an older one
 def test_health_shows_a_held_open_transaction_as_the_xmin_holder(
     pgq: Pgq, queue: Queue, dsn: str
 ) -> None:
