@@ -39,10 +39,16 @@ def named_statements(text: str) -> dict[str, str]:
 
 
 def splice(body: str, fragments: dict[str, str]) -> str:
-    """`body` with each `{fragment}` it names replaced by the fragment's text."""
-    for name, fragment in fragments.items():
-        body = body.replace("{" + name + "}", fragment)
-    return body
+    """`body` with each `{fragment}` it names replaced by the fragment's text, and the
+    fragments those name in turn."""
+    for _ in range(len(fragments) + 1):
+        spliced = body
+        for name, fragment in fragments.items():
+            spliced = spliced.replace("{" + name + "}", fragment)
+        if spliced == body:
+            return body
+        body = spliced
+    raise ValueError("fragments name each other in a cycle")
 
 
 @cache

@@ -15,6 +15,32 @@ parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
            (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
              WHERE d.child = j.id AND p.status <> 'done'), 0) > 0 THEN 'waiting' ELSE 'ready' END
 
+-- fragment: requeue_dead
+-- The requeue of the dead jobs in a CTE `dead` (id, unique_key), after it: a job whose unique
+-- key a ready or running job holds stays dead ('key_held'); of several sharing a key only the
+-- newest goes back. Rows: ('requeued' | 'key_held', id).
+chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL
+  UNION ALL
+  (SELECT DISTINCT ON (unique_key) id FROM dead d
+    WHERE unique_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
+                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
+    ORDER BY unique_key, id DESC)
+), requeued AS (
+  UPDATE {schema}.jobs j
+     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
+  RETURNING id, fence
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
+  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+)
+SELECT 'requeued', id FROM requeued
+UNION ALL
+SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+ORDER BY 2
+
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
 -- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
@@ -22,27 +48,7 @@ parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
 WITH dead AS (
   SELECT id, unique_key FROM {schema}.jobs
    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
-), chosen AS (
-  SELECT id FROM dead WHERE unique_key IS NULL
-  UNION ALL
-  (SELECT DISTINCT ON (unique_key) id FROM dead d
-    WHERE unique_key IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
-                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
-    ORDER BY unique_key, id DESC)
-), requeued AS (
-  UPDATE {schema}.jobs j
-     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
-   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
-  RETURNING id, fence
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'requeued', fence, %(actor)s FROM requeued
-)
-SELECT 'requeued', id FROM requeued
-UNION ALL
-SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
-ORDER BY 2;
+), {requeue_dead};
 
 -- name: requeue_queue
 -- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement;
@@ -50,27 +56,7 @@ ORDER BY 2;
 WITH dead AS (
   SELECT id, unique_key FROM {schema}.jobs
    WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-), chosen AS (
-  SELECT id FROM dead WHERE unique_key IS NULL
-  UNION ALL
-  (SELECT DISTINCT ON (unique_key) id FROM dead d
-    WHERE unique_key IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
-                       WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
-    ORDER BY unique_key, id DESC)
-), requeued AS (
-  UPDATE {schema}.jobs j
-     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
-   WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
-  RETURNING id, fence
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'requeued', fence, %(actor)s FROM requeued
-)
-SELECT 'requeued', id FROM requeued
-UNION ALL
-SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
-ORDER BY 2;
+), {requeue_dead};
 
 -- name: kill
 -- Operator: waiting, ready or running jobs to dead (a job's waiting dependents die with it:
