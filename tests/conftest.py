@@ -14,12 +14,20 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import textual._wait as textual_wait
 from click.testing import Result
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support import ENV, POOL_SIZE, Pgq, conninfo_quote, free_port
 
 from pgq_core import AsyncQueue, Queue, migrate
+
+# Pilot's key presses and pauses wait until the app looks idle, sampling CPU time every 20 ms;
+# every press costs at least two samples. A 5 ms sample (and an idle threshold in proportion)
+# lets the TUI tests' many presses run about a quarter faster; what they assert they still
+# wait for by name (`wait_for`, `settle`).
+textual_wait.SLEEP_GRANULARITY = 1 / 200
+textual_wait.SLEEP_IDLE = textual_wait.SLEEP_GRANULARITY / 4
 
 
 @pytest.fixture(scope="session")

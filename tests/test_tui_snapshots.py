@@ -31,11 +31,13 @@ def test_view_layout(view: str, snap_compare: Callable[..., bool]) -> None:
     assert snap_compare(sample_app(), terminal_size=SIZE, run_before=_steps(view))
 
 
+@pytest.mark.slow  # the other sizes run in the full pass (.ci/run); the usual size runs always
 @pytest.mark.parametrize("view", sorted(VIEWS))
 def test_view_layout_80x24(view: str, snap_compare: Callable[..., bool]) -> None:
     assert snap_compare(sample_app(), terminal_size=NARROW, run_before=_steps(view))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", sorted(VIEWS))
 def test_view_layout_160x45(view: str, snap_compare: Callable[..., bool]) -> None:
     assert snap_compare(sample_app(), terminal_size=WIDE, run_before=_steps(view))
