@@ -4,7 +4,9 @@ span of its own, linked to that context.
 
 Invariants:
 - Without `opentelemetry-api` installed nothing changes and nothing of it is imported: the
-  enqueue sends NULL and the handler runs as it would (`handler_span` is a no-op).
+  enqueue sends NULL and the handler runs as it would (`handler_span` is a no-op). Installed
+  but with no tracer provider set (the API's default proxy records nothing), the handler runs
+  without a span too: a span nobody records cost the worker ~15 us per job.
 - With it, the handler's span is a CONSUMER span named `<queue> process`, current while the
   handler runs (a span the handler starts is its child), with the job's queue, id, attempt and
   fence as attributes, and a link (not a parent) to the enqueue's context: a job may run long
@@ -55,12 +57,27 @@ def current() -> dict[str, str] | None:
     return carrier or None
 
 
-@contextlib.contextmanager
-def handler_span(ctx: TracedJob) -> Iterator[None]:
-    """Run the block (the handler) in the job's span; a no-op without OpenTelemetry."""
+_UNTRACED = contextlib.nullcontext()
+
+
+def recording() -> bool:
+    """Whether a handler's span would go anywhere: OpenTelemetry installed and a tracer
+    provider set by the application (asked per job: it may be set after the worker started)."""
     if not available():
-        yield
-        return
+        return False
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def handler_span(ctx: TracedJob) -> contextlib.AbstractContextManager[None]:
+    """Run the block (the handler) in the job's span; a no-op when nothing records spans."""
+    return _span(ctx) if recording() else _UNTRACED
+
+
+@contextlib.contextmanager
+def _span(ctx: TracedJob) -> Iterator[None]:
     from opentelemetry import trace
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 

@@ -186,3 +186,28 @@ async def test_recording_a_handlers_unreadable_exception_keeps_its_outcome(
     assert queue.job(job_id).last_error == "Unprintable (unprintable)"
     [span] = [s for s in spans.get_finished_spans() if s.name == "q process"]
     assert span.status.status_code is trace.StatusCode.ERROR
+
+
+def test_no_span_is_made_until_the_application_sets_a_tracer_provider() -> None:
+    """With the API installed but no provider set, spans would go nowhere: the handler runs
+    without one (a span nobody records cost the worker ~15 us per job). A provider set later,
+    while the worker runs, is seen at the next job."""
+    script = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from pgq_core import tracing
+
+class Job:
+    id, queue, attempts, fence, trace = 1, "q", 1, 1, None
+
+before = (tracing.recording(), type(tracing.handler_span(Job())).__name__)
+trace.set_tracer_provider(TracerProvider())
+with tracing.handler_span(Job()):
+    recorded = trace.get_current_span().is_recording()
+print(before[0], before[1], tracing.recording(), recorded)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "nullcontext", "True", "True"]
