@@ -16,7 +16,8 @@ Invariants:
   leases kept (`on_hold`), counted as the worker's own by the orphan check; on stop they are
   handed back at once (`returned`), their attempt not counted.
 - Held jobs never exceed the worker's limit (`concurrency` plus the buffer's size when they
-  were claimed, less the slots of handlers given up): `room` is what a step may claim.
+  were claimed, less the slots of handlers given up): `room` is what a step may claim, less
+  what the steps in flight may still claim (`claiming`).
 - A busy settlement (its row locked by another session) is not due again before `busy_wait`
   of the times in a row it was busy; a settlement whose statement failed goes back to the
   front of pending (marked uncertain when it may have committed unseen), never twice.
@@ -126,6 +127,8 @@ class Ledger:
         #: a failed hand-back of the buffer is not tried again before this time
         self.buffer_retry_at = 0.0
         self.left_to_lease: dict[int, float] = {}
+        #: jobs the claims in flight may bring (lanes.py: two steps may be in flight)
+        self.claiming = 0
         self.done = 0
         self.failed = 0
         self.lost = 0
@@ -154,7 +157,7 @@ class Ledger:
 
     def room(self, limit: int, settling: int) -> int:
         """Jobs a step that settles `settling` of the held ones may claim, `limit` held."""
-        return limit - len(self.held) + settling
+        return limit - len(self.held) - self.claiming + settling
 
     def ours(self) -> list[int]:
         """The ids running under this worker's id by its own doing: held or left to lease."""

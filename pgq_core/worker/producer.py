@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..text import printable
@@ -27,7 +28,7 @@ from .dispatch import Dispatcher
 from .ledger import Held
 from .link import Disconnected, Refused, Transient
 from .policy import ClaimRound, PrefetchPolicy
-from .settler import Settler
+from .settler import Call, Settler
 
 if TYPE_CHECKING:
     from .metrics import WorkerMetrics
@@ -36,6 +37,16 @@ log = logging.getLogger("pgq.worker")
 
 #: Seconds claims pause after the database refused one for its data.
 PAUSE = 5.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step begun: the settlements it makes, and the queue and room of its claim (None, 0:
+    no claim)."""
+
+    batch: list[Held]
+    queue: str | None
+    free: int
 
 
 class Producer:
@@ -63,16 +74,35 @@ class Producer:
         #: no claim before this time (time.monotonic()) after one was refused
         self.paused_until = 0.0
 
-    async def step(self, batch: list[Held], claim: bool) -> int:
-        """Settle `batch` and, if `claim`, claim for the slots that frees, in one transaction
-        (split apart only when a statement fails for its data). Returns how many were claimed."""
-        jobs = self._jobs
+    def begin(self, batch: list[Held], claim: bool) -> Step:
+        """Take `batch` out of pending and reserve the room its claim may fill (made before
+        the step's statement runs, so a step begun beside it claims only what is left)."""
         self._ledger.take(batch)
-        free = jobs.room(len(batch))
+        free = self._jobs.room(len(batch))
         queue = self._claims.next_queue() if claim and free > 0 else None
+        step = Step(batch, queue, free if queue is not None else 0)
+        self._ledger.claiming += step.free
+        return step
+
+    async def run(self, step: Step, call: Call) -> int:
+        """Settle the step's batch and make its claim, in one transaction on `call`'s
+        connection (split apart only when a statement fails for its data). Returns how many
+        were claimed."""
+        try:
+            return await self._run(step, call)
+        finally:
+            self._ledger.claiming -= step.free
+
+    async def step(self, batch: list[Held], claim: bool, call: Call | None = None) -> int:
+        """`begin` and `run` at once (on the settler's own connection unless `call`)."""
+        return await self.run(self.begin(batch, claim), call or self._settler.call)
+
+    async def _run(self, step: Step, call: Call) -> int:
+        batch, queue, free = step.batch, step.queue, step.free
+        jobs = self._jobs
         started = time.monotonic()
         try:
-            result = await self._settler.step(batch, queue, free)
+            result = await self._settler.step(batch, queue, free, call)
         except (Disconnected, Transient) as exc:
             self._ledger.requeue(batch, uncertain=isinstance(exc, Disconnected))
             if self._on_refused is not None and isinstance(exc, Refused):

@@ -4,7 +4,8 @@ States: starting -> running <-> disconnected -> draining (stop asked) -> stopped
 (pgq_core/worker/__init__.py lists them) each state their own invariants; this one's:
 - One step per round trip: what finished is settled together with the claim for the slots it
   frees; a handler's ending never waits for its settlement, and claims are made only while
-  the heartbeater renews leases and there is room.
+  the heartbeater renews leases and there is room. Up to two steps are in flight, one per
+  lane (lanes.py); the orphan check and the hand-backs wait until none is.
 - On stop nothing new is claimed or started; the buffered jobs go back at once, running
   handlers get `grace` seconds; then the finished jobs are settled before anything is handed
   back, on every way out of `run()`, and `run()` never raises for a handler's or a job's fault.
@@ -35,11 +36,12 @@ from .beside import Beside
 from .dispatch import Dispatcher
 from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
+from .lanes import Lanes
 from .ledger import Ledger
 from .link import Link, Throttled, Timeouts, application_name
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
-from .producer import Producer
+from .producer import Producer, Step
 from .runner import Handler
 from .settler import Settler
 from .snapshot import RunningJob, WorkerSnapshot, take_snapshot
@@ -133,6 +135,8 @@ class Worker:
         )
         self._statements = Throttled(link, self.id)
         self._call = self._statements.call
+        self._lanes = Lanes(self._statements, self._second_lane)
+        self._drained = False
         self._jobs: Dispatcher | None = None
         self._producer: Producer | None = None
         self._heart: Heartbeater | None = None
@@ -150,7 +154,7 @@ class Worker:
     @property
     def statements(self) -> int:
         """Statements this worker's main loop ran."""
-        return self._statements.statements
+        return self._lanes.statements
 
     @property
     def idle_interval(self) -> float:
@@ -259,14 +263,17 @@ class Worker:
                     log.exception("worker %s: internal error; settling and handing back", self.id)
                 self._request_stop(immediately=True)
                 with contextlib.suppress(Exception):
+                    await self._lanes.wait()
                     await self._wind_down()
                 raise
+            await self._lanes.wait()
             await self._wind_down()
             if self._burst_refused is not None:
                 raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
             await self._beside.stop(HAND_BACK_TIMEOUT)
             await asyncio.to_thread(self._heart.stop)
+            await self._lanes.close()
             await link.close()
             jobs.runner.shutdown()
             was = self._state
@@ -296,6 +303,28 @@ class Worker:
     def _untracked(self, job_id: int) -> None:
         if self._heart is not None:
             self._heart.untrack(job_id)
+        self._wakeup()
+
+    def _second_lane(self) -> Throttled:
+        link = Link(
+            self.dsn,
+            self.schema,
+            self.timeouts,
+            self._on_second_down,
+            self._wakeup,
+            application_name("step", self.id),
+        )
+        return Throttled(link, self.id)
+
+    def _on_second_down(self, reason: str) -> None:
+        """A step on the second lane may have claimed unseen: look for orphans (on the main
+        lane, once no step is in flight)."""
+        log.info(
+            "worker %s: second statement connection lost (%s); steps take turns on the main one",
+            self.id,
+            printable(reason),
+        )
+        self._recover_orphans = True
         self._wakeup()
 
     def _on_hint(self) -> None:
@@ -352,20 +381,30 @@ class Worker:
     # -- the main loop: settle, claim, wait ---------------------------------------------------
 
     async def _pump(self) -> None:
-        """One step per round trip: settle what finished and claim for the free slots."""
+        """One step per round trip and lane: settle what finished and claim for the free
+        slots."""
         assert self._jobs is not None and self._producer is not None
+        lanes = self._lanes
         while True:
+            lanes.check()
+            if self._drained:
+                log.info("worker %s: queues drained (burst)", self.id)
+                return
             self._jobs.fill()
             now = time.monotonic()
-            can_talk = self._statements.ready(now)
             ledger = self._ledger
-            if can_talk and self._recover_orphans:
-                if await hand_back_orphans(self._call, ledger, self.id):
-                    self._recover_orphans = False
-                continue
-            if can_talk and self._stopping and ledger.buffer and now >= ledger.buffer_retry_at:
-                await return_buffered(self._call, ledger, self.id)
-                continue
+            if self._recover_orphans or (self._stopping and ledger.buffer):
+                if not lanes.quiet:  # a claim in flight is not held yet
+                    await self._sleep(self._next_timeout(now))
+                    continue
+                can_talk = self._statements.ready(now)
+                if can_talk and self._recover_orphans:
+                    if await hand_back_orphans(self._call, ledger, self.id):
+                        self._recover_orphans = False
+                    continue
+                if can_talk and self._stopping and now >= ledger.buffer_retry_at:
+                    await return_buffered(self._call, ledger, self.id)
+                    continue
             due = ledger.due(now)
             flush = self._flush.due(
                 pending=len(due),
@@ -377,7 +416,7 @@ class Worker:
             claim = (
                 not self._stopping
                 and now >= self._producer.paused_until
-                and (self._claims.due(now) or (self.burst and not ledger.held))
+                and (self._claims.due(now) or (self.burst and not ledger.held and lanes.quiet))
                 and self._can_renew(now)
             )
             wanted = False
@@ -385,16 +424,23 @@ class Worker:
                 self._jobs.size_buffer()
                 wanted = self._jobs.wanted(len(due) if self._jobs.target else 0)
             self._jobs.starved()
-            if can_talk and (flush or wanted):
-                claimed = await self._producer.step(due, claim)
-                drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
-                if self.burst and claim and self._burst_refused is None and drained:
-                    log.info("worker %s: queues drained (burst)", self.id)
-                    return
-                continue
-            if self._stopping and (not ledger.held or now >= self._grace_deadline):
+            if flush or wanted:
+                lane = lanes.free(now, self._wakeup)
+                if lane is not None:
+                    step = self._producer.begin(due, claim)
+                    lanes.start(lane, self._step(step, lane, claim))
+                    continue
+            if self._stopping and lanes.quiet and (not ledger.held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
+
+    async def _step(self, step: Step, lane: Throttled, claim: bool) -> None:
+        assert self._jobs is not None and self._producer is not None
+        claimed = await self._producer.run(step, lane.call)
+        drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
+        alone = self._lanes.in_flight == 1  # no other step may still claim
+        if self.burst and claim and self._burst_refused is None and drained and alone:
+            self._drained = True
 
     def _can_renew(self, now: float) -> bool:
         """Claim only while the heartbeater renews leases (renewal.py)."""

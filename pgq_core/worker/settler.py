@@ -41,21 +41,28 @@ class Settler:
     """Settles finished jobs for worker `worker_id` and claims `lease`-long jobs with it."""
 
     def __init__(self, call: Call, worker_id: str, lease: timedelta, retry_base: float) -> None:
-        self._call = call
+        """`call`: the connection steps run on unless given their own."""
+        self.call = call
         self._worker_id = worker_id
         self._lease = lease
         self._retry_base = retry_base
 
-    async def step(self, batch: list[Held], queue: str | None, free: int) -> StepResult:
+    async def step(
+        self, batch: list[Held], queue: str | None, free: int, call: Call | None = None
+    ) -> StepResult:
         """Settle `batch` (each with its outcome) and, with `queue`, claim up to `free` jobs
-        of it, in one transaction; split apart only when a statement fails for its data.
-        Raises Disconnected or Transient when nothing can be known of the step."""
+        of it, in one transaction on `call` (default: `self.call`); split apart only when a
+        statement fails for its data. Raises Disconnected or Transient when nothing can be
+        known of the step."""
+        run = call or self.call
         try:
-            return await self._together(batch, queue, free)
+            return await self._together(batch, queue, free, run)
         except DataFault as exc:
-            return await self._apart(batch, queue, free, exc)
+            return await self._apart(batch, queue, free, exc, run)
 
-    async def _together(self, batch: list[Held], queue: str | None, free: int) -> StepResult:
+    async def _together(
+        self, batch: list[Held], queue: str | None, free: int, call: Call
+    ) -> StepResult:
         completes = [h for h in batch if h.outcome is not None and h.outcome.succeeded]
         fails = [h for h in batch if h.outcome is not None and not h.outcome.succeeded]
         step: list[Op[Any]] = []
@@ -66,7 +73,7 @@ class Settler:
         result = StepResult()
         if not step:
             return result
-        results = await self._call(*step)
+        results = await call(*step)
         if fails:
             _read_fails(fails, results.pop(0), result)
         if results:
@@ -75,7 +82,7 @@ class Settler:
         return result
 
     async def _apart(
-        self, batch: list[Held], queue: str | None, free: int, fault: DataFault
+        self, batch: list[Held], queue: str | None, free: int, fault: DataFault, call: Call
     ) -> StepResult:
         """A statement of the step failed for its data: the claim alone, then each job alone,
         so one job's data never holds back another's settlement."""
@@ -92,11 +99,11 @@ class Settler:
             if queue is not None:
                 try:
                     op = ops.claim(queue, free, self._lease, self._worker_id)
-                    (result.claimed,) = await self._call(op)
+                    (result.claimed,) = await call(op)
                 except DataFault as exc:
                     result.claim_refused = str(exc)
             for h in batch:
-                await self._alone(h, result)
+                await self._alone(h, result, call)
                 pending.remove(h)
         except (Disconnected, Transient) as exc:
             result.retry += pending
@@ -104,20 +111,20 @@ class Settler:
                 h.uncertain = h.uncertain or isinstance(exc, Disconnected)
         return result
 
-    async def _alone(self, h: Held, result: StepResult) -> None:
+    async def _alone(self, h: Held, result: StepResult, call: Call) -> None:
         """One job: complete, fail, or fail with a text the database accepts; a job that still
         cannot be settled is refused (its lease runs out and the reaper retries it)."""
         assert h.outcome is not None
         if h.outcome.succeeded:
             try:
-                ((settled, _),) = await self._call(self._complete_op([h], "", 0))
+                ((settled, _),) = await call(self._complete_op([h], "", 0))
                 _read_completes([h], settled, result)
                 return
             except DataFault as exc:
                 h.outcome = Outcome("raised", f"completion refused by the database: {exc}")
         for replace in (False, True):
             try:
-                (settled,) = await self._call(self._fail_op([h], replace_text=replace))
+                (settled,) = await call(self._fail_op([h], replace_text=replace))
                 _read_fails([h], settled, result)
                 return
             except DataFault:

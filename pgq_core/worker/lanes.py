@@ -1,0 +1,133 @@
+"""The lanes: the worker's statement connections for steps, so two steps' commits overlap.
+
+A step (producer.py) is one transaction and one round trip. On one connection the next step
+waits for the last one's commit, and the worker's slots wait with it once the buffer runs dry;
+the seed's C connections commit side by side. So while a step is in flight on the main lane
+(the worker's link, which the orphan check, the hand-backs and the chores use too), the next
+one may run on a second lane: one settles and claims while the other does the same for the
+handlers that ended meanwhile.
+
+Invariants:
+- At most one step per lane in flight. The second lane is opened only when a step is wanted
+  while the main one is busy; failing to open it only means the steps take turns on the main
+  lane until it is tried again (`REOPEN` seconds later); losing it, the same until its link
+  reconnects (the worker then looks for orphans: its step's claim may have committed unseen).
+- `quiet`: no step in flight on any lane. The orphan check and the hand-backs run only then,
+  on the main lane: a claim in flight is not held yet and would be taken for an orphan.
+- A step that raised for anything but the database (a bug) is not lost: `check()` re-raises
+  it in the main loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import psycopg
+
+from .link import Throttled
+
+log = logging.getLogger("pgq.worker")
+
+#: Seconds before a second lane that failed to open (or was lost) is tried again.
+REOPEN = 5.0
+
+
+class Lanes:
+    """The main lane (`main`) and a second one made by `make_second` when needed."""
+
+    def __init__(self, main: Throttled, make_second: Callable[[], Throttled] | None) -> None:
+        """`make_second`: None keeps every step on the main lane."""
+        self.main = main
+        self._make_second = make_second
+        self._second: Throttled | None = None
+        self._opening: asyncio.Task[None] | None = None
+        self._reopen_at = 0.0
+        self._busy: dict[Throttled, asyncio.Task[Any]] = {}
+        self._failure: BaseException | None = None
+        self._wake: Callable[[], None] = lambda: None
+
+    @property
+    def quiet(self) -> bool:
+        """No step in flight."""
+        return not self._busy
+
+    @property
+    def in_flight(self) -> int:
+        """Steps in flight (a step's own task counts itself)."""
+        return len(self._busy)
+
+    @property
+    def statements(self) -> int:
+        return self.main.statements + (self._second.statements if self._second else 0)
+
+    def free(self, now: float, wake: Callable[[], None]) -> Throttled | None:
+        """A lane that may take a step now: the main one first; else the second, opened in
+        the background (`wake` called once it is) if it is not yet."""
+        self._wake = wake
+        if self.main not in self._busy and self.main.ready(now):
+            return self.main
+        second = self._second
+        if second is None:
+            self._open_second(now)
+            return None
+        if second not in self._busy and second.ready(now):
+            return second
+        return None
+
+    def start(self, lane: Throttled, step: Coroutine[Any, Any, Any]) -> None:
+        """Run `step` on `lane` (free, from `free`) as a task of its own."""
+        task = asyncio.get_running_loop().create_task(step)
+        self._busy[lane] = task
+        task.add_done_callback(lambda t: self._ended(lane, t))
+
+    def check(self) -> None:
+        """Re-raise what a step raised that was not the database's doing."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    async def wait(self) -> None:
+        """Until no step is in flight."""
+        while self._busy:
+            await asyncio.wait(list(self._busy.values()))
+
+    async def close(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
+            with contextlib.suppress(BaseException):
+                await self._opening
+        if self._second is not None:
+            await self._second.link.close()
+
+    def _ended(self, lane: Throttled, task: asyncio.Task[Any]) -> None:
+        if self._busy.get(lane) is task:
+            del self._busy[lane]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._failure = self._failure or exc
+        self._wake()
+
+    def _open_second(self, now: float) -> None:
+        if self._make_second is None or self._opening is not None or now < self._reopen_at:
+            return
+        self._opening = asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        assert self._make_second is not None
+        lane = self._make_second()
+        try:
+            await lane.link.open()
+        except (psycopg.Error, OSError) as exc:
+            log.debug("second statement connection not opened (%s); steps take turns", exc)
+            self._reopen_at = time.monotonic() + REOPEN
+            with contextlib.suppress(psycopg.Error):
+                await lane.link.close()
+        else:
+            self._second = lane
+        finally:
+            self._opening = None
+            self._wake()
