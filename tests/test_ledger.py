@@ -252,17 +252,6 @@ def test_only_unfinished_jobs_are_handed_back(book: Book) -> None:
     assert book.ledger.pending == [finished]
 
 
-def test_the_youngest_start_is_the_latest_started_job(book: Book) -> None:
-    assert book.ledger.youngest_start() is None
-    book.claim(1)
-    assert book.ledger.youngest_start() is None  # buffered jobs have not started
-    book.start(book.ledger.buffer[0])
-    book.clock.now += 5
-    book.claim(2)
-    book.start(book.ledger.buffer[0])
-    assert book.ledger.youngest_start() == book.clock.now
-
-
 def test_settlements_come_due_after_the_flush_delay_or_when_a_busy_hold_off_ends(
     book: Book,
 ) -> None:

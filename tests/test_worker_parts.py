@@ -352,6 +352,27 @@ async def test_a_cancel_the_runner_made_reads_as_cancelled_and_frees_the_slot() 
     assert runner.abandoned == 0
 
 
+@pytest.mark.parametrize("plain", [True, False])
+async def test_the_last_start_is_the_youngest_handlers(plain: bool) -> None:
+    """What the prefetch policy reads while every slot is busy, kept as handlers begin (not
+    searched for among the held jobs on every step)."""
+
+    def sync_noop(c: JobContext) -> None:
+        return None
+
+    async def async_noop(c: JobContext) -> None:
+        return None
+
+    runner = Runner(sync_noop if plain else async_noop, 2, "t", lambda: None)
+    assert runner.last_began is None
+    first, second = ctx(), ctx()
+    await runner.run(first, timeout=None)
+    assert runner.last_began == first._began > 0
+    await runner.run(second, timeout=None)
+    assert runner.last_began == second._began >= first._began
+    runner.shutdown()
+
+
 async def test_an_abandoned_thread_keeps_its_slot_until_it_returns() -> None:
     release = threading.Event()
     freed = asyncio.Event()

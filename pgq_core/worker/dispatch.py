@@ -89,7 +89,7 @@ class Dispatcher:
         """The buffer's size for the next claim (the prefetch policy's, from what it saw)."""
         youngest = None
         if self.runner.occupied >= self._concurrency:
-            youngest = self._ledger.youngest_start()
+            youngest = self.runner.last_began
         self.target = self._prefetch.size(youngest)
 
     def starved(self) -> bool:

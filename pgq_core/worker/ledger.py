@@ -151,10 +151,6 @@ class Ledger:
         """Held jobs without an outcome: buffered or running."""
         return [h for h in self.held.values() if h.outcome is None]
 
-    def youngest_start(self) -> float | None:
-        """When the most recently started held job began, None if none began."""
-        return max((h.ctx._began for h in self.held.values()), default=None) or None
-
     def room(self, limit: int, settling: int) -> int:
         """Jobs a step that settles `settling` of the held ones may claim, `limit` held."""
         return limit - len(self.held) - self.claiming + settling

@@ -238,6 +238,8 @@ class _Threads:
         self._lock = threading.Lock()
         self._ended: list[tuple[_Running, Outcome]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: when a thread last began a handler (time.monotonic())
+        self.last_began = 0.0
 
     def submit(self, loop: asyncio.AbstractEventLoop, run: _Running) -> None:
         """Run `run`'s handler on a thread; `deliver(run, outcome)` is called on `loop`."""
@@ -257,7 +259,7 @@ class _Threads:
             if ctx._lost:  # given up before any thread began it: it never runs
                 outcome = CANCELLED
             else:
-                ctx._began = time.monotonic()
+                ctx._began = self.last_began = time.monotonic()
                 try:
                     outcome = self._run(ctx)
                 except BaseException as exc:  # noqa: BLE001 - a thread that dies wedges its job
@@ -337,11 +339,19 @@ class Runner:
         self._threads_lock = threading.Lock()
         self._in_threads = 0
         self._occupied = 0
+        self._last_began = 0.0
 
     @property
     def abandoned(self) -> int:
         """Handlers given up that have not ended yet: each still occupies a slot."""
         return len(self._abandoned)
+
+    @property
+    def last_began(self) -> float | None:
+        """When the most recent handler began (time.monotonic()), None before the first: while
+        every slot is occupied, the youngest running handler's start."""
+        began = max(self._last_began, self._threads.last_began if self._threads else 0.0)
+        return began or None
 
     @property
     def occupied(self) -> int:
@@ -398,7 +408,7 @@ class Runner:
         if self._threads is not None:
             self._threads.submit(loop, run)
             return
-        ctx._began = time.monotonic()
+        ctx._began = self._last_began = time.monotonic()
         task = loop.create_task(call_async(self.handler, ctx), name=f"pgq-handler-{ctx.id}")
         run.task = task
         task.add_done_callback(lambda _: self._ended(run, self._task_outcome(run, task)))
