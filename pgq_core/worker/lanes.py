@@ -38,13 +38,17 @@ REOPEN = 5.0
 
 
 class Lanes:
-    """The main lane (`main`) and a second one made by `make_second` when needed."""
+    """The main lane (`main`) and up to `extra` more made by `make_second` when needed."""
 
-    def __init__(self, main: Throttled, make_second: Callable[[], Throttled] | None) -> None:
-        """`make_second`: None keeps every step on the main lane."""
+    def __init__(
+        self, main: Throttled, make_second: Callable[[], Throttled] | None, extra: int = 1
+    ) -> None:
+        """`make_second`: None keeps every step on the main lane. A third lane measured no
+        faster than two on a 2-core machine (C = 10, no-op jobs), hence `extra` = 1."""
         self.main = main
         self._make_second = make_second
-        self._second: Throttled | None = None
+        self._extra = extra
+        self._others: list[Throttled] = []
         self._opening: asyncio.Task[None] | None = None
         self._reopen_at = 0.0
         self._busy: dict[Throttled, asyncio.Task[Any]] = {}
@@ -63,7 +67,7 @@ class Lanes:
 
     @property
     def statements(self) -> int:
-        return self.main.statements + (self._second.statements if self._second else 0)
+        return self.main.statements + sum(lane.statements for lane in self._others)
 
     def free(self, now: float, wake: Callable[[], None]) -> Throttled | None:
         """A lane that may take a step now: the main one first; else the second, opened in
@@ -71,12 +75,11 @@ class Lanes:
         self._wake = wake
         if self.main not in self._busy and self.main.ready(now):
             return self.main
-        second = self._second
-        if second is None:
+        for lane in self._others:
+            if lane not in self._busy and lane.ready(now):
+                return lane
+        if len(self._others) < self._extra:
             self._open_second(now)
-            return None
-        if second not in self._busy and second.ready(now):
-            return second
         return None
 
     def start(self, lane: Throttled, step: Coroutine[Any, Any, Any]) -> None:
@@ -101,8 +104,8 @@ class Lanes:
             self._opening.cancel()
             with contextlib.suppress(BaseException):
                 await self._opening
-        if self._second is not None:
-            await self._second.link.close()
+        for lane in self._others:
+            await lane.link.close()
 
     def _ended(self, lane: Throttled, task: asyncio.Task[Any]) -> None:
         if self._busy.get(lane) is task:
@@ -127,7 +130,7 @@ class Lanes:
             with contextlib.suppress(psycopg.Error):
                 await lane.link.close()
         else:
-            self._second = lane
+            self._others.append(lane)
         finally:
             self._opening = None
             self._wake()
