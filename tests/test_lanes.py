@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import make_worker
+from support import make_worker, status_counts
 
 from pgq_core import JobSpec, Queue
 from pgq_core.worker import JobContext
@@ -29,15 +29,6 @@ def _completions(queue: Queue) -> dict[int, int]:
         ).format(sql.Identifier(queue.schema))
     ).fetchall()
     return {int(i): int(n) for i, n in rows}
-
-
-def _statuses(queue: Queue) -> dict[str, int]:
-    rows = queue.conn.execute(
-        sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY 1").format(
-            sql.Identifier(queue.schema)
-        )
-    ).fetchall()
-    return {str(s): int(n) for s, n in rows}
 
 
 class _Watch:
@@ -88,7 +79,7 @@ async def test_steps_overlap_on_a_second_connection_and_every_job_runs_once(
     with _Watch(dsn, f"pgq step {worker.id}") as watch:
         await asyncio.wait_for(worker.run(), 60)
     assert watch.seen > 0, "the second statement connection was never open"
-    assert _statuses(queue) == {"done": 2000}
+    assert status_counts(queue) == {"done": 2000}
     completions = _completions(queue)
     assert len(completions) == 2000 and set(completions.values()) == {1}
     assert worker.snapshot().done == 2000
@@ -113,7 +104,7 @@ async def test_killing_the_second_connection_again_and_again_loses_no_job(
         await asyncio.wait_for(worker.run(), 120)
     assert watch.killed > 0, "the second connection was never there to kill"
     assert "second statement connection lost" in caplog.text
-    assert _statuses(queue) == {"done": 3000}
+    assert status_counts(queue) == {"done": 3000}
     completions = _completions(queue)
     assert len(completions) == 3000 and set(completions.values()) == {1}
     snap = worker.snapshot()
@@ -202,7 +193,7 @@ async def test_a_stopping_worker_hands_back_its_buffer_only_when_no_step_is_in_f
         await asyncio.sleep(0.01)
     worker.stop()
     await asyncio.wait_for(task, 60)
-    statuses = _statuses(queue)
+    statuses = status_counts(queue)
     assert set(statuses) <= {"done", "ready"} and sum(statuses.values()) == 3000
     assert statuses["done"] == len(ran) == worker.snapshot().done
     assert set(ran.values()) == {1}
