@@ -52,6 +52,8 @@ class Lanes:
         self._opening: asyncio.Task[None] | None = None
         self._reopen_at = 0.0
         self._busy: dict[Throttled, asyncio.Task[Any]] = {}
+        #: steps started so far
+        self.started = 0
         self._failure: BaseException | None = None
         self._wake: Callable[[], None] = lambda: None
 
@@ -85,6 +87,7 @@ class Lanes:
     def start(self, lane: Throttled, step: Coroutine[Any, Any, Any]) -> None:
         """Run `step` on `lane` (free, from `free`) as a task of its own."""
         task = asyncio.get_running_loop().create_task(step)
+        self.started += 1
         self._busy[lane] = task
         task.add_done_callback(lambda t: self._ended(lane, t))
 

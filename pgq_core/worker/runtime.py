@@ -428,18 +428,26 @@ class Worker:
                 lane = lanes.free(now, self._wakeup)
                 if lane is not None:
                     step = self._producer.begin(due, claim)
-                    lanes.start(lane, self._step(step, lane, claim))
+                    alone = lanes.started + 1 if lanes.quiet else None
+                    lanes.start(lane, self._step(step, lane, claim, alone))
                     continue
             if self._stopping and lanes.quiet and (not ledger.held or now >= self._grace_deadline):
                 return
             await self._sleep(self._next_timeout(now))
 
-    async def _step(self, step: Step, lane: Throttled, claim: bool) -> None:
+    async def _step(self, step: Step, lane: Throttled, claim: bool, alone: int | None) -> None:
+        """Run `step` on `lane`; `alone`: its number among the steps started if no other step
+        was in flight when it began (else None).
+
+        A burst worker is drained only by a claim that found nothing and was the only step from
+        its beginning to its end (a step settling beside it may make jobs ready, a workflow's
+        dependents, after its snapshot; one begun beside it may still claim), holding
+        nothing."""
         assert self._jobs is not None and self._producer is not None
         claimed = await self._producer.run(step, lane.call)
         drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
-        alone = self._lanes.in_flight == 1  # no other step may still claim
-        if self.burst and claim and self._burst_refused is None and drained and alone:
+        only = alone is not None and self._lanes.started == alone
+        if self.burst and claim and self._burst_refused is None and drained and only:
             self._drained = True
 
     def _can_renew(self, now: float) -> bool:
