@@ -33,12 +33,21 @@ def _completions(queue: Queue) -> dict[int, int]:
 
 class _Watch:
     """Polls pg_stat_activity from a thread of its own for the worker's second connection;
-    with `kill`, terminates it each time it is seen."""
+    with `kill`, terminates it each time it is seen while fewer than `kill_until` jobs of
+    `schema` are done (a connection killed at the very end of the drain is never used again,
+    so nothing would notice) and it is 200 ms old (a kill while it opens is a failed open,
+    tried again only seconds later)."""
 
-    def __init__(self, dsn: str, app: str, kill: bool = False) -> None:
+    def __init__(
+        self, dsn: str, app: str, kill: bool = False, schema: str = "", kill_until: int = 0
+    ) -> None:
         self.seen = 0
         self.killed = 0
         self._dsn, self._app, self._kill = dsn, app, kill
+        self._done = sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'done'").format(
+            sql.Identifier(schema or "pg_catalog")
+        )
+        self._kill_until = kill_until
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -52,16 +61,20 @@ class _Watch:
 
     def _run(self) -> None:
         with psycopg.connect(self._dsn, autocommit=True) as conn:
-            while not self._stop.wait(0.03):
+            while not self._stop.wait(0.01 if self._kill else 0.03):
                 pids = [
                     int(pid)
                     for (pid,) in conn.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                        " AND backend_start < now() - interval '200 milliseconds'",
                         [self._app],
                     ).fetchall()
                 ]
                 self.seen += bool(pids)
-                if self._kill:
+                if self._kill and pids:
+                    row = conn.execute(self._done).fetchone()
+                    if row is None or int(row[0]) >= self._kill_until:
+                        continue
                     for pid in pids:
                         conn.execute("SELECT pg_terminate_backend(%s)", [pid])
                         self.killed += 1
@@ -100,7 +113,7 @@ async def test_killing_the_second_connection_again_and_again_loses_no_job(
         await asyncio.sleep(0.002)
 
     worker = make_worker(dsn, schema, handler, concurrency=10, burst=True)
-    with _Watch(dsn, f"pgq step {worker.id}", kill=True) as watch:
+    with _Watch(dsn, f"pgq step {worker.id}", kill=True, schema=schema, kill_until=2000) as watch:
         await asyncio.wait_for(worker.run(), 120)
     assert watch.killed > 0, "the second connection was never there to kill"
     assert "second statement connection lost" in caplog.text
