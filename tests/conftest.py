@@ -1,5 +1,6 @@
-"""Fixtures: a real PostgreSQL (embedded by default, PGQ_TEST_DSN for any other) and a fresh,
-migrated schema per test, so tests never see each other's jobs."""
+"""Fixtures: a real PostgreSQL (embedded by default, PGQ_TEST_DSN for any other) and a migrated
+schema per test that no other test has left anything in (tests/schema_pool.py), so tests never
+see each other's jobs, objects or sessions."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import textual._wait as textual_wait
 from click.testing import Result
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from schema_pool import SchemaPool
 from support import ENV, POOL_SIZE, Pgq, conninfo_quote, free_port
 
-from pgq_core import AsyncQueue, Queue, migrate
+from pgq_core import AsyncQueue, Queue
 
 # Pilot's key presses and pauses wait until the app looks idle, sampling CPU time every 20 ms;
 # every press costs at least two samples. A 5 ms sample (and an idle threshold in proportion)
@@ -46,14 +48,39 @@ def dsn(pg_home: Path) -> str:
     return embedded.start(pg_home)
 
 
+_POOL = pytest.StashKey[SchemaPool]()
+
+
+@pytest.fixture(scope="session")
+def schema_pool(dsn: str, pytestconfig: pytest.Config) -> Iterator[SchemaPool]:
+    """This process's migrated schemas (tests/schema_pool.py); all dropped at the end."""
+    pool = SchemaPool(dsn)
+    pytestconfig.stash[_POOL] = pool
+    try:
+        yield pool
+    finally:
+        del pytestconfig.stash[_POOL]
+        pool.close()
+
+
 @pytest.fixture
-def schema(dsn: str) -> Iterator[str]:
-    name = f"t_{secrets.token_hex(5)}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn, name)
+def schema(schema_pool: SchemaPool, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated schema holding no rows but what migrating leaves, no object and no session
+    another test left: fresh, or an earlier test's emptied and proved unchanged (see
+    tests/schema_pool.py). `@pytest.mark.fresh_schema`: always a fresh one, dropped after."""
+    name = schema_pool.take(fresh=request.node.get_closest_marker("fresh_schema") is not None)
     yield name
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    schema_pool.give_back(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Once a test's teardown is complete (its connections closed), its schema is emptied and
+    pooled, or dropped."""
+    yield
+    pool = item.config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.settle()
 
 
 @pytest.fixture

@@ -226,6 +226,7 @@ def test_done_counts_follow_plain_sql_inserts_updates_and_deletes(
     assert counted() == actual()
 
 
+@pytest.mark.fresh_schema  # reads page positions (ctid)
 def test_a_claimed_batch_keeps_its_new_row_versions_on_their_pages(
     schema: str, conn: Any, queue: Any
 ) -> None:

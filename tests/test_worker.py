@@ -22,6 +22,7 @@ from pgq_core.worker import JobContext, Worker, load_handler
 from pgq_core.worker.metrics import WorkerMetrics
 
 
+@pytest.mark.fresh_schema  # reads row versions (xmin)
 async def test_burst_drains_and_settles_in_batches(dsn: str, schema: str, queue: Queue) -> None:
     queue.enqueue_many([JobSpec("q", {"i": i}) for i in range(300)])
     seen: list[int] = []
@@ -610,6 +611,7 @@ async def test_a_lost_claim_reply_costs_no_attempt(
     assert "claimed while the connection broke" in caplog.text
 
 
+@pytest.mark.fresh_schema  # reads row versions (xmin)
 async def test_failures_and_completions_settle_together(
     dsn: str, schema: str, queue: Queue
 ) -> None:
