@@ -5,7 +5,6 @@ see each other's jobs, objects or sessions."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -17,10 +16,9 @@ import psycopg
 import pytest
 import textual._wait as textual_wait
 from click.testing import Result
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from schema_pool import SchemaPool
-from support import ENV, POOL_SIZE, Pgq, conninfo_quote, free_port
+from support import ENV, POOL_SIZE, Pgq, conninfo_quote, free_port, private_database
 
 from pgq_core import AsyncQueue, Queue
 
@@ -73,6 +71,17 @@ def schema(schema_pool: SchemaPool, request: pytest.FixtureRequest) -> Iterator[
     schema_pool.give_back(name)
 
 
+#: seconds a slow test (fleets, fresh venvs, chaos) may take before it counts as hung; the
+#: others get pyproject's `timeout` (300)
+SLOW_TIMEOUT = 1200
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     """Once a test's teardown is complete (its connections closed), its schema is emptied and
@@ -88,16 +97,8 @@ def own_database(dsn: str) -> Iterator[str]:
     """The DSN of a database of this test's own, dropped after it: on a server other tests
     share (PGQ_TEST_DSN, or two xdist workers on one server), their open snapshots hold back
     the cleanup horizon of their own database only."""
-    name = f"pgq_db_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with private_database(dsn) as own:
+        yield own
 
 
 @pytest.fixture
@@ -169,9 +170,7 @@ def bouncer(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     if os.getuid() == 0:
         argv = ["unshare", "--user", *argv]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    pooled = make_conninfo(
-        host="127.0.0.1", port=port, dbname="pgq", user=user, connect_timeout=5
-    )
+    pooled = make_conninfo(host="127.0.0.1", port=port, dbname="pgq", user=user, connect_timeout=5)
     try:
         deadline = time.monotonic() + 15
         while True:

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import pytest
 from click.testing import Result
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgq_core import Queue
 from pgq_core.worker import Worker
@@ -50,6 +53,21 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
     finally:
         worker.stop(immediately=True)
         await asyncio.wait_for(task, TIMEOUT)
+
+
+@contextmanager
+def private_database(dsn: str, prefix: str = "pgq_db") -> Iterator[str]:
+    """The DSN of a new database on `dsn`'s server, dropped (with its sessions) after."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 def make_worker(dsn: str, schema: str, handler: Any, **kw: Any) -> Worker:
@@ -183,14 +201,25 @@ class OwnServer:
 
     def start(self) -> None:
         self._commands.pg_ctl(
-            ["-w", "-o", '-h ""', "-o", f"-k {self.sockets}", "-l", str(self.root / "log"),
-             "start"],
-            pgdata=self.pgdata, user=self.user, timeout=60,
+            [
+                "-w",
+                "-o",
+                '-h ""',
+                "-o",
+                f"-k {self.sockets}",
+                "-l",
+                str(self.root / "log"),
+                "start",
+            ],
+            pgdata=self.pgdata,
+            user=self.user,
+            timeout=60,
         )
 
     def stop(self, mode: str = "fast") -> None:
-        self._commands.pg_ctl(["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user,
-                              timeout=60)
+        self._commands.pg_ctl(
+            ["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user, timeout=60
+        )
 
 
 def dashboard(dsn: str, schema: str, *, refresh: float = 0.2, **kwargs: Any) -> DashboardApp:

@@ -10,15 +10,25 @@ import psycopg
 import pytest
 from psycopg import sql
 from schema_pool import SchemaPool, fingerprint, others, read_layout, reset
+from support import private_database
 
 from pgq_core import Queue
 
 Conn = psycopg.Connection[Any]
 
 
+@pytest.fixture(scope="module")
+def own_dsn(dsn: str) -> Iterator[str]:
+    """A database of this module's own: a `pgq` session another test of this process left
+    behind in the shared one (the pool then drops every schema, rightly) is not one of these
+    tests' sessions, and would change what they see."""
+    with private_database(dsn, "pgq_pool") as own:
+        yield own
+
+
 @pytest.fixture
-def pool(dsn: str) -> Iterator[SchemaPool]:
-    p = SchemaPool(dsn, enabled=True)
+def pool(own_dsn: str) -> Iterator[SchemaPool]:
+    p = SchemaPool(own_dsn, enabled=True)
     try:
         yield p
     finally:
@@ -36,34 +46,34 @@ def schemas(conn: Conn, *names: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-def test_a_used_but_unchanged_schema_comes_back_empty(pool: SchemaPool, dsn: str) -> None:
+def test_a_used_but_unchanged_schema_comes_back_empty(pool: SchemaPool, own_dsn: str) -> None:
     name = pool.take()
-    with Queue.connect(dsn, name) as q:
+    with Queue.connect(own_dsn, name) as q:
         ids = [q.enqueue("q", {"n": n}) for n in range(3)]
         assert q.claim("q", 1, worker="w")
     pool.give_back(name)
     pool.settle()
     assert pool.counts.get("pooled") == 1
     assert pool.take() == name  # the same schema again
-    with Queue.connect(dsn, name) as q:
+    with Queue.connect(own_dsn, name) as q:
         assert q.stats() == []
         assert q.enqueue("q", {}) == ids[0]  # identities restart
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(own_dsn) as conn:
         jobs = sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(name))
         assert conn.execute(jobs).fetchone() == (1,)
     pool.close()
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(own_dsn) as conn:
         assert schemas(conn, name) == set()  # dropped at the end
 
 
-def test_emptying_leaves_the_fingerprint_as_migrated(pool: SchemaPool, dsn: str) -> None:
+def test_emptying_leaves_the_fingerprint_as_migrated(pool: SchemaPool, own_dsn: str) -> None:
     name = pool.take()
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(own_dsn, autocommit=True) as conn:
         layout = read_layout(conn, name)
         assert layout.filled == ["schema_version", "settings"]
         assert "jobs" in layout.emptied and "job_events" in layout.emptied
         before = fingerprint(conn, name, layout)
-        with Queue.connect(dsn, name) as q:
+        with Queue.connect(own_dsn, name) as q:
             for n in range(20):
                 q.enqueue("q", {"n": n})
         assert fingerprint(conn, name, layout) != before  # sequences moved
@@ -140,20 +150,20 @@ CHANGERS: dict[str, Callable[[Conn, str], None]] = {
 
 
 @pytest.mark.parametrize("change", sorted(CHANGERS))
-def test_a_changed_schema_is_dropped(pool: SchemaPool, dsn: str, change: str) -> None:
+def test_a_changed_schema_is_dropped(pool: SchemaPool, own_dsn: str, change: str) -> None:
     name = pool.take()
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(own_dsn, autocommit=True) as conn:
         CHANGERS[change](conn, name)
     pool.give_back(name)
     pool.settle()
     assert pool.counts.get("drop: fingerprint differs") == 1, pool.counts
     assert pool.free == []
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(own_dsn, autocommit=True) as conn:
         assert schemas(conn, name) == set()
         conn.execute(sql.SQL("DROP VIEW IF EXISTS public.{}").format(sql.Identifier(name)))
 
 
-def test_untouched_schema_is_kept(pool: SchemaPool, dsn: str) -> None:
+def test_untouched_schema_is_kept(pool: SchemaPool, own_dsn: str) -> None:
     name = pool.take()
     pool.give_back(name)
     pool.settle()
@@ -172,17 +182,19 @@ SESSIONS: dict[str, tuple[str, str]] = {
 
 
 @pytest.mark.parametrize("held", sorted(SESSIONS))
-def test_a_schema_another_session_is_on_is_dropped(pool: SchemaPool, dsn: str, held: str) -> None:
+def test_a_schema_another_session_is_on_is_dropped(
+    pool: SchemaPool, own_dsn: str, held: str
+) -> None:
     name = pool.take()
     statement, reason = SESSIONS[held]
-    with psycopg.connect(dsn, autocommit=True) as other:
+    with psycopg.connect(own_dsn, autocommit=True) as other:
         for part in statement.split("; "):
             other.execute(
                 sql.SQL(part).format(s=sql.Identifier(name), channel=sql.Identifier(f"{name}_jobs"))
             )
         if held == "worker name":
             other.execute("SELECT 1")
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(own_dsn, autocommit=True) as conn:
             found = others(conn, name)
             assert found is not None and reason in found
         # What settle decides (its DROP would wait for the other session's lock).
@@ -190,9 +202,9 @@ def test_a_schema_another_session_is_on_is_dropped(pool: SchemaPool, dsn: str, h
         assert why is not None and reason in why
 
 
-def test_nobody_else_on_a_schema(pool: SchemaPool, dsn: str) -> None:
+def test_nobody_else_on_a_schema(pool: SchemaPool, own_dsn: str) -> None:
     name = pool.take()
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(own_dsn, autocommit=True) as conn:
         assert others(conn, name) is None
 
 
