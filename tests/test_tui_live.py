@@ -52,8 +52,9 @@ def shown_left(app: DashboardApp, job_id: int) -> float | None:
 
 def true_left(conn: psycopg.Connection[Any], schema: str, job_id: int) -> float:
     row = conn.execute(
-        sql.SQL("SELECT extract(epoch FROM lease_until - now())::float8 FROM {}.jobs WHERE id = %s")
-        .format(sql.Identifier(schema)),
+        sql.SQL(
+            "SELECT extract(epoch FROM lease_until - now())::float8 FROM {}.jobs WHERE id = %s"
+        ).format(sql.Identifier(schema)),
         (job_id,),
     ).fetchone()
     assert row is not None
@@ -62,8 +63,9 @@ def true_left(conn: psycopg.Connection[Any], schema: str, job_id: int) -> float:
 
 def set_lease_left(conn: psycopg.Connection[Any], schema: str, job_id: int, left: float) -> None:
     conn.execute(
-        sql.SQL("UPDATE {}.jobs SET lease_until = now() + %s * interval '1 second' WHERE id = %s")
-        .format(sql.Identifier(schema)),
+        sql.SQL(
+            "UPDATE {}.jobs SET lease_until = now() + %s * interval '1 second' WHERE id = %s"
+        ).format(sql.Identifier(schema)),
         (left, job_id),
     )
 
@@ -140,9 +142,7 @@ async def test_expiring_means_a_third_of_the_lease_in_every_view_and_in_stats(
         assert "1 expiring" in label and "1 expired" in label
 
 
-async def test_dead_jobs_are_listed_by_time_of_death(
-    dsn: str, schema: str, queue: Queue
-) -> None:
+async def test_dead_jobs_are_listed_by_time_of_death(dsn: str, schema: str, queue: Queue) -> None:
     first, second, third = queue.enqueue_many([JobSpec("d", {"i": i}) for i in range(3)])
     for job_id in (second, third, first):  # die in this order, unlike their ids
         queue.kill([job_id])
@@ -204,7 +204,6 @@ async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
 
     queue.enqueue("block", {})
     app = dashboard(dsn, schema, refresh=2.0, handler=blocking, start_workers=["block"], grace=10.0)
-    app.animation_level = "none"  # Pilot.press waits for the tab underline's animation
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, started.is_set, "the handler to block")
         assert isinstance(app.pool, WorkerPool) and app.pool.thread is not None

@@ -439,13 +439,16 @@ class Worker:
         """Run `step` on `lane`; `alone`: its number among the steps started if no other step
         was in flight when it began (else None).
 
-        A burst worker is drained only by a claim that found nothing and was the only step from
-        its beginning to its end (a step settling beside it may make jobs ready, a workflow's
-        dependents, after its snapshot; one begun beside it may still claim), holding
-        nothing."""
+        A burst worker is drained only by a claim that found nothing, settled nothing itself
+        and was the only step from its beginning to its end, holding nothing: settling a job
+        may make others ready (a workflow's dependents) that a claim in the same statement
+        cannot see, and so may a step settling beside it; one begun beside it may still
+        claim."""
         assert self._jobs is not None and self._producer is not None
         claimed = await self._producer.run(step, lane.call)
-        drained = claimed == 0 and not self._claims.mid_round and self._jobs.idle
+        drained = (
+            claimed == 0 and not step.batch and not self._claims.mid_round and self._jobs.idle
+        )
         only = alone is not None and self._lanes.started == alone
         if self.burst and claim and self._burst_refused is None and drained and only:
             self._drained = True
