@@ -3,6 +3,7 @@ lease urgency, and the CLI's one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import sys
 from pathlib import Path
@@ -507,3 +508,28 @@ def test_latency_trend_one_value_per_bucket_and_only_the_queues_kept() -> None:
     assert trend.series("emails", 161.0) == [0.0, 0.0, 0.0, 0.0]  # all older than 4 buckets
     trend.keep(["emails"])
     assert not trend.known("webhooks") and trend.known("emails")
+
+
+async def test_what_is_typed_at_once_after_slash_extends_the_prefilled_jobs_filter() -> None:
+    """`/` in the Jobs view prefills the filter; keys that arrive before the screen next
+    refreshes (a fast typist, a paste, a loaded machine) go after it, never replace it: the
+    field selects nothing on focus (CI's PG 15 run drew ' error:503' alone once)."""
+    from textual import events
+    from textual.widgets import Input
+
+    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await VIEWS["jobs"](pilot)
+        await settle(pilot)
+        field = app.dashboard.query_one(Input)
+        app.dashboard.open_filter()
+        prefilled = field.value
+        assert prefilled.startswith("queue:")
+        await asyncio.sleep(0)  # the focus event goes first; no refresh yet
+        for char in " error:503":
+            field.post_message(events.Key("space" if char == " " else char, char))
+        await pilot.pause()
+        assert field.value == prefilled + " error:503"

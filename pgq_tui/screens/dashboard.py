@@ -116,7 +116,13 @@ class DashboardScreen(Screen[None]):
                 yield Static(stuck_bar(None), id="stuck-bar")
                 yield StuckTable(id="stuck-table")
                 yield HealthPanel(id="health-table")
-        yield Input(placeholder=ROWS_PROMPT, id="filter", restrict=humanize.TYPED_TEXT)
+        # typing after `/` extends what the field holds (no select-all on focus to replace)
+        yield Input(
+            placeholder=ROWS_PROMPT,
+            id="filter",
+            restrict=humanize.TYPED_TEXT,
+            select_on_focus=False,
+        )
         yield Static(id="status-line")
         yield Footer()
 
@@ -563,6 +569,7 @@ class DashboardScreen(Screen[None]):
             field.placeholder = ROWS_PROMPT
             field.border_title = None
             field.value = self.filter_text
+        field.cursor_position = len(field.value)
         field.add_class("open")
         field.focus()
         # once shown: the cursor at the end, scrolled for the field's real width
