@@ -39,13 +39,13 @@ class _Watch:
     tried again only seconds later)."""
 
     def __init__(
-        self, dsn: str, app: str, kill: bool = False, schema: str = "", kill_until: int = 0
+        self, dsn: str, schema: str, app: str, kill: bool = False, kill_until: int = 0
     ) -> None:
         self.seen = 0
         self.killed = 0
         self._dsn, self._app, self._kill = dsn, app, kill
         self._done = sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'done'").format(
-            sql.Identifier(schema or "pg_catalog")
+            sql.Identifier(schema)
         )
         self._kill_until = kill_until
         self._stop = threading.Event()
@@ -89,7 +89,7 @@ async def test_steps_overlap_on_a_second_connection_and_every_job_runs_once(
 ) -> None:
     queue.enqueue_many(JobSpec("q", {"n": n}) for n in range(2000))
     worker = make_worker(dsn, schema, _slow_noop, concurrency=10, burst=True)
-    with _Watch(dsn, f"pgq step {worker.id}") as watch:
+    with _Watch(dsn, schema, f"pgq step {worker.id}") as watch:
         await asyncio.wait_for(worker.run(), 60)
     assert watch.seen > 0, "the second statement connection was never open"
     assert status_counts(queue) == {"done": 2000}
@@ -113,7 +113,7 @@ async def test_killing_the_second_connection_again_and_again_loses_no_job(
         await asyncio.sleep(0.002)
 
     worker = make_worker(dsn, schema, handler, concurrency=10, burst=True)
-    with _Watch(dsn, f"pgq step {worker.id}", kill=True, schema=schema, kill_until=2000) as watch:
+    with _Watch(dsn, schema, f"pgq step {worker.id}", kill=True, kill_until=2000) as watch:
         await asyncio.wait_for(worker.run(), 120)
     assert watch.killed > 0, "the second connection was never there to kill"
     assert "second statement connection lost" in caplog.text
