@@ -390,6 +390,38 @@ async def test_an_abandoned_thread_keeps_its_slot_until_it_returns() -> None:
     runner.shutdown()
 
 
+@pytest.mark.parametrize("plain", [True, False])
+async def test_fds_0_to_2_are_checked_on_the_loop_once_per_turn_of_endings(
+    plain: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check of fds 0-2 is three system calls: made in a handler's thread it gave up the GIL
+    three times per job. It runs on the event loop, once for the handlers that ended in a turn,
+    before the next turn."""
+    import pgq_core.worker.runner as runner_module
+
+    checks: list[str] = []
+    def check() -> None:
+        checks.append(threading.current_thread().name)
+
+    monkeypatch.setattr(runner_module, "restore_standard_fds", check)
+
+    def sync_noop(c: JobContext) -> None:
+        return None
+
+    async def async_noop(c: JobContext) -> None:
+        return None
+
+    runner = Runner(sync_noop if plain else async_noop, 3, "t", lambda: None)
+    outcomes = await asyncio.gather(*(runner.run(ctx(), timeout=None) for _ in range(3)))
+    assert [o.kind for o in outcomes] == ["returned"] * 3
+    await asyncio.sleep(0)
+    assert checks and set(checks) == {threading.current_thread().name}
+    if not plain:  # three tasks that never await end in one turn
+        assert len(checks) == 1
+    assert len(checks) <= 3
+    runner.shutdown()
+
+
 def test_a_busy_row_is_tried_again_soon_then_less_often() -> None:
     """A competing claim's row lock lasts one statement: retry in 5 ms; an operator's lock may
     last minutes: back off to `busy_delay`."""

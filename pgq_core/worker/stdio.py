@@ -4,7 +4,7 @@ Invariant: a worker never opens a connection while any of fds 0-2 is closed. A h
 close them (a daemonising library does); the next socket the process opened would then take
 the lowest free number, and the worker's log lines, written to fd 2, would go to the database
 server. So the descriptors are remembered when the worker starts and put back (or /dev/null,
-if one was closed from the start) after every handler and before every connect.
+if one was closed from the start) once handlers ended (runner.py) and before every connect.
 """
 
 from __future__ import annotations
