@@ -151,10 +151,13 @@ async def test_without_a_second_connection_steps_take_turns_on_the_main_one(
 
         lanes.start(main, step())
         assert not lanes.quiet and lanes.in_flight == 1
+        assert not lanes.full  # a second lane may still be opened
         assert lanes.free(time.monotonic(), woken.set) is None  # the second is being opened
+        assert lanes.full  # its opening wakes the worker when it ends
         await asyncio.wait_for(woken.wait(), 10)  # ... and failed
         woken.clear()
         assert lanes.free(time.monotonic(), woken.set) is None  # not tried again at once
+        assert not lanes.full
         gate.set()
         await asyncio.wait_for(lanes.wait(), 5)
         assert lanes.quiet
@@ -172,8 +175,11 @@ async def test_a_step_that_raises_is_raised_in_the_main_loop(dsn: str, schema: s
     async def broken() -> None:
         raise RuntimeError("a bug in a step")
 
+    assert not lanes.full
     lanes.start(main, broken())
+    assert lanes.full  # one lane only, and its step in flight
     await lanes.wait()
+    assert not lanes.full
     with pytest.raises(RuntimeError, match="a bug in a step"):
         lanes.check()
     lanes.check()  # said once

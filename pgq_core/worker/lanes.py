@@ -68,6 +68,16 @@ class Lanes:
         return len(self._busy)
 
     @property
+    def full(self) -> bool:
+        """Every lane has a step in flight and none can be opened now: only a step's end
+        (which wakes the worker) frees one."""
+        if len(self._busy) < 1 + len(self._others):
+            return False
+        return self._make_second is None or self._opening is not None or (
+            len(self._others) >= self._extra
+        )
+
+    @property
     def statements(self) -> int:
         return self.main.statements + sum(lane.statements for lane in self._others)
 

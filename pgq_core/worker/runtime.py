@@ -207,7 +207,7 @@ class Worker:
             self.timeout,
             self._ledger,
             self._prefetch,
-            self._wakeup,
+            self._nudge,
             lambda lost: self._beside.chore(record_stale(self._call, lost, self.id)),
         )
         self._producer = Producer(
@@ -294,6 +294,13 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
+    def _nudge(self) -> None:
+        """A job ended, started or left: wake the main loop unless every lane has a step in
+        flight. Nothing it decides then can act before a lane is free, and a step's end wakes
+        it; waking on each of C handlers' endings ran the loop's whole decision per job."""
+        if not self._lanes.full or self._stopping:
+            self._wakeup()
+
     def _track(self, job_id: int, fence: int) -> None:
         """A job came: the heartbeater keeps its lease and writes its handler's progress."""
         assert self._heart is not None
@@ -303,7 +310,7 @@ class Worker:
     def _untracked(self, job_id: int) -> None:
         if self._heart is not None:
             self._heart.untrack(job_id)
-        self._wakeup()
+        self._nudge()
 
     def _second_lane(self) -> Throttled:
         link = Link(
