@@ -191,6 +191,28 @@ def load_average() -> list[float] | None:
         return None
 
 
+def cpu_ticks() -> list[int] | None:
+    """The machine's CPU time by kind since boot, in clock ticks: user, nice, system, idle,
+    iowait, irq, softirq, steal (Linux's /proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return fields if len(fields) == 8 else None
+
+
+def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Of the CPU time between two `cpu_ticks`, the share the hypervisor gave to other guests
+    (steal), in percent: a drain measured while it was high ran on less than the machine's
+    cores. None where unknown."""
+    if before is None or after is None:
+        return None
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(spent)
+    return round(100 * spent[7] / total, 1) if total > 0 else None
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds spent by every process on this machine since boot (Linux; else -inf)."""
     try:

@@ -47,10 +47,12 @@ from pgq_core.text import printable
 
 from .common import (
     QUEUE_NAME,
+    cpu_ticks,
     load_average,
     machine,
     payload,
     server_version,
+    steal_percent,
     throwaway_database,
     throwaway_schema,
 )
@@ -412,8 +414,14 @@ def _level(
         say(f"C={c}: seed, enqueue {opts.jobs} jobs")
         fill_seed(dsn, schema, opts)
         say(f"C={c}: seed drain, {c} thread(s) in one process, LIMIT {opts.batch}")
+        ticks = cpu_ticks()
         seed = drain_seed(dsn, schema, c, opts, meter)
-    level: dict[str, Any] = {"concurrency": c, "seed": seed.to_dict(), "pgq": {}}
+        seed_steal = steal_percent(ticks, cpu_ticks())
+    level: dict[str, Any] = {
+        "concurrency": c,
+        "seed": {**seed.to_dict(), "steal_percent": seed_steal},
+        "pgq": {},
+    }
     level["ratio"], level["ratio_wall"] = {}, {}
     runs: dict[str, dict[str, Any]] = {}
     for kind in opts.handlers:
@@ -421,8 +429,10 @@ def _level(
             say(f"C={c}: pgq ({kind}), enqueue_many {opts.jobs} jobs")
             fill_pgq(dsn, schema, opts)
             say(f"C={c}: pgq drain, one `pgq worker --concurrency {c}` process, {kind} handler")
+            ticks = cpu_ticks()
             run = drain_pgq(dsn, schema, c, kind, opts, meter)
-        runs[kind] = level["pgq"][kind] = run.to_dict()
+            steal = steal_percent(ticks, cpu_ticks())
+        runs[kind] = level["pgq"][kind] = {**run.to_dict(), "steal_percent": steal}
         level["ratio"][kind] = _ratio(run.drain_rate, seed.drain_rate)
         level["ratio_wall"][kind] = _ratio(run.wall_rate, seed.wall_rate)
     if peer:
@@ -430,7 +440,9 @@ def _level(
             say(f"C={c}: PgQueuer, install its schema and enqueue {opts.jobs} jobs")
             fill_peer(dsn, schema, opts.jobs, opts.payload_bytes)
             say(f"C={c}: PgQueuer drain, one process, {c} consumers, batch {PEER_BATCH}")
+            ticks = cpu_ticks()
             peer_run = drain_peer(dsn, schema, c, opts.jobs, meter)
+            peer_run["steal_percent"] = steal_percent(ticks, cpu_ticks())
         level[PEER_NAME] = peer_run
         level["ratio_peer"] = {
             k: _ratio(run["drain_rate"], peer_run["drain_rate"]) for k, run in runs.items()
@@ -475,11 +487,14 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
             "min(claimed_at) to max(finished_at) in the database). wall: including start-up "
             "(pgq: the worker process from start to exit; seed: threads and connects).\n"
             "ratio = pgq drain jobs/s / seed drain jobs/s at the same C; ratio (wall): the "
-            "same with wall times."
+            "same with wall times.\nsteal: the share of the machine's CPU time the hypervisor "
+            "gave to other guests during that drain (a drain with much of it ran on less)."
         ),
         caption_justify="left",
     )
     for col in ("C", "side", "drain s", "drain jobs/s", "wall s", "wall jobs/s", "jobs done"):
+        table.add_column(col, justify="left" if col == "side" else "right")
+    for col in ("steal",):
         table.add_column(col, justify="left" if col == "side" else "right")
     table.add_column("ratio", justify="right")
     table.add_column("ratio (wall)", justify="right")
@@ -509,6 +524,7 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
                 _f(run["wall_seconds"], 2),
                 _f(run["wall_rate"]),
                 f"{run['done']}/{run['jobs']}",
+                _percent(run.get("steal_percent")),
                 ratio,
                 ratio_wall,
                 end_section=n == len(rows) - 1,
@@ -518,6 +534,10 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
         _print_peer(result, console)
     if "db_work" in result:
         _print_db_work(result, console)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
 
 
 def _print_peer(result: dict[str, Any], console: Console) -> None:

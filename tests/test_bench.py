@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
+from pgq_bench.common import cpu_ticks, steal_percent
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue
 
@@ -313,6 +314,7 @@ def test_same_resources_tiny_has_every_level_and_drains_every_job(dsn: str) -> N
             assert run["processes"] == 1, (c, name)
             assert run["drain_rate"] > 0 and run["wall_rate"] > 0, (c, name)
             assert 0 < run["drain_seconds"] <= run["wall_seconds"], (c, name)
+            assert 0 <= run["steal_percent"] <= 100, (c, name)  # Linux: /proc/stat
         assert seed["threads"] == c and seed["claim"] == 10
         assert seed["completed"] == 200 and seed["lost"] == 0
         for kind, run in level["pgq"].items():
@@ -346,6 +348,7 @@ def test_same_resources_human_output_says_what_each_side_gets(dsn: str) -> None:
     assert "both sides get one process and C-way concurrency" in result.output
     assert "pgq async" in result.output and "pgq sync" not in result.output
     assert "50/50" in result.output
+    assert "steal" in result.output and "hypervisor" in result.output
 
 
 def test_same_resources_rejects_bad_levels_and_mixed_modes() -> None:
@@ -422,6 +425,7 @@ def test_same_resources_with_peers_and_db_work_tiny(dsn: str) -> None:
     assert (peer["processes"], peer["consumers"], peer["claim"]) == (1, 2, 10)
     assert 0 < peer["drain_seconds"] <= peer["wall_seconds"]
     assert peer["loop"] in ("uvloop", "asyncio")
+    assert 0 <= peer["steal_percent"] <= 100
     assert level["ratio_peer"]["async"] == pytest.approx(pgq["drain_rate"] / peer["drain_rate"])
     assert level["ratio_peer_wall"]["async"] == pytest.approx(
         pgq["wall_rate"] / peer["wall_rate"]
@@ -551,3 +555,13 @@ def test_pickup_is_a_run_of_its_own() -> None:
     result = CliRunner().invoke(main, ["bench", "--pickup", "--peers"])
     assert result.exit_code == 2, result.output
     assert "pick one" in result.output and "Traceback" not in result.output
+
+
+def test_steal_is_the_share_of_cpu_time_the_hypervisor_gave_away() -> None:
+    before = [100, 0, 50, 800, 0, 0, 0, 50]
+    after = [500, 0, 150, 1200, 0, 0, 0, 150]  # 400 + 100 + 400 + 100 ticks: 100 stolen
+    assert steal_percent(before, after) == 10.0
+    assert steal_percent(before, before) is None
+    assert steal_percent(None, after) is None
+    now = cpu_ticks()
+    assert now is None or len(now) == 8
