@@ -8,10 +8,10 @@
 -- Each transition writes its fence-history row in the same statement, one row per attempt: the
 -- row that ends an attempt carries its claim time, the running attempt is the job's own row,
 -- and the view job_history (migration 15) shows every transition.
--- The worker's settle statements (settle_*, extend_leases, hand_back) find held rows by id
--- through the running index (`id = ANY(ids)`: the cost follows the rows held, never the number
--- running in the whole fleet), lock them with SKIP LOCKED, and update each by the row address
--- (ctid) that lock pins.
+-- The worker's settle statements (settle_*, extend_leases, hand_back) find each held row by id
+-- through the running index (the cost follows the rows held, never the fleet's), lock it with
+-- SKIP LOCKED and update it at the address (ctid) the lock pins, checking id and fence: a
+-- status test there would let a plan scan the running index for each row.
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
@@ -29,14 +29,21 @@ input AS (
 )
 
 -- fragment: lock_held
--- The held rows (CTE `held`: id, fence and what settles them) that are still ours, locked
--- without waiting: a row another session holds is skipped, and reported 'busy' by the caller.
+-- The held rows (CTE `held`: id, fence, what settles them) still ours, each found by id and
+-- locked alone without waiting (one another session holds is skipped: 'busy'): a locking
+-- subquery is never made a join, so no plan compares held rows pairwise.
 mine AS (
-  SELECT j.ctid AS row, t.*
-    FROM {schema}.jobs j JOIN held t ON j.id = t.id AND j.fence = t.fence
-   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
-     FOR NO KEY UPDATE OF j SKIP LOCKED
+  SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
+    SELECT j.ctid AS row FROM {schema}.jobs j
+     WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+       FOR NO KEY UPDATE OF j SKIP LOCKED) j
 )
+
+-- fragment: held_row
+-- Held job `t`'s row at its fence if running or done (`j`), by primary key; the LIMIT keeps it
+-- from becoming a join that reads the jobs table.
+CROSS JOIN LATERAL (SELECT j.status FROM {schema}.jobs j
+  WHERE j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done') LIMIT 1) j
 
 -- fragment: claim_ready
 -- The claim (CTE `claimed`), after a CTE `settled` of the ids the statement completes. Queue
@@ -139,14 +146,12 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
 -- name: settle_complete_and_claim
 -- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
 -- each checked against its own id + fence and storing its handler's result, and claim up to
--- `limit` more exactly as `claim` (highest priority first, then oldest run_at).
--- Never waits on a row lock: a held row another session has locked is skipped and reported
--- 'busy' (the worker settles it later). Rows: ('completed' | 'busy' | 'done', id, fence) per
--- held job ('done': our completion had already committed unseen; a job not reported is lost),
--- then ('claimed', job...) per claim, in the order they are to run (a worker that claims
--- ahead runs them in turn). Completions and claims touch disjoint rows.
--- A limited queue's count of running jobs leaves out the jobs this statement completes, so a
--- worker at the limit takes the next job as it settles one.
+-- `limit` more exactly as `claim`. Never waits on a row lock: a held row another session
+-- locked is skipped and reported 'busy' (settled later). Rows: ('completed' | 'busy' | 'done',
+-- id, fence) per held job ('done': our completion had committed unseen; a job not reported is
+-- lost), then ('claimed', job...) per claim, in the order they are to run. Completions and
+-- claims touch disjoint rows. A limited queue's count of running jobs leaves out the jobs
+-- this statement completes, so a worker at the limit takes the next job as it settles one.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
@@ -156,22 +161,20 @@ WITH held AS (
   UPDATE {schema}.jobs j
      SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
     FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at
 ), {claim_ready}, history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at)
   SELECT id, 'completed', fence, %(worker)s, claimed_at FROM settled
-), unsettled AS (
-  SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END AS outcome, t.id, t.fence
-    FROM (SELECT * FROM held WHERE id NOT IN (SELECT id FROM settled)) t
-    JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done')
 )
 SELECT 'completed' AS outcome, id, fence, NULL::text AS queue, NULL::jsonb AS payload,
        NULL::int AS attempts, NULL::int AS max_attempts, NULL::timestamptz AS lease_until,
        NULL::jsonb AS trace
   FROM settled
 UNION ALL
-SELECT outcome, id, fence, NULL, NULL, NULL, NULL, NULL, NULL FROM unsettled
+SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence,
+       NULL, NULL, NULL, NULL, NULL, NULL
+  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled)
 UNION ALL
 (SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until, trace
    FROM claimed ORDER BY priority DESC, run_at, id);
@@ -197,7 +200,7 @@ WITH held AS (
          last_error  = m.error,
          finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
     FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
@@ -209,8 +212,7 @@ WITH held AS (
 SELECT 'failed' AS outcome, id, fence FROM settled
 UNION ALL
 SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
-  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM settled)) t
-  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done');
+  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled);
 
 -- name: extend_leases
 -- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock, and
@@ -235,14 +237,13 @@ WITH held AS (
          progress_at    = CASE WHEN m.done IS NULL THEN j.progress_at
                                ELSE clock_timestamp() - pg_catalog.make_interval(secs => m.age) END
     FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence
 )
 SELECT 'extended' AS outcome, id, fence FROM beat
 UNION ALL
 SELECT 'busy', t.id, t.fence
-  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM beat)) t
-  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM beat) AND j.status = 'running'
 UNION ALL
 SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
   FROM (SELECT 1 FROM beat LIMIT 1) moved
@@ -259,7 +260,7 @@ WITH held AS (
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
     FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence AND j.status = 'running'
+   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
@@ -268,8 +269,7 @@ WITH held AS (
 SELECT 'released' AS outcome, id, fence FROM released
 UNION ALL
 SELECT 'busy', t.id, t.fence
-  FROM (SELECT id, fence FROM held WHERE id NOT IN (SELECT id FROM released)) t
-  JOIN {schema}.jobs j ON j.id = t.id AND j.fence = t.fence AND j.status = 'running';
+  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM released) AND j.status = 'running';
 
 -- name: hand_back_orphans
 -- After a reconnect: jobs running under this worker's id that it does not hold were claimed
@@ -406,11 +406,10 @@ SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
 
 -- name: enqueue_due_slot
 -- A worker enqueues a schedule's due slot: `last_slot` advances to `slot` and the slot's job is
--- inserted in one statement, so each slot is enqueued once whatever the number of workers
--- (a second worker finds last_slot already there, and never waits: SKIP LOCKED) and even
--- after the slot's job finished. A slot before the schedule existed, or later than the
--- database's clock, is refused. The unique key `schedule:<name>:<slot>` guards the job as well.
--- Rows: the new job's id, or none.
+-- inserted in one statement, so each slot is enqueued once whatever the workers (another finds
+-- last_slot there, never waiting: SKIP LOCKED), even after its job finished. A slot before the
+-- schedule existed or past the database's clock is refused; the unique key
+-- `schedule:<name>:<slot>` guards the job as well. Rows: the new job's id, or none.
 WITH due AS (
   SELECT name FROM {schema}.schedules
    WHERE name = %(name)s::text AND (last_slot IS NULL OR last_slot < %(slot)s::timestamptz)
@@ -435,8 +434,7 @@ WITH due AS (
 SELECT id FROM new_jobs;
 
 -- name: database_clock
--- The database's time now (not the transaction's): what a worker's scheduler computes slots
--- from, whatever its own host's clock says.
+-- The database's time now (not the transaction's): a worker's scheduler computes slots from it.
 SELECT clock_timestamp();
 
 -- name: ensure_partitions
