@@ -155,7 +155,7 @@ def test_short_handlers_fill_what_the_slots_get_through_in_two_round_trips() -> 
     assert policy.size() == 8  # 2 slots * 2 round trips * 2 ms / 1 ms
     noop = PrefetchPolicy(10, clock=clock)
     timed(noop, clock, run=0.0, step=0.001)
-    assert noop.size() == noop.cap == PREFETCH_CAP == 300
+    assert noop.size() == noop.cap == PREFETCH_CAP == 1000
 
 
 def test_long_handlers_get_no_buffer() -> None:
