@@ -1,17 +1,15 @@
--- The protocol: every statement a producer and a worker run, by name. A job's whole life is
--- on this page; the operator's statements are in operator.sql, the readers' in observer.sql,
--- the session's own in session.sql.
--- {schema} is the quoted schema identifier; %(name)s are bound parameters; {fragment} is a
--- named piece of SQL (`-- fragment:`) written once and spliced where it is named.
--- Every write a lease holder makes checks `id, fence, status = 'running'`: a stale fence
--- matches zero rows, and the caller treats that as a lost lease.
--- Each transition writes its fence-history row in the same statement, one row per attempt: the
--- row that ends an attempt carries its claim time, the running attempt is the job's own row,
--- and the view job_history (migration 15) shows every transition.
--- The worker's settle statements (settle_*, extend_leases, hand_back) find each held row by id
--- through the running index (the cost follows the rows held, never the fleet's), lock it with
--- SKIP LOCKED and update it at the address (ctid) the lock pins, checking id and fence: a
--- status test there would let a plan scan the running index for each row.
+-- The protocol: every statement a producer and a worker run, by name: a job's whole life on
+-- one page (the operator's statements are in operator.sql, the readers' in observer.sql, the
+-- session's own in session.sql). {schema} is the quoted schema identifier, %(name)s a bound
+-- parameter, {fragment} a named piece of SQL (`-- fragment:`) spliced where it is named.
+-- Every write a lease holder makes checks id, fence and status 'running': a stale fence
+-- matches zero rows, and the caller treats that as a lost lease. Each transition writes its
+-- fence-history row in the same statement, one per attempt, with its claim time when it ends
+-- (the running attempt is the job's own row; the view job_history shows every transition).
+-- A statement that writes held jobs finds each by id through the running index (the cost
+-- follows the rows held), locks it alone (a locking subquery is never made a join: no plan
+-- compares held rows pairwise) and updates it checking id and fence, the worker's at the
+-- address (ctid) the lock pins (no status test: a plan would scan the running index per row).
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
@@ -29,15 +27,28 @@ input AS (
 )
 
 -- fragment: lock_held
--- The held rows (CTE `held`: id, fence, what settles them) still ours, each found by id and
--- locked alone without waiting (one another session holds is skipped: 'busy'): a locking
--- subquery is never made a join, so no plan compares held rows pairwise.
+-- The held rows (CTE `held`: id, fence, what settles them) still ours, locked without waiting:
+-- a row another session holds is skipped, and reported 'busy' by the caller.
 mine AS (
   SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
     SELECT j.ctid AS row FROM {schema}.jobs j
      WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
        FOR NO KEY UPDATE OF j SKIP LOCKED) j
 )
+
+-- fragment: wait_held
+-- As `lock_held`, waiting for a lock another session holds. The update after it finds each row
+-- by id, not address: one updated since the statement began (a heartbeat) is still written.
+mine AS (
+  SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
+    SELECT j.ctid AS row FROM {schema}.jobs j
+     WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+       FOR NO KEY UPDATE OF j) j
+)
+
+-- fragment: held_pairs
+held AS (SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                                  pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence))
 
 -- fragment: held_row
 -- Held job `t`'s row at its fence if running or done (`j`), by primary key; the LIMIT keeps it
@@ -47,11 +58,10 @@ CROSS JOIN LATERAL (SELECT j.status FROM {schema}.jobs j
 
 -- fragment: claim_ready
 -- The claim (CTE `claimed`), after a CTE `settled` of the ids the statement completes. Queue
--- control (`gate`): a paused queue claims nothing; a queue with max_running claims at most
--- max_running minus its jobs running now, leaving out those settled (claim_allowance,
--- serialized per queue by an advisory lock); a queue without settings costs one primary-key
--- lookup. The jobs to claim are locked first, as an array (`id = ANY(ARRAY(...))`): the
--- claiming UPDATE then reads them by primary key whatever the planner guesses of the LIMIT.
+-- control (`gate`): a paused queue claims nothing; one with max_running claims at most that
+-- less its jobs running, those settled left out (claim_allowance, serialized per queue by an
+-- advisory lock); one without settings costs a primary-key lookup. The jobs are locked first,
+-- as an array: the claiming UPDATE reads them by primary key whatever the planner guesses.
 gate AS (
   SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
               WHEN s.max_running IS NULL THEN %(limit)s
@@ -91,9 +101,10 @@ now() + pg_catalog.make_interval(secs => least(
 -- name: enqueue
 -- Insert many jobs in one round trip (`job_input`). A job with a unique key is inserted unless
 -- a ready or running job holds the key (the partial unique index arbitrates, so racing
--- producers make one job): then the holder's id is looked up. Each key is sent once. Rows: (id, true, key) per inserted job, in input order per
--- kind; (holder id, false, key) per duplicate. The holder id is NULL when the holder committed
--- after this statement's snapshot was taken: look it up again in a new statement.
+-- producers make one job): then the holder's id is looked up. Each key is sent once. Rows:
+-- (id, true, key) per inserted job, in input order per kind; (holder id, false, key) per
+-- duplicate, the holder id NULL when the holder committed after this statement's snapshot
+-- (look it up again in a new statement).
 WITH {job_input}, plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
                              backoff_cap, trace)
@@ -145,13 +156,12 @@ SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
 
 -- name: settle_complete_and_claim
 -- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
--- each checked against its own id + fence and storing its handler's result, and claim up to
--- `limit` more exactly as `claim`. Never waits on a row lock: a held row another session
--- locked is skipped and reported 'busy' (settled later). Rows: ('completed' | 'busy' | 'done',
--- id, fence) per held job ('done': our completion had committed unseen; a job not reported is
--- lost), then ('claimed', job...) per claim, in the order they are to run. Completions and
--- claims touch disjoint rows. A limited queue's count of running jobs leaves out the jobs
--- this statement completes, so a worker at the limit takes the next job as it settles one.
+-- each checked against its id + fence and storing its handler's result, and claim up to
+-- `limit` more as `claim` does, never waiting on a row lock. Rows: ('completed' | 'busy' |
+-- 'done', id, fence) per held job ('busy': locked by another session, settled later; 'done':
+-- our completion had committed unseen; one not reported is lost), then ('claimed', job...)
+-- per claim, in the order they are to run. A limited queue's running count leaves out the jobs
+-- this statement completes: a worker at the limit takes the next job as it settles one.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
@@ -180,10 +190,9 @@ UNION ALL
    FROM claimed ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
--- The worker's failures: as `fail` (retry after backoff, or dead at max_attempts), but never
--- waiting on a row lock. Rows: ('failed' | 'busy' | 'done', id, fence) per held job ('done': a
--- handler that completed the job in its own transaction, which committed, then raised); one
--- not reported is lost. A job whose `final` is true dies at once (its handler raised DontRetry).
+-- The worker's failures: as `fail`, never waiting on a row lock. Rows: ('failed' | 'busy' |
+-- 'done', id, fence) per held job ('done': its handler completed it in its own transaction,
+-- committed, then raised); one not reported is lost. `final` (DontRetry): dead at once.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
@@ -217,9 +226,8 @@ SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
 -- name: extend_leases
 -- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock, and
 -- write the progress handlers reported (`done` NULL: none new; `ages`: seconds since reported).
--- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When any lease
--- moved, `channel` (if given) gets a notification with an empty payload, delivered at commit,
--- so a dashboard shows the new lease at once (no queue is named '', so workers ignore it).
+-- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When a lease
+-- moved, `channel` (if given) gets an empty notification at commit: a dashboard shows it at once.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
@@ -252,10 +260,7 @@ SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
 -- name: hand_back
 -- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never
 -- waits on a row lock. Rows: ('released' | 'busy', id, fence); one not reported is lost.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
-), {lock_held}, released AS (
+WITH {held_pairs}, {lock_held}, released AS (
   UPDATE {schema}.jobs j
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
@@ -295,22 +300,21 @@ SELECT id FROM released ORDER BY id;
 
 -- name: heartbeat
 -- Extend the leases of many held jobs; the rows not returned are lost.
-UPDATE {schema}.jobs j
-   SET lease_until = clock_timestamp() + j.lease_length
-  FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                  pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
- WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+WITH {held_pairs}, {wait_held}
+UPDATE {schema}.jobs j SET lease_until = clock_timestamp() + j.lease_length
+  FROM mine m WHERE j.id = m.id AND j.fence = m.fence
 RETURNING j.id, j.fence, j.lease_until;
 
 -- name: complete
 -- Settle many held jobs as done, each with its result (or NULL); the rows not returned are lost.
-WITH settled AS (
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
+    AS t(id, fence, result)
+), {wait_held}, settled AS (
   UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now(), result = t.result
-    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
-                    pg_catalog.unnest(%(results)s::jsonb[]))
-      AS t(id, fence, result)
-   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
+    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at, claimed_by)
@@ -323,18 +327,20 @@ SELECT id, fence FROM settled;
 -- name: fail
 -- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts; the rows
 -- not returned are lost.
-WITH settled AS (
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]))
+    AS t(id, fence, error)
+), {wait_held}, settled AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
          run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
                             ELSE {backoff} END,
          lease_until = NULL,
-         last_error  = t.error,
+         last_error  = m.error,
          finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
-    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[]),
-                    pg_catalog.unnest(%(errors)s::text[])) AS t(id, fence, error)
-   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-  RETURNING j.id, j.fence, j.status, j.run_at, t.error, j.claimed_at, j.worker
+    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
+  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, j.worker
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
@@ -346,13 +352,11 @@ SELECT id, fence, status, run_at FROM settled;
 
 -- name: release
 -- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
-WITH released AS (
+WITH {held_pairs}, {wait_held}, released AS (
   UPDATE {schema}.jobs j
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
-    FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                    pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence)
-   WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
@@ -405,11 +409,10 @@ SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
   FROM {schema}.schedules ORDER BY name;
 
 -- name: enqueue_due_slot
--- A worker enqueues a schedule's due slot: `last_slot` advances to `slot` and the slot's job is
--- inserted in one statement, so each slot is enqueued once whatever the workers (another finds
--- last_slot there, never waiting: SKIP LOCKED), even after its job finished. A slot before the
--- schedule existed or past the database's clock is refused; the unique key
--- `schedule:<name>:<slot>` guards the job as well. Rows: the new job's id, or none.
+-- A worker enqueues a schedule's due slot: `last_slot` advances to `slot` and its job is inserted
+-- in one statement, so each slot is enqueued once whatever the workers (another finds last_slot
+-- there, never waiting), even after its job finished; one before the schedule or past the clock
+-- is refused; the unique key `schedule:<name>:<slot>` guards it too. Rows: the new id, or none.
 WITH due AS (
   SELECT name FROM {schema}.schedules
    WHERE name = %(name)s::text AND (last_slot IS NULL OR last_slot < %(slot)s::timestamptz)
@@ -439,9 +442,8 @@ SELECT clock_timestamp();
 
 -- name: ensure_partitions
 -- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
--- missing (the function is in migration 9). Never waits on a lock longer than `lock_timeout`.
--- Rows: (day, 'created' | 'exists' | 'default holds rows' | 'overlaps' | 'locked'), or
--- (NULL, 'busy') when another session is at it.
+-- missing, never waiting on a lock past `lock_timeout`. Rows: (day, 'created' | 'exists' |
+-- 'default holds rows' | 'overlaps' | 'locked'), or (NULL, 'busy') if another session is at it.
 SELECT day, outcome FROM {schema}.job_events_add_partitions(
   (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
   %(lock_timeout)s::interval);
