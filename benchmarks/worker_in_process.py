@@ -19,8 +19,16 @@ import time
 import psycopg
 from psycopg import sql
 
-from pgq_bench import SameResourcesOptions, fill_pgq, noop_async, noop_sync, throwaway_schema
-from pgq_bench.common import cpu_ticks, server, steal_percent
+from pgq_bench import (
+    SameResourcesOptions,
+    cpu_ticks,
+    fill_pgq,
+    noop_async,
+    noop_sync,
+    server,
+    steal_percent,
+    throwaway_schema,
+)
 from pgq_core.worker import Worker
 
 

@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from .common import (
         QUEUE_NAME,
         Meter,
+        cpu_ticks,
         load_average,
         machine,
         payload,
         percentile,
         server,
+        steal_percent,
         throwaway_schema,
     )
     from .drain import Options, Phase, drain, drain_args, print_tables, refill, run_bench
@@ -75,6 +77,7 @@ __all__ = [
     "Phase",
     "SameResourcesOptions",
     "ScaleOptions",
+    "cpu_ticks",
     "drain",
     "drain_args",
     "drain_pgq",
@@ -99,6 +102,7 @@ __all__ = [
     "seed_connection",
     "server",
     "setup_seed",
+    "steal_percent",
     "throwaway_schema",
     "worker_command",
 ]
@@ -110,11 +114,13 @@ _HOME = {
         (
             "QUEUE_NAME",
             "Meter",
+            "cpu_ticks",
             "load_average",
             "machine",
             "payload",
             "percentile",
             "server",
+            "steal_percent",
             "throwaway_schema",
         ),
         "common",

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq_bench.common import cpu_ticks, steal_percent
+from pgq_bench import cpu_ticks, steal_percent
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue
 
