@@ -21,6 +21,7 @@ from psycopg import sql
 
 from pgq_bench import (
     SameResourcesOptions,
+    busy_percent,
     cpu_ticks,
     fill_pgq,
     noop_async,
@@ -30,16 +31,6 @@ from pgq_bench import (
     throwaway_schema,
 )
 from pgq_core.worker import Worker
-
-
-def busy_percent(before: list[int] | None, after: list[int] | None) -> float | None:
-    """Of the CPU time between two `cpu_ticks`, the share spent working (steal left out)."""
-    if before is None or after is None:
-        return None
-    spent = [b - a for a, b in zip(before, after, strict=True)]
-    total = sum(spent)
-    idle = spent[3] + spent[4] + spent[7]
-    return round(100 * (total - idle) / total, 1) if total > 0 else None
 
 
 def run_once(dsn: str, concurrency: int, kind: str, jobs: int) -> None:

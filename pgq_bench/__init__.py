@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .common import (
         QUEUE_NAME,
         Meter,
+        busy_percent,
         cpu_ticks,
         load_average,
         machine,
@@ -77,6 +78,7 @@ __all__ = [
     "Phase",
     "SameResourcesOptions",
     "ScaleOptions",
+    "busy_percent",
     "cpu_ticks",
     "drain",
     "drain_args",
@@ -114,6 +116,7 @@ _HOME = {
         (
             "QUEUE_NAME",
             "Meter",
+            "busy_percent",
             "cpu_ticks",
             "load_average",
             "machine",

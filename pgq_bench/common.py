@@ -202,26 +202,37 @@ def cpu_ticks() -> list[int] | None:
     return fields if len(fields) == 8 else None
 
 
+def _spent(before: list[int] | None, after: list[int] | None) -> list[int] | None:
+    """The CPU ticks of each kind between two `cpu_ticks` (None where unknown or none)."""
+    if before is None or after is None:
+        return None
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    return spent if sum(spent) > 0 else None
+
+
 def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
     """Of the CPU time between two `cpu_ticks`, the share the hypervisor gave to other guests
     (steal), in percent: a drain measured while it was high ran on less than the machine's
     cores. None where unknown."""
-    if before is None or after is None:
+    spent = _spent(before, after)
+    return None if spent is None else round(100 * spent[7] / sum(spent), 1)
+
+
+def busy_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Of the CPU time between two `cpu_ticks`, the share spent working (idle, iowait and
+    steal left out), in percent; None where unknown."""
+    spent = _spent(before, after)
+    if spent is None:
         return None
-    spent = [b - a for a, b in zip(before, after, strict=True)]
-    total = sum(spent)
-    return round(100 * spent[7] / total, 1) if total > 0 else None
+    return round(100 * (sum(spent) - spent[3] - spent[4] - spent[7]) / sum(spent), 1)
 
 
 def machine_busy_seconds() -> float:
     """CPU seconds spent by every process on this machine since boot (Linux; else -inf)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+    ticks = cpu_ticks()
+    if ticks is None:
         return float("-inf")
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def server_version(conn: psycopg.Connection[Any]) -> str:

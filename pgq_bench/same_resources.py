@@ -494,8 +494,7 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
     )
     for col in ("C", "side", "drain s", "drain jobs/s", "wall s", "wall jobs/s", "jobs done"):
         table.add_column(col, justify="left" if col == "side" else "right")
-    for col in ("steal",):
-        table.add_column(col, justify="left" if col == "side" else "right")
+    table.add_column("steal", justify="right")
     table.add_column("ratio", justify="right")
     table.add_column("ratio (wall)", justify="right")
     for level in result["levels"]:

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq_bench import cpu_ticks, steal_percent
+from pgq_bench import busy_percent, cpu_ticks, steal_percent
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue
 
@@ -561,6 +561,8 @@ def test_steal_is_the_share_of_cpu_time_the_hypervisor_gave_away() -> None:
     before = [100, 0, 50, 800, 0, 0, 0, 50]
     after = [500, 0, 150, 1200, 0, 0, 0, 150]  # 400 + 100 + 400 + 100 ticks: 100 stolen
     assert steal_percent(before, after) == 10.0
+    assert busy_percent(before, after) == 50.0  # user 400 + system 100
+    assert busy_percent(before, before) is None
     assert steal_percent(before, before) is None
     assert steal_percent(None, after) is None
     now = cpu_ticks()

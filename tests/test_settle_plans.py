@@ -44,11 +44,7 @@ def explained(dsn: str) -> Iterator[tuple[psycopg.Connection[Any], list[str]]]:
         yield conn, plans
 
 
-def _held(queue: Queue, conn: psycopg.Connection[Any]) -> list[tuple[int, int]]:
-    return _held_n(queue, conn, HELD)
-
-
-def _held_n(queue: Queue, conn: psycopg.Connection[Any], n: int) -> list[tuple[int, int]]:
+def _held(queue: Queue, conn: psycopg.Connection[Any], n: int = HELD) -> list[tuple[int, int]]:
     """`n` jobs claimed by worker 'w' (of `2 n` enqueued): (id, fence) each."""
     queue.enqueue_many([JobSpec("q", {"i": i}) for i in range(2 * n)])
     op = ops.claim("q", n, timedelta(minutes=5), "w")
@@ -135,7 +131,7 @@ def test_the_batch_api_writes_a_row_updated_while_it_waited_for_its_lock(
     """A heartbeat commits while the statement waits for the row's lock: the statement began
     before that update, and still writes the row (a plain UPDATE's semantics, kept)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        [(job_id, fence)] = _held_n(queue, conn, 1)
+        [(job_id, fence)] = _held(queue, conn, 1)
     with psycopg.connect(dsn) as blocker:
         blocker.execute(
             sql.SQL(
