@@ -250,8 +250,7 @@ class DashboardApp(App[None]):
         now = self.clock()
         for screen in self.screen_stack:
             for header in screen.query(StatusHeader):
-                header.state = state
-                header.now = now
+                header.show(state, now)
 
     def _set_connection(self, state: str, problem: str = "") -> None:
         self.problem = problem

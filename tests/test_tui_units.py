@@ -533,3 +533,24 @@ async def test_what_is_typed_at_once_after_slash_extends_the_prefilled_jobs_filt
             field.post_message(events.Key("space" if char == " " else char, char))
         await pilot.pause()
         assert field.value == prefilled + " error:503"
+
+
+async def test_a_pushed_screens_header_shows_the_clock_from_its_first_frame() -> None:
+    """The job screen's header got the app's state on mount but its clock only at the app's
+    next header refresh, so it drew 00:00:00 UTC until then (a 160x45 snapshot caught it once
+    in CI). Here no refresh comes after the push: the screen's own mount must set both."""
+    from pgq_tui.sample import EPOCH
+    from pgq_tui.screens.job_detail import JobDetailScreen
+    from pgq_tui.testing import SIZE, sample_app, settle
+    from pgq_tui.widgets.status_header import StatusHeader
+
+    app = sample_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app._sync_headers = lambda: None  # type: ignore[method-assign]
+        screen = JobDetailScreen(1)
+        await app.push_screen(screen)
+        await pilot.pause()
+        header = screen.query_one(StatusHeader)
+        assert header.now == EPOCH
+        assert "00:00:00 UTC" not in header.render().plain

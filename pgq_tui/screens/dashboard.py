@@ -131,7 +131,7 @@ class DashboardScreen(Screen[None]):
         self.query_one(Input).cursor_blink = self.host.blink
         # Tab moves between the tables only; views change with 1 2 3 4 (or a click)
         self.query_one(TabbedContent).query_one(Tabs).can_focus = False
-        self.query_one(StatusHeader).state = self.host.header_state()
+        self.query_one(StatusHeader).show(self.host.header_state(), self.host.clock())
         self._render_jobs_bar()
         self._render_workers_hint()
         self._render_log_hint()

@@ -189,7 +189,7 @@ class JobDetailScreen(Screen[None]):
         self.query_one("#facts-box").border_title = "state"
         self.query_one("#history-box").border_title = "fence history"
         self.query_one(Input).cursor_blink = self.host.blink
-        self.query_one(StatusHeader).state = self.host.header_state()
+        self.query_one(StatusHeader).show(self.host.header_state(), self.host.clock())
         self.reload()
 
     def selected_job(self) -> tuple[int, str, str] | None:

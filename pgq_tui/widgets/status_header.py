@@ -66,5 +66,10 @@ class StatusHeader(Widget):
     state: reactive[HeaderState] = reactive(HeaderState)
     now: reactive[float] = reactive(0.0)
 
+    def show(self, state: HeaderState, now: float) -> None:
+        """The app's state and clock together: a header given a state alone (a screen just
+        pushed) drew the clock at 00:00:00 until the next refresh."""
+        self.state, self.now = state, now
+
     def render(self) -> Text:
         return header_text(self.state, self.now, self.size.width)
