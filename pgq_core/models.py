@@ -27,6 +27,15 @@ class Job:
 
 
 @dataclass(frozen=True)
+class FailedOver:
+    """What `hand_back_failed_over` found: the server's timeline, and the jobs it handed back
+    because their fence came from an older one (claimed before a promotion)."""
+
+    timeline: int
+    released: list[int]
+
+
+@dataclass(frozen=True)
 class Settled:
     """The outcome of a batch write: which members were applied and which had a stale fence.
 

@@ -22,6 +22,7 @@ from .models import (
     Enqueued,
     ErrorGroup,
     EventPartition,
+    FailedOver,
     Job,
     JobDetail,
     JobEvent,
@@ -518,6 +519,15 @@ def hand_back(held: Sequence[tuple[int, int]], worker: str, reason: str) -> Op[S
     """The worker hands unfinished jobs back (attempt not counted), never waiting on a lock."""
     params = {**_pairs(held), "worker": worker, "reason": reason}
     return Op("hand_back", params, _outcomes(held, "released"), named=True)
+
+
+def _failed_over(rows: Rows) -> FailedOver:
+    return FailedOver(int(rows[0][0]), [int(r[1]) for r in rows if r[1] is not None])
+
+
+def hand_back_failed_over(limit: int = REAP_BATCH) -> Op[FailedOver]:
+    """Jobs running under a fence from before a promotion go back, the attempt not counted."""
+    return Op("hand_back_failed_over", {"limit": limit}, _failed_over)
 
 
 def hand_back_orphans(held: Sequence[int], worker: str) -> Op[list[int]]:

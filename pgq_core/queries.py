@@ -1,5 +1,6 @@
 """Loads the named statements of `sql/*.sql`, the one home of the queue's SQL: `protocol.sql`
-(what every producer and worker runs), `operator.sql`, `observer.sql` and `session.sql` (a
+(what every producer and worker runs), `api.sql` (the public batch API an application holding
+its own claims runs), `workflows.sql`, `operator.sql`, `observer.sql` and `session.sql` (a
 session's bounds, its server process, the schema's version).
 
 A `-- name: X` section is a statement; a `-- fragment: X` section is a piece of SQL written
@@ -14,7 +15,14 @@ from importlib.resources import files
 
 from psycopg import sql
 
-FILES = ("protocol.sql", "workflows.sql", "operator.sql", "observer.sql", "session.sql")
+FILES = (
+    "protocol.sql",
+    "api.sql",
+    "workflows.sql",
+    "operator.sql",
+    "observer.sql",
+    "session.sql",
+)
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 

@@ -104,8 +104,8 @@ def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
         return f'"{schema}.' in message
     if isinstance(exc, psycopg.errors.InvalidSchemaName):
         return f'"{schema}"' in message
-    return isinstance(exc, psycopg.errors.UndefinedFunction) and (
-        f"{schema}.job_events_" in message
+    return isinstance(exc, psycopg.errors.UndefinedFunction) and any(
+        f"{schema}.{name}" in message for name in ("job_events_", "fence_floor")
     )
 
 

