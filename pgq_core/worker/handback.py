@@ -2,9 +2,10 @@
 
 Three cases, each one statement through `call` (the worker's link) and the ledger told what
 was released: the buffered jobs on stop, the unfinished jobs at the end of `run()` (their
-handlers told to stop first, after the finished ones were settled: `wind_down`), and after a
-reconnect the orphans (jobs running under this
-worker's id that it does not hold: a claim whose reply was lost). Stale writes (a fenced write
+handlers told to stop first, after the finished ones were settled: `wind_down`), and at the
+start and after a reconnect the jobs claimed before a failover (anyone's: a fence from an older
+timeline writes nothing) and the orphans (jobs running under this worker's id that it does not
+hold: a claim whose reply was lost). Stale writes (a fenced write
 that matched no row) are recorded here as well.
 
 Invariants:
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import ops
+from ..models import FailedOver
 from ..text import printable
 from .dispatch import Dispatcher
 from .ledger import Held, Ledger
@@ -41,18 +43,43 @@ RETURNED_UNSTARTED = "worker shutdown: not started"
 RETURNED_UNFINISHED = "worker shutdown"
 
 
-async def hand_back_orphans(call: Call, ledger: Ledger, worker_id: str) -> bool:
-    """Jobs claimed under our id by a statement whose reply never arrived go back now. False
-    when the statement could not run (try again), True once the check is done."""
+async def hand_back_orphans(
+    call: Call, ledger: Ledger, worker_id: str, timeline: int | None
+) -> int | None:
+    """After a start or a reconnect: the jobs claimed before a promotion go back (anyone's:
+    their fences write nothing now), then the jobs claimed under our id by a statement whose
+    reply never arrived. `timeline`: the server's timeline at the last check (None: none yet).
+    Returns the server's timeline once the check is done, None when it could not run (try
+    again)."""
     try:
-        (orphans,) = await call(ops.hand_back_orphans(ledger.ours(), worker_id))
+        results = await call(
+            ops.hand_back_failed_over(), ops.hand_back_orphans(ledger.ours(), worker_id)
+        )
     except (Disconnected, Transient):
-        return False
+        return None
     except DataFault as exc:
         log.warning(
             "worker %s: could not look for orphaned claims: %s", worker_id, printable(str(exc))
         )
-        orphans = []
+        return timeline
+    failed_over: FailedOver = results[0]
+    orphans: list[int] = results[1]
+    if timeline is not None and failed_over.timeline != timeline:
+        log.warning(
+            "worker %s: the database failed over (timeline %d, was %d): every job claimed "
+            "before it is lost to its holder and runs again",
+            worker_id,
+            failed_over.timeline,
+            timeline,
+        )
+    if failed_over.released:
+        log.warning(
+            "worker %s: handed back %d job(s) claimed before the promotion to timeline %d "
+            "(their fences write nothing now; the attempt does not count)",
+            worker_id,
+            len(failed_over.released),
+            failed_over.timeline,
+        )
     if orphans:
         log.info(
             "worker %s: handed back %d job(s) claimed while the connection broke "
@@ -60,7 +87,9 @@ async def hand_back_orphans(call: Call, ledger: Ledger, worker_id: str) -> bool:
             worker_id,
             len(orphans),
         )
-    return True
+    if len(failed_over.released) >= ops.REAP_BATCH:
+        return None  # more to hand back: check again
+    return failed_over.timeline
 
 
 async def return_buffered(call: Call, ledger: Ledger, worker_id: str) -> None:

@@ -9,7 +9,8 @@ States: starting -> running <-> disconnected -> draining (stop asked) -> stopped
 - On stop nothing new is claimed or started; the buffered jobs go back at once, running
   handlers get `grace` seconds; then the finished jobs are settled before anything is handed
   back, on every way out of `run()`, and `run()` never raises for a handler's or a job's fault.
-- After a reconnect, jobs running under this worker's id that it does not hold (a claim whose
+- At the start and after a reconnect, jobs running under a fence from before a promotion
+  (anyone's) and jobs running under this worker's id that it does not hold (a claim whose
   reply was lost) are handed back at once, the attempt not counted.
 """
 
@@ -120,7 +121,8 @@ class Worker:
         self._immediate = False
         self._stop_requested = False
         self._grace_deadline = 0.0
-        self._recover_orphans = False
+        self._recover_orphans = True  # and the jobs a failover left (handback.py)
+        self._timeline: int | None = None
         self._burst_refused: str | None = None
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -406,8 +408,9 @@ class Worker:
                     continue
                 can_talk = self._statements.ready(now)
                 if can_talk and self._recover_orphans:
-                    if await hand_back_orphans(self._call, ledger, self.id):
-                        self._recover_orphans = False
+                    timeline = await hand_back_orphans(self._call, ledger, self.id, self._timeline)
+                    if timeline is not None:
+                        self._timeline, self._recover_orphans = timeline, False
                     continue
                 if can_talk and self._stopping and now >= ledger.buffer_retry_at:
                     await return_buffered(self._call, ledger, self.id)
