@@ -22,6 +22,7 @@ import click
 import psycopg
 
 from pgq_core import PgqError, Queue, Target, find_target, ops, parse_duration
+from pgq_core.cluster import no_primary
 from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -241,6 +242,8 @@ def explain(exc: psycopg.Error, dsn: str | None) -> str:
     timeout, authentication, permission, statement or lock timeout, size limits, lost server.
     Not scrubbed: the caller scrubs."""
     errors = psycopg.errors
+    if (waiting := no_primary(str(exc), dsn)) is not None:
+        return waiting
     text = _reason(exc)
     if isinstance(exc, errors.ConnectionTimeout) or text == "connection timeout expired":
         seconds = connect_timeout(dsn) if dsn else None

@@ -14,6 +14,7 @@ from urllib.parse import quote, unquote
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import embedded
+from .cluster import hosts, writer_options
 from .errors import PgqError
 from .text import first_invisible
 
@@ -140,15 +141,14 @@ def mask(dsn: str) -> str:
 
 
 def describe(dsn: str) -> str:
-    """Short human name of a server: user@host:port/db, no password."""
+    """Short human name of a server: user@host:port/db (each host of a cluster's DSN), no
+    password."""
     try:
         p = conninfo_to_dict(dsn)
     except Exception:  # noqa: BLE001
         return "***"
-    host = str(p.get("host") or "localhost")
-    port = f":{p['port']}" if p.get("port") else ""
     user = f"{p['user']}@" if p.get("user") else ""
-    return f"{user}{host}{port}/{p.get('dbname') or p.get('user') or ''}"
+    return f"{user}{','.join(hosts(dsn))}/{p.get('dbname') or p.get('user') or ''}"
 
 
 def first_line(text: str) -> str:
@@ -304,7 +304,8 @@ def connect_timeout(dsn: str) -> float:
 
 
 def connect_options(dsn: str) -> dict[str, Any]:
-    """Keyword arguments for every `psycopg.connect`: nothing waits forever for a server.
+    """Keyword arguments for every `psycopg.connect`: nothing waits forever for a server, and
+    a DSN naming several hosts reaches the writable one (`cluster.writer_options`).
 
     A `connect_timeout` in the DSN or PGCONNECT_TIMEOUT in the environment wins over the
     default; keepalives notice a server that vanished without closing the connection.
@@ -323,6 +324,7 @@ def connect_options(dsn: str) -> dict[str, Any]:
         options["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
     if pooled():
         options["prepare_threshold"] = None  # a pooler's server sessions are shared
+    options.update(writer_options(dsn))  # several hosts: the writable one (cluster.py)
     return options
 
 

@@ -11,7 +11,9 @@ Invariants:
   help), or `SchemaMissing` (a table of pgq's own is missing; a missing table a user's trigger
   names is the statement's data).
 - A session that cannot write (`READ_ONLY`, as after a failover) is dropped: the statement is
-  `Transient` and the link reconnects until a session takes writes.
+  `Transient` and the link reconnects until a session takes writes (a DSN naming several hosts
+  asks libpq for the writable one: `cluster.writer_options`); while none does, that is said
+  once per outage, in plain words (`cluster.no_primary`).
 - A pooler in transaction mode nobody announced (PGQ_POOLED unset) is found when a connection
   opens (`detect_pooler`) or by its errors (`is_pooler_error`: prepared statements that do not
   exist or already exist): pooled mode from then on, said once; the statement is `Transient`
@@ -40,6 +42,7 @@ from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from .. import ops, session
+from ..cluster import no_primary
 from ..config import connect_options, first_line, pooled, scrub
 from ..errors import why_unreadable
 from ..ops import Op
@@ -225,7 +228,8 @@ class Link:
                 failure = session.classify(exc, self._schema, conn)
                 if failure is Failure.SCHEMA_MISSING:
                     raise session.schema_missing(exc, self._schema) from None
-                reason = scrub(first_line(str(exc)) or type(exc).__name__, self._dsn)
+                text = no_primary(str(exc), self._dsn) or first_line(str(exc))
+                reason = scrub(text or type(exc).__name__, self._dsn)
                 if failure is Failure.DISCONNECTED:
                     self._down(conn, reason)
                     raise Disconnected(reason) from None
@@ -267,11 +271,16 @@ class Link:
         with contextlib.suppress(psycopg.Error):
             await old.close()
         backoff = Backoff(first=0.25, cap=5.0)
+        said = False
         while not self._closed:
             await asyncio.sleep(backoff.next())
             try:
                 fresh = await self._connect()
-            except psycopg.Error:
+            except psycopg.Error as exc:
+                waiting = no_primary(str(exc), self._dsn)
+                if waiting is not None and not said:  # once per outage
+                    said = True
+                    log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
                 continue
             if self._closed:
                 await fresh.close()

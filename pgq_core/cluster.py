@@ -1,0 +1,91 @@
+"""What a client sees of a replicated cluster: the hosts a DSN names, and a failover's gap in
+plain words.
+
+Invariants:
+- A DSN naming several hosts reaches the writable one: pgq's connections ask libpq for
+  `target_session_attrs=read-write` unless the DSN (or PGTARGETSESSIONATTRS) says otherwise,
+  so a worker or a producer never settles on a standby and follows a promotion by itself.
+- While no host takes writes, every message says so in one line ("no writable primary among
+  2 hosts ...: waiting for a failover"), never a libpq fragment; no password appears in it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+#: What libpq and the server say of a host that is up but cannot take writes.
+_STANDBY = (
+    "session is read-only",
+    "server is in hot standby mode",
+    "not accepting writes",
+    "is in recovery",
+    "read-only transaction",
+)
+#: One failure line of psycopg's multi-host report: `- host: 'h', port: 'p', ...: <reason>`.
+_ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'.*?: (?:connection failed: )?(.*)$")
+
+
+def hosts(dsn: str) -> list[str]:
+    """`host:port` of each host the DSN names, in order (one entry for a single host)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an unparseable DSN names no host we can show
+        return []
+    names = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
+    ports = str(params.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(names)
+    return [f"{h}:{p}" if p else h for h, p in zip(names, ports, strict=False)]
+
+
+def writer_options(dsn: str) -> dict[str, Any]:
+    """Keyword arguments that send a connection of a several-host DSN to the writable host."""
+    if len(hosts(dsn)) < 2 or os.environ.get("PGTARGETSESSIONATTRS"):
+        return {}
+    try:
+        if conninfo_to_dict(dsn).get("target_session_attrs"):
+            return {}
+    except Exception:  # noqa: BLE001 - unparseable: connect reports it
+        return {}
+    return {"target_session_attrs": "read-write"}
+
+
+def _said(reason: str) -> str:
+    low = reason.lower()
+    if any(s in low for s in _STANDBY):
+        return "read-only standby"
+    if "refused" in low:
+        return "refused"
+    if "timeout" in low:
+        return "no answer"
+    return reason.strip().rstrip(".")
+
+
+def no_primary(text: str, dsn: str | None) -> str | None:
+    """The plain-words reason when `text` (a connect or statement error) means the servers are
+    up but none takes writes, as during a failover; None when it means something else."""
+    low = text.lower()
+    if not any(s in low for s in _STANDBY):
+        return None
+    named = hosts(dsn) if dsn else []
+    attempts = [m.groups() for m in map(_ATTEMPT.match, text.splitlines()) if m]
+    if attempts:
+        states = "; ".join(f"{h}:{p} {_said(r)}" for h, p, r in attempts)
+        return (
+            f"no writable primary among {len(attempts)} hosts ({states}): "
+            "waiting for a failover"
+        )
+    if len(named) > 1:
+        return f"no writable primary among {len(named)} hosts: waiting for a failover"
+    where = f" ({named[0]})" if named else ""
+    what = "takes no writes (a standby, or read-only sessions)"
+    if "read-only transaction" not in low:
+        what = "is a read-only standby"
+    return (
+        f"the server{where} {what}: name the primary, or every host of the cluster with "
+        "target_session_attrs=read-write"
+    )
