@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from support import OwnServer, free_port
+from support import ENV, OwnServer, free_port
 
 from pgq_core import JobSpec, LeaseLost, Queue, fenced_write, migrate, ops
 
@@ -304,3 +304,42 @@ def test_worker_processes_follow_the_promotion_and_no_stale_write_lands(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_commands_say_plainly_while_no_host_takes_writes(pair: Pair) -> None:
+    """Between the primary's death and the promotion, a command names each host's state in one
+    line, no libpq report; after the promotion the same DSN works."""
+    from click.testing import CliRunner
+
+    from pgq_cli.cli import main
+
+    def pgq(*args: str) -> tuple[int, str]:
+        result = CliRunner(env=ENV).invoke(
+            main, ["--dsn", pair.dsn, "--schema", SCHEMA, *args], prog_name="pgq"
+        )
+        return result.exit_code, result.output
+
+    pair.primary.stop("immediate")
+    code, out = pgq("stats")
+    lines = out.strip().splitlines()
+    assert code == 1 and len(lines) == 1, out
+    primary, standby = (f"127.0.0.1:{s.port}" for s in (pair.primary, pair.standby))
+    assert lines[0] == (
+        f"pgq: error: no writable primary among 2 hosts ({primary} refused; {standby} read-only "
+        "standby): waiting for a failover"
+    ), out
+
+    # a DSN naming the standby alone reaches it: writes get the standby named for what it is
+    only = pair.standby.dsn
+    result = CliRunner(env=ENV).invoke(
+        main, ["--dsn", only, "--schema", SCHEMA, "enqueue", "q", "{}"], prog_name="pgq"
+    )
+    assert result.exit_code == 1, result.output
+    assert "is a read-only standby" in result.output or "takes no writes" in result.output
+    assert "Traceback" not in result.output
+
+    pair.standby.promote()
+    code, out = pgq("enqueue", "q", "{}")
+    assert code == 0, out
+    code, out = pgq("stats")
+    assert code == 0 and "q" in out, out
