@@ -12,15 +12,23 @@ Invariants:
   fence as attributes, and a link (not a parent) to the enqueue's context: a job may run long
   after, and more than once. A handler that raises marks the span as an error; recording it
   never changes what the handler raised (an exception whose text cannot be read included).
-- No trace is ever the job's fault: a context that cannot be read is dropped, never raised.
+- No trace is ever the job's fault: a context that cannot be read is dropped, never raised,
+  and every call into the tracing API or SDK around a handler (the provider, the tracer, the
+  span's start with its processors' `on_start`, its context, its status, its end with their
+  `on_end`) is guarded: what it raises is logged once per stage and exception type and
+  swallowed, and the handler runs (without a span if none could start) and ends as it would
+  untraced. The job's outcome is the handler's alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .extras import installed
 
@@ -36,6 +44,40 @@ class TracedJob(Protocol):
 
 #: The instrumentation scope's name, as tracers and exporters show it.
 SCOPE = "pgq"
+
+log = logging.getLogger("pgq.tracing")
+
+_T = TypeVar("_T")
+_said: set[tuple[str, str]] = set()
+_said_lock = threading.Lock()
+
+
+def _guarded(stage: str, call: Callable[[], _T]) -> _T | None:
+    """`call()`, or None when it raises: the tracer's failure is logged once per stage and
+    exception type (a broken processor would otherwise log every job) and never raised."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - a tracer never decides a job's outcome
+        kind = (stage, f"{type(exc).__module__}.{type(exc).__qualname__}")
+        with _said_lock:
+            first = kind not in _said
+            _said.add(kind)
+        if first:
+            log.warning(
+                "tracing failed at %s (%s: %s); the job runs on, this is said once",
+                stage,
+                type(exc).__name__,
+                _text(exc),
+            )
+        return None
+
+
+def _text(exc: BaseException) -> str:
+    """An exception's first line, or a placeholder when its text cannot be read."""
+    try:
+        return str(exc).splitlines()[0][:200] if str(exc) else ""
+    except Exception:  # noqa: BLE001 - an unreadable message is still a failure to report
+        return "(unprintable)"
 
 
 @cache
@@ -65,6 +107,10 @@ def recording() -> bool:
     provider set by the application (asked per job: it may be set after the worker started)."""
     if not available():
         return False
+    return bool(_guarded("provider", _provider_records))
+
+
+def _provider_records() -> bool:
     from opentelemetry import trace
 
     provider = trace.get_tracer_provider()
@@ -72,21 +118,44 @@ def recording() -> bool:
 
 
 def handler_span(ctx: TracedJob) -> contextlib.AbstractContextManager[None]:
-    """Run the block (the handler) in the job's span; a no-op when nothing records spans."""
+    """Run the block (the handler) in the job's span; a no-op when nothing records spans.
+    Nothing the tracer raises leaves this (the block's own exception goes on unchanged)."""
     return _span(ctx) if recording() else _UNTRACED
 
 
 @contextlib.contextmanager
 def _span(ctx: TracedJob) -> Iterator[None]:
+    from opentelemetry import context, trace
+
+    span = _guarded("start", lambda: _start(ctx))
+    token = None
+    if span is not None:
+        token = _guarded("context", lambda: context.attach(trace.set_span_in_context(span)))
+    try:
+        yield
+    except BaseException as exc:
+        # the handler's own exception goes on; one the span raises while recording it (an
+        # exception whose text cannot be read included) must not replace it
+        if span is not None:
+            _guarded("status", functools.partial(_record, span, exc))
+        raise
+    finally:
+        if token is not None:
+            _guarded("context", lambda: context.detach(token))
+        if span is not None:
+            _guarded("end", span.end)
+
+
+def _start(ctx: TracedJob) -> Any:
+    """The job's span, started (its processors' `on_start` ran) but not yet current."""
     from opentelemetry import trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, SpanKind
 
     links = []
     parent = _span_context(ctx.trace)
     if parent is not None:
         links.append(Link(parent))
-    tracer = trace.get_tracer(SCOPE)
-    with tracer.start_as_current_span(
+    return trace.get_tracer(SCOPE).start_span(
         f"{ctx.queue} process",
         kind=SpanKind.CONSUMER,
         links=links,
@@ -101,16 +170,14 @@ def _span(ctx: TracedJob) -> Iterator[None]:
         },
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        try:
-            yield
-        except BaseException as exc:
-            # the handler's own exception goes on; an exception whose text cannot be read
-            # (its __str__ raises) must not replace it while the span records it
-            with contextlib.suppress(Exception):
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                span.record_exception(exc)
-            raise
+    )
+
+
+def _record(span: Any, exc: BaseException) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+    span.record_exception(exc)
 
 
 def _span_context(carrier: Mapping[str, Any] | None) -> Any:

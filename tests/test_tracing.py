@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from psycopg import sql
@@ -27,16 +28,33 @@ export = pytest.importorskip("opentelemetry.sdk.trace.export")
 _EXPORTER = in_memory.InMemorySpanExporter()
 
 
+class RaisingProcessor(sdk_trace.SpanProcessor):
+    """A real SDK span processor that raises from the hooks named in `hooks` (none unless a
+    test says so): a broken exporter or processor as an application may install one."""
+
+    hooks: ClassVar[set[str]] = set()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if "on_start" in self.hooks:
+            raise RuntimeError("processor on_start broke")
+
+    def on_end(self, span: Any) -> None:
+        if "on_end" in self.hooks:
+            raise RuntimeError("processor on_end broke")
+
+
 @pytest.fixture
 def spans() -> Iterator[Any]:
     """The spans this process finishes, recorded in memory (the provider is set once per
-    process, as OpenTelemetry allows)."""
+    process, as OpenTelemetry allows; its raising processor is quiet unless a test says)."""
     if not isinstance(trace.get_tracer_provider(), sdk_trace.TracerProvider):
         provider = sdk_trace.TracerProvider()
+        provider.add_span_processor(RaisingProcessor())
         provider.add_span_processor(export.SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
     _EXPORTER.clear()
     yield _EXPORTER
+    RaisingProcessor.hooks.clear()
     _EXPORTER.clear()
 
 
@@ -211,3 +229,94 @@ print(before[0], before[1], tracing.recording(), recorded)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "nullcontext", "True", "True"]
+
+
+@pytest.mark.parametrize("hooks", [{"on_start"}, {"on_end"}, {"on_start", "on_end"}])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_raising_span_processor_never_decides_the_jobs_outcome(
+    dsn: str,
+    schema: str,
+    queue: Queue,
+    spans: Any,
+    caplog: pytest.LogCaptureFixture,
+    hooks: set[str],
+    kind: str,
+) -> None:
+    """The real SDK with a processor whose on_start / on_end raise: every handler runs once,
+    the ten that return are done and the two that raise failed with their own error, nothing
+    runs again, and each broken hook is logged once for all twelve jobs."""
+    from pgq_core import tracing
+
+    tracing._said.clear()
+    RaisingProcessor.hooks.update(hooks)
+    ran: list[int] = []
+    in_span: list[bool] = []
+    ids = [queue.enqueue("q", {"fail": n >= 10}, max_attempts=3) for n in range(12)]
+
+    def work(ctx: JobContext) -> str:
+        ran.append(ctx.id)
+        in_span.append(trace.get_current_span().is_recording())
+        if ctx.payload["fail"]:
+            raise ValueError(f"handler {ctx.id} said no")
+        return "ok"
+
+    async def async_work(ctx: JobContext) -> str:
+        return work(ctx)
+
+    caplog.set_level(logging.WARNING, logger="pgq.tracing")
+    handler = work if kind == "sync" else async_work
+    await asyncio.wait_for(make_worker(dsn, schema, handler, burst=True).run(), TIMEOUT)
+
+    assert sorted(ran) == sorted(ids)
+    for n, job_id in enumerate(ids):
+        job = queue.job(job_id)
+        if n < 10:
+            assert (job.status, job.attempts, job.last_error) == ("done", 1, None)
+        else:
+            assert (job.status, job.attempts) == ("ready", 1)  # to be retried, for its own reason
+            assert job.last_error is not None and "said no" in job.last_error
+    said = [r.getMessage() for r in caplog.records if r.name == "pgq.tracing"]
+    # a span whose start raised is never made: the handler runs without one, and there is
+    # no end to raise; one whose end raised was current while its handler ran
+    stages = [m.split()[3] for m in said]
+    assert stages == (["start"] if "on_start" in hooks else ["end"])
+    assert all("processor on_" in m and "said once" in m for m in said)
+    assert in_span == [hooks == {"on_end"}] * 12
+
+
+def test_a_broken_tracer_provider_runs_the_handler_untraced() -> None:
+    """A provider whose get_tracer raises (the SDK's own failure, not a processor's): the
+    block runs, its exception goes on unchanged, and the failure is said once."""
+    script = """
+import logging
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from pgq_core import tracing
+
+class Broken(TracerProvider):
+    def get_tracer(self, *args, **kwargs):
+        raise LookupError("no tracer today")
+
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+trace.set_tracer_provider(Broken())
+
+class Job:
+    id, queue, attempts, fence, trace = 1, "q", 1, 1, None
+
+ran = 0
+for _ in range(3):
+    with tracing.handler_span(Job()):
+        ran += 1
+try:
+    with tracing.handler_span(Job()):
+        raise KeyError("the handler's own")
+except KeyError as exc:
+    print(ran, repr(exc))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(None, 1) == ["3", "KeyError(\"the handler's own\")\n"]
+    said = [line for line in done.stderr.splitlines() if line.startswith("pgq.tracing")]
+    assert len(said) == 1 and "at start (LookupError: no tracer today)" in said[0]
