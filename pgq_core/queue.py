@@ -143,6 +143,33 @@ def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
         raise PgqError(str(exc)) from None
 
 
+def _open(dsn: str) -> psycopg.Connection[Any]:
+    """An autocommit connection for a queue, bounded (`config.connect_options`); a pooler
+    nobody announced is found (`detect_pooler`) and logged once."""
+    conn = psycopg.connect(dsn, autocommit=True, **connect_options(dsn))
+    try:
+        line = detect_pooler(conn)
+    except BaseException:
+        conn.close()
+        raise
+    if line is not None:
+        log.warning("%s", line)
+    return conn
+
+
+async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
+    """`_open` for asyncio."""
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_options(dsn))
+    try:
+        line = await adetect_pooler(conn)
+    except BaseException:
+        await conn.close()
+        raise
+    if line is not None:
+        log.warning("%s", line)
+    return conn
+
+
 class Queue:
     """Sync queue API over one autocommit connection."""
 
@@ -150,6 +177,8 @@ class Queue:
         self.conn = conn
         self.schema = schema
         self._owns = owns
+        #: where `connect` found the server: a broken connection is replaced from it
+        self._dsn: str | None = None
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
@@ -157,17 +186,16 @@ class Queue:
         `dsn`, else PGQ_DSN, else the embedded server (started if needed, its schema
         migrated); `schema`, else PGQ_SCHEMA, else pgq. The attempt is bounded and keepalives
         are on (`config.connect_options`); a pooler nobody announced is found
-        (`detect_pooler`) and logged once."""
+        (`detect_pooler`) and logged once.
+
+        Such a queue follows a failover: a connection that broke, or that reached a server
+        taking no writes, is replaced on the next call (through a DSN naming every host, the
+        new primary). The call that met the failure raises: whether it committed is unknown,
+        as with any lost connection."""
         target = find_target(dsn, schema)
-        conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
-        try:
-            line = detect_pooler(conn)
-        except BaseException:
-            conn.close()
-            raise
-        if line is not None:
-            log.warning("%s", line)
-        return cls(conn, target.schema, owns=True)
+        queue = cls(_open(target.dsn), target.schema, owns=True)
+        queue._dsn = target.dsn
+        return queue
 
     def close(self) -> None:
         if self._owns:
@@ -179,15 +207,25 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _own(self) -> psycopg.Connection[Any]:
+        """The queue's own connection; one `connect` made is replaced first if it broke or left
+        a server taking no writes (see `connect`)."""
+        if self._dsn is not None and self.conn.closed:
+            self.conn = _open(self._dsn)
+        return self.conn
+
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
         any other failure the database's own error (`session.classify` has noted a pooler)."""
-        target = conn or self.conn
+        target = conn or self._own()
         try:
             return session.run(target, self.schema, op)
         except psycopg.Error as exc:
-            if session.classify(exc, self.schema, target) is Failure.SCHEMA_MISSING:
+            failure = session.classify(exc, self.schema, target)
+            if failure is Failure.SCHEMA_MISSING:
                 raise session.schema_missing(exc, self.schema) from exc
+            if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
+                target.close()
             raise
 
     # producers
@@ -244,7 +282,7 @@ class Queue:
     ) -> list[Enqueued]:
         """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
-        target = conn or self.conn
+        target = conn or self._own()
         if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
             return self._drive(ops.enqueue_flow(specs), target)
         done: list[Enqueued] = []
@@ -541,24 +579,18 @@ class AsyncQueue:
         self.conn = conn
         self.schema = schema
         self._owns = owns
+        #: where `connect` found the server: a broken connection is replaced from it
+        self._dsn: str | None = None
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
         """`Queue.connect` for asyncio: the same target (found in a thread, since starting the
         embedded server blocks), the same bounds; a pooler nobody announced is found
-        (`adetect_pooler`) and logged once."""
+        (`adetect_pooler`) and logged once. It follows a failover as `Queue.connect`'s does."""
         target = await asyncio.to_thread(find_target, dsn, schema)
-        conn = await psycopg.AsyncConnection.connect(
-            target.dsn, autocommit=True, **connect_options(target.dsn)
-        )
-        try:
-            line = await adetect_pooler(conn)
-        except BaseException:
-            await conn.close()
-            raise
-        if line is not None:
-            log.warning("%s", line)
-        return cls(conn, target.schema, owns=True)
+        queue = cls(await _aopen(target.dsn), target.schema, owns=True)
+        queue._dsn = target.dsn
+        return queue
 
     async def close(self) -> None:
         if self._owns:
@@ -570,14 +602,23 @@ class AsyncQueue:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _own(self) -> psycopg.AsyncConnection[Any]:
+        """`Queue._own` for asyncio."""
+        if self._dsn is not None and self.conn.closed:
+            self.conn = await _aopen(self._dsn)
+        return self.conn
+
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """`Queue.run` on the async connection."""
-        target = conn or self.conn
+        target = conn or await self._own()
         try:
             return await session.arun(target, self.schema, op)
         except psycopg.Error as exc:
-            if session.classify(exc, self.schema, target) is Failure.SCHEMA_MISSING:
+            failure = session.classify(exc, self.schema, target)
+            if failure is Failure.SCHEMA_MISSING:
                 raise session.schema_missing(exc, self.schema) from exc
+            if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
+                await target.close()
             raise
 
     async def enqueue(
@@ -623,7 +664,7 @@ class AsyncQueue:
         self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[Enqueued]:
         specs = list(specs)
-        target = conn or self.conn
+        target = conn or await self._own()
         if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
             return await self._drive(ops.enqueue_flow(specs), target)
         done: list[Enqueued] = []

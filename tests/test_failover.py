@@ -343,3 +343,31 @@ def test_commands_say_plainly_while_no_host_takes_writes(pair: Pair) -> None:
     assert code == 0, out
     code, out = pgq("stats")
     assert code == 0 and "q" in out, out
+
+
+def test_a_queue_follows_the_promotion(pair: Pair) -> None:
+    """A producer's `Queue` and `AsyncQueue` on the cluster's DSN: the call that meets the dead
+    primary raises (its outcome is unknown), the next one runs on the new primary."""
+    import asyncio
+
+    from pgq_core import AsyncQueue
+
+    async def produce() -> None:
+        async with await AsyncQueue.connect(pair.dsn, SCHEMA) as aqueue:
+            await aqueue.enqueue("q", {"n": "async before"})
+            await asyncio.to_thread(pair.fail_over)
+            with pytest.raises(psycopg.OperationalError):
+                await aqueue.enqueue("q", {"n": "async lost"})
+            await aqueue.enqueue("q", {"n": "async after"})
+
+    with Queue.connect(pair.dsn, SCHEMA) as queue:
+        queue.enqueue("q", {"n": "before"})
+        pair.caught_up()
+        asyncio.run(produce())
+        with pytest.raises(psycopg.OperationalError):
+            queue.enqueue("q", {"n": "lost"})
+        after = queue.enqueue("q", {"n": "after"})
+        assert queue.job(after).status == "ready"
+        names = [row[0] for row in queue.conn.execute(sql.SQL(
+            "SELECT payload->>'n' FROM {}.jobs ORDER BY id").format(sql.Identifier(SCHEMA)))]
+    assert names == ["before", "async before", "async after", "after"]
