@@ -319,6 +319,7 @@ def test_commands_say_plainly_while_no_host_takes_writes(pair: Pair) -> None:
         )
         return result.exit_code, result.output
 
+    pair.caught_up()  # the schema is on the standby
     pair.primary.stop("immediate")
     code, out = pgq("stats")
     lines = out.strip().splitlines()
@@ -355,6 +356,7 @@ def test_a_queue_follows_the_promotion(pair: Pair) -> None:
     async def produce() -> None:
         async with await AsyncQueue.connect(pair.dsn, SCHEMA) as aqueue:
             await aqueue.enqueue("q", {"n": "async before"})
+            await asyncio.to_thread(pair.caught_up)
             await asyncio.to_thread(pair.fail_over)
             with pytest.raises(psycopg.OperationalError):
                 await aqueue.enqueue("q", {"n": "async lost"})
@@ -371,3 +373,23 @@ def test_a_queue_follows_the_promotion(pair: Pair) -> None:
         names = [row[0] for row in queue.conn.execute(sql.SQL(
             "SELECT payload->>'n' FROM {}.jobs ORDER BY id").format(sql.Identifier(SCHEMA)))]
     assert names == ["before", "async before", "async after", "after"]
+
+
+def test_the_reaper_charges_no_attempt_for_a_lease_from_before_the_promotion(pair: Pair) -> None:
+    """A lease taken before the promotion that expires before any worker hands it back: the
+    reaper returns it to ready without counting the attempt (on its last attempt it would
+    otherwise die), and says why in the history."""
+    from datetime import timedelta
+
+    with Queue.connect(pair.primary.dsn, SCHEMA) as queue:
+        job_id = queue.enqueue("q", {"n": 1}, max_attempts=1)
+        queue.claim("q", worker="A", lease=timedelta(seconds=1))
+    pair.caught_up()
+    pair.fail_over()
+    with Queue.connect(pair.dsn, SCHEMA) as queue:
+        wait(lambda: queue.reap() == [(job_id, "ready")], "the expired lease reaped", timeout=10)
+        detail = queue.job(job_id)
+        assert (detail.status, detail.attempts) == ("ready", 0)
+        (event,) = [e for e in queue.history(job_id) if e.event in ("released", "reaped", "dead")]
+        assert event.event == "released" and event.detail is not None
+        assert event.detail.startswith("failover: claimed on timeline 1")

@@ -293,6 +293,12 @@ WITH orphans AS (
 )
 SELECT id FROM released ORDER BY id;
 
+-- fragment: failover_detail
+-- The history's detail of job `r` handed back because its fence is at or below the floor `fl`.
+'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
+  || ', the primary is now on timeline ' || ((fl.f >> 32) + 1)::text
+  || '; the attempt does not count'
+
 -- name: hand_back_failed_over
 -- After a promotion: a job running under a fence from an older timeline (at or below
 -- `fence_floor()`) can write nothing more, its holder's work possibly lost with the old
@@ -312,13 +318,10 @@ WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
   RETURNING j.id, j.fence, j.worker, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT r.id, 'released', r.fence, r.worker,
-         'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
-           || ', the primary is now on timeline ' || ((floor.f >> 32) + 1)::text
-           || '; the attempt does not count', r.claimed_at
-    FROM released r, floor
+  SELECT r.id, 'released', r.fence, r.worker, {failover_detail}, r.claimed_at
+    FROM released r, floor fl
 )
-SELECT (floor.f >> 32) + 1 AS timeline, r.id FROM floor LEFT JOIN released r ON true;
+SELECT (fl.f >> 32) + 1 AS timeline, r.id FROM floor fl LEFT JOIN released r ON true;
 
 -- name: record_stale
 -- A worker reports a write of its that matched nothing: its fence was stale.
@@ -331,29 +334,37 @@ SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
 
 -- name: reap
 -- The seed's reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
--- concurrent reapers (and a worker settling its job) never wait on each other.
-WITH reaped AS (
-  UPDATE {schema}.jobs
-     SET status      = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+-- concurrent reapers (and a worker settling its job) never wait on each other. A lease taken
+-- before a promotion (fence at or below the floor) goes back as `hand_back_failed_over` does:
+-- ready, the attempt not counted.
+WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
+  UPDATE {schema}.jobs j
+     SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f THEN 'dead'
+                            ELSE 'ready' END,
+         attempts    = CASE WHEN j.fence > fl.f THEN j.attempts
+                            ELSE greatest(j.attempts - 1, 0) END,
          run_at      = now(),
          lease_until = NULL,
-         last_error  = CASE WHEN attempts >= max_attempts
-                            THEN 'lease expired on attempt ' || attempts::text || ' of '
-                                 || max_attempts::text
-                            ELSE last_error END,
-         finished_at = CASE WHEN attempts >= max_attempts THEN now() END
-   WHERE id IN (
+         last_error  = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f
+                            THEN 'lease expired on attempt ' || j.attempts::text || ' of '
+                                 || j.max_attempts::text
+                            ELSE j.last_error END,
+         finished_at = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f THEN now() END
+    FROM floor fl
+   WHERE j.id IN (
      SELECT id FROM {schema}.jobs
       WHERE status = 'running' AND lease_until < now()
       LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED
    )
-  RETURNING id, fence, status, worker, claimed_at
+  RETURNING j.id, j.fence, j.status, j.worker, j.claimed_at, j.fence <= fl.f AS failed_over
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'reaped' END, fence, worker,
-         'lease expired', claimed_at
-    FROM reaped
+  SELECT r.id, CASE WHEN r.failed_over THEN 'released' WHEN r.status = 'dead' THEN 'dead'
+                    ELSE 'reaped' END,
+         r.fence, r.worker,
+         CASE WHEN r.failed_over THEN {failover_detail} ELSE 'lease expired' END, r.claimed_at
+    FROM reaped r, floor fl
 )
 SELECT id, status FROM reaped ORDER BY id;
 
