@@ -6,7 +6,9 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +162,27 @@ def test_the_protocol_is_one_page_and_each_fragment_is_used() -> None:
         assert any("{" + name + "}" in body for body in statements.values()), name
     for body in queries._raw().values():
         assert not any("{" + name + "}" in body for name in fragments)
+
+
+def _contract(name_start: str) -> dict[str, Any]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    found = [c for c in contracts["contracts"] if str(c["name"]).startswith(name_start)]
+    assert len(found) == 1, name_start
+    contract: dict[str, Any] = found[0]
+    return contract
+
+
+def test_the_contracts_name_every_worker_part_and_command_family() -> None:
+    """A new worker part or command family is covered by its import contract and named in the
+    worker's index: the lists are checked against the files, not kept by memory. `runtime`
+    composes the parts, and `signals` runs a `Worker` above it."""
+    parts = {p.stem for p in (ROOT / "pgq_core" / "worker").glob("*.py")} - {"__init__"}
+    listed = _contract("the worker's parts never import the runtime")["source_modules"]
+    assert {m.rsplit(".", 1)[1] for m in listed} == parts - {"runtime", "signals"}
+    index = (ROOT / "pgq_core" / "worker" / "__init__.py").read_text()
+    assert [p for p in sorted(parts) if f"`{p}`" not in index] == []
+    families = {f"pgq_cli.{p.stem}" for p in (ROOT / "pgq_cli").glob("*_cli.py")}
+    lazily = _contract("the pgq group loads its commands lazily")["forbidden_modules"]
+    standing = _contract("command families stand on")["source_modules"]
+    assert families - set(lazily) == set()
+    assert families - set(standing) == set()

@@ -3,10 +3,13 @@
 - `policy`: when to claim and from which queue, how many jobs to claim ahead, when to settle,
   how long to back off (no I/O);
 - `link`: the statement connection and what a failed statement means;
+- `lanes`: the two statement connections steps take turns on (the second opened under load);
+- `stdio`: file descriptors 0-2 kept for log lines, never taken by a socket;
 - `settler`: finished handlers to one settlement each, with the next claim, split per job
   when the database refuses one job's data;
 - `runner`: running handlers (threads, async tasks, the ones given up) to one outcome each;
 - `heartbeater`: leases kept alive from a thread and a connection of their own;
+- `renewal`: whether leases are being renewed, so claims stop when they are not (no I/O);
 - `reaper`: expired leases back to ready or dead;
 - `scheduler`: the due slots of schedules (periodic jobs) enqueued, each once;
 - `listener`: LISTEN for new jobs (a hint; polling stays the fallback);
@@ -18,6 +21,7 @@
 - `producer`: one settle-and-claim step (River's producer);
 - `handback`: what the worker holds and will not run, given back at once;
 - `beside`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
+- `context`: `JobContext`, what a handler gets: its job, fence, progress, lost lease;
 - `snapshot`: what a worker reports of itself (`Worker.snapshot()`);
 - `signals`: SIGTERM/SIGINT stop a worker, gracefully then at once;
 - `runtime`: the `Worker` state machine that composes them.
