@@ -402,6 +402,16 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
             output.text(e.detail, multiline=True),
         )
     console.print(history)
+    failed = [e for e in d.history if e.traceback]
+    if failed:
+        last = failed[-1]
+        more = f"; --json has all {len(failed)}" if len(failed) > 1 else ""
+        console.print(
+            Text.assemble(
+                ("traceback", "bold"), f" (attempt at fence {last.fence}, {last.event}{more})"
+            )
+        )
+        console.print(output.text(last.traceback, multiline=True))
 
 
 # ---------------------------------------------------------------------------- operators

@@ -161,6 +161,8 @@ class JobEvent:
     fence: int
     worker: str | None
     detail: str | None
+    #: a failed attempt's traceback (bounded, the cut shown); None on other rows
+    traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

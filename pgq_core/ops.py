@@ -485,11 +485,14 @@ def settle_fail(
     cap: float = BACKOFF_CAP,
     jitter: float = BACKOFF_JITTER,
     final: Sequence[bool] | None = None,
+    tracebacks: Sequence[str | None] | None = None,
 ) -> Op[Settled]:
     """The worker's failures: as `fail`, never waiting on a row lock. A job whose `final` is
-    true dies at once (its handler raised DontRetry)."""
+    true dies at once (its handler raised DontRetry); `tracebacks` (bounded text or None per
+    job) go on the attempt's history row."""
     params = _fail_params(held, worker, base, cap, jitter)
     params["finals"] = list(final) if final is not None else [False] * len(held)
+    params["tracebacks"] = list(tracebacks) if tracebacks is not None else [None] * len(held)
     return Op(
         "settle_fail", params, _outcomes([(i, f) for i, f, _ in held], "failed"), named=True
     )
@@ -800,6 +803,7 @@ def job_links(job_id: int, kind: str, limit: int = LINKS_LIMIT) -> Op[tuple[list
 
 
 def history(job_id: int) -> Op[list[JobEvent]]:
+    """A job's history, oldest first; a failed attempt's row with its traceback."""
     return Op("history", {"id": job_id}, lambda rows: [JobEvent(*r) for r in rows])
 
 

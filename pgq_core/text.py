@@ -15,10 +15,15 @@ Invariants:
 from __future__ import annotations
 
 import re
+import traceback
+from types import TracebackType
 
 #: The longest error text stored with a job (characters).
 ERROR_TEXT_LIMIT = 8192
 CUT_MARK = " [... cut, {n} characters in all]"
+#: The longest traceback stored with a failed attempt (characters).
+TRACEBACK_LIMIT = 16 * 1024
+TRACEBACK_CUT = "\n  [... {cut} characters of frames cut, {n} in all ...]\n"
 
 _CONTROL = re.compile(
     r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
@@ -114,3 +119,34 @@ def first_line(text: str | None, cut: bool = False, width: int | None = None) ->
     if width is not None and len(line) > width:
         line, more = line[: max(0, width - 1)], True
     return line + "…" if more else line
+
+
+def bounded_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:
+    """`text` (a formatted traceback) fit for a text column and at most `limit` characters: a
+    longer one keeps its first quarter and its end (the innermost frames and the error), the
+    frames between replaced by a line saying how many characters were cut."""
+    clean = storable(text, len(text) + 1)
+    if len(clean) <= limit:
+        return clean
+    longest_mark = len(TRACEBACK_CUT.format(cut=len(clean), n=len(clean)))
+    room = max(0, limit - longest_mark)
+    head = room // 4
+    tail = room - head
+    mark = TRACEBACK_CUT.format(cut=len(clean) - head - tail, n=len(clean))
+    return clean[:head] + mark + (clean[-tail:] if tail else "")
+
+
+def format_traceback(
+    exc: BaseException, skip: str | None = None, limit: int = TRACEBACK_LIMIT
+) -> str | None:
+    """`exc`'s traceback as Python prints it (its causes and contexts included), the leading
+    frames of file `skip` left out, bounded (`bounded_traceback`); None if it cannot be
+    formatted. Never raises, whatever the exception's `__str__` does."""
+    try:
+        tb: TracebackType | None = exc.__traceback__
+        while skip is not None and tb is not None and tb.tb_frame.f_code.co_filename == skip:
+            tb = tb.tb_next
+        lines = traceback.format_exception(type(exc), exc, tb)
+        return bounded_traceback("".join(lines).rstrip("\n"), limit)
+    except BaseException:  # noqa: BLE001 - a hostile exception must not escape
+        return None

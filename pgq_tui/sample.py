@@ -326,7 +326,15 @@ DETAIL = JobDetail(
         JobEvent(ago(1266.0), "reaped", 2, W2, "lease expired"),
         JobEvent(ago(1265.2), "claimed", 3, W1, None),
         JobEvent(ago(1262.9), "stale", 2, W2, "complete rejected: stale fence"),
-        JobEvent(ago(1261.0), "failed", 3, W1, "HTTP 503 (retry at 09:05:56)"),
+        JobEvent(
+            ago(1261.0), "failed", 3, W1, "HTTP 503 (retry at 09:05:56)",
+            'Traceback (most recent call last):\n'
+            '  File "/srv/shop/hooks.py", line 41, in deliver\n'
+            '    response.raise_for_status()\n'
+            '  File "/srv/shop/http.py", line 88, in raise_for_status\n'
+            '    raise HTTPError(self.status)\n'
+            'shop.http.HTTPError: HTTP 503',
+        ),
         JobEvent(ago(1000.0), "killed", 4, "operator:ops@demo-host", "killed by operator"),
         JobEvent(ago(400.0), "requeued", 4, "operator:ops@demo-host", None),
         JobEvent(ago(242.0), "claimed", 5, W_OLD, None),

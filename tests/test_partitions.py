@@ -168,7 +168,8 @@ def test_a_jobs_history_reads_with_plain_sql(schema: str, conn: Any, queue: Queu
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     cur = conn.execute(f"SELECT * FROM job_events WHERE job_id = {job_id} ORDER BY id")
     assert [d.name for d in cur.description] == [
-        *("id", "job_id", "at", "event", "fence", "worker", "detail", "claimed_at", "claimed_by")
+        *("id", "job_id", "at", "event", "fence", "worker", "detail", "claimed_at", "claimed_by"),
+        "traceback",
     ]
     assert [r[3] for r in cur.fetchall()] == ["completed", "late"]
     cur = conn.execute(

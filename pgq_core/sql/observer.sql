@@ -116,7 +116,7 @@ SELECT id, queue, status, payload, run_at, attempts, max_attempts, lease_until, 
 -- name: history
 -- One job's fence history, oldest first (the view job_history, migration 15, puts back the
 -- rows an attempt no longer writes).
-SELECT at, event, fence, worker, detail
+SELECT at, event, fence, worker, detail, traceback
   FROM {schema}.job_history WHERE job_id = %(id)s ORDER BY phase, at, seq;
 
 -- name: job_preview

@@ -188,12 +188,14 @@ UNION ALL
 -- The worker's failures: as `fail`, never waiting on a row lock. Rows: ('failed' | 'busy' |
 -- 'done', id, fence) per held job ('done': its handler completed it in its own transaction,
 -- committed, then raised); one not reported is lost. `final` (DontRetry): dead at once.
+-- `traceback` (or NULL) goes on the attempt's history row; `last_error` keeps the error line.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                            pg_catalog.unnest(%(fences)s::bigint[]),
                            pg_catalog.unnest(%(errors)s::text[]),
-                           pg_catalog.unnest(%(finals)s::boolean[]))
-    AS t(id, fence, error, final)
+                           pg_catalog.unnest(%(finals)s::boolean[]),
+                           pg_catalog.unnest(%(tracebacks)s::text[]))
+    AS t(id, fence, error, final, traceback)
 ), {lock_held}, settled AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN 'dead'
@@ -205,12 +207,13 @@ WITH held AS (
          finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
     FROM mine m
    WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
-  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at
+  RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, m.traceback
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at,
+                                   traceback)
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
          CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
-         claimed_at
+         claimed_at, traceback
     FROM settled
 )
 SELECT 'failed' AS outcome, id, fence FROM settled

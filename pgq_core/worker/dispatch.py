@@ -35,6 +35,21 @@ from .runner import Handler, Outcome, Runner
 log = logging.getLogger("pgq.worker")
 
 
+def failure_line(held: Held) -> str:
+    """The log line of a failed attempt: dead when out of attempts or final (DontRetry), its
+    error, then its traceback (control characters escaped, newlines kept)."""
+    job, outcome = held.job, held.outcome
+    dead = job.attempts >= job.max_attempts or (outcome is not None and outcome.final)
+    error = outcome.error if outcome is not None and outcome.error else "?"
+    line = (
+        f"job {job.id} failed (attempt {job.attempts} of {job.max_attempts}), "
+        f"{'dead' if dead else 'will retry'}: {printable(error)}"
+    )
+    if outcome is not None and outcome.traceback:
+        line += "\n" + printable(outcome.traceback, multiline=True)
+    return line
+
+
 class Dispatcher:
     """Runs the held jobs of `ledger` with `handler` on `concurrency` slots."""
 
@@ -127,15 +142,7 @@ class Dispatcher:
         """A step's settlements: counted, said, busy ones back in line, lost ones given up."""
         recorded = self._ledger.record(result)
         for h in recorded.failed:
-            final = h.job.attempts >= h.job.max_attempts
-            log.info(
-                "job %d failed (attempt %d of %d)%s: %s",
-                h.job.id,
-                h.job.attempts,
-                h.job.max_attempts,
-                ", dead" if final else ", will retry",
-                printable(h.outcome.error if h.outcome and h.outcome.error else "?"),
-            )
+            log.warning("%s", failure_line(h))
         for h in recorded.busy:
             log.debug("job %d: row locked by another session; settling later", h.job.id)
         for h in recorded.refused:

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 from ..config import first_line
 from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
-from ..text import describe_exception, storable
+from ..text import describe_exception, format_traceback, storable
 from ..tracing import handler_span
 from .context import JobContext
 from .stdio import hold_standard_fds, restore_standard_fds
@@ -86,6 +86,7 @@ class Outcome:
     action: str = ""  # for `lost`: the fenced write that matched no row
     result: str | None = None  # for `returned`: what the handler returned, as JSON text
     final: bool = False  # for `raised`: the handler said not to retry (DontRetry)
+    traceback: str | None = None  # for `raised`: the stack it raised with, bounded
 
     @property
     def succeeded(self) -> bool:
@@ -107,17 +108,22 @@ def outcome_of(ok: bool, value: Any) -> Outcome:
             return Outcome("raised", storable(str(exc)))
     if isinstance(value, LeaseLost):
         return Outcome("lost", action=value.action)
+    stack = format_traceback(value, skip=__file__) if isinstance(value, BaseException) else None
     if isinstance(value, DontRetry):
         cause = value.__cause__
         if cause is None:
-            return Outcome("raised", describe_exception(value), final=True)
+            return Outcome("raised", describe_exception(value), final=True, traceback=stack)
         why = f" (not retried: {describe_exception(value).removeprefix('DontRetry: ')})"
-        return Outcome("raised", storable(describe_exception(cause) + why), final=True)
+        return Outcome(
+            "raised", storable(describe_exception(cause) + why), final=True, traceback=stack
+        )
     if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
         return Outcome(
-            "raised", f"{describe_exception(value)} (raised by the handler, not a worker cancel)"
+            "raised",
+            f"{describe_exception(value)} (raised by the handler, not a worker cancel)",
+            traceback=stack,
         )
-    return Outcome("raised", describe_exception(value))
+    return Outcome("raised", describe_exception(value), traceback=stack)
 
 
 #: Set while a handler runs (in its thread's or task's context): a fork made then is a

@@ -147,7 +147,10 @@ class Settler:
                 error = f"{h.outcome.kind}: the error text was refused by the database"
             triples.append((h.job.id, h.job.fence, error))
         finals = [h.outcome is not None and h.outcome.final for h in fails]
-        return ops.settle_fail(triples, self._worker_id, base=self._retry_base, final=finals)
+        stacks = [None if replace_text or h.outcome is None else h.outcome.traceback for h in fails]
+        return ops.settle_fail(
+            triples, self._worker_id, base=self._retry_base, final=finals, tracebacks=stacks
+        )
 
 
 def _read_completes(completes: list[Held], settled: Settled, result: StepResult) -> None:

@@ -1,4 +1,5 @@
-"""One job: where it stands, its last error, payload as highlighted JSON, and its fence
+"""One job: where it stands (its progress, parents and children), its last error, its result,
+the traceback of its last failed attempt, its payload as highlighted JSON, and its fence
 history (`/` filters the history).
 
 Every piece of database text is shown through `humanize.db_text` (never markup, never a
@@ -27,7 +28,7 @@ from ..source import Disconnected
 from ..state import MESSAGE_SECONDS, urgency
 from ..widgets.fence import fence_style, fence_text
 from ..widgets.jobs_table import STATUS_STYLE
-from ..widgets.leases_table import lease_left_text
+from ..widgets.leases_table import lease_left_text, progress_cell
 from ..widgets.status_header import StatusHeader
 from ..widgets.timeline import EVENTS, timeline
 
@@ -35,6 +36,8 @@ from ..widgets.timeline import EVENTS, timeline
 PAYLOAD_CHARS = 64 * 1024
 #: characters of the last error shown (a traceback's worth; `pgq show --full` has it all)
 ERROR_CHARS = 4000
+#: characters of a result's JSON text shown (`pgq show --json` has it all)
+RESULT_CHARS = 16 * 1024
 #: parents and children listed each (the job's read holds at most ops.LINKS_LIMIT)
 LINKS_SHOWN = 8
 
@@ -95,6 +98,11 @@ def facts(job: JobDetail, now: float, lease: tuple[float, float | None] | None =
             if level != "expired"
             else Text(" expired, awaiting the reaper ", style="bold white on red"),
         )
+    if job.progress_done is not None:
+        cell = progress_cell(job.progress_done, job.progress_total, job.progress_note, 12, 24)
+        if job.progress_at is not None:
+            cell.append(f" · {humanize.ago(now - job.progress_at.timestamp())}", style="grey50")
+        table.add_row("progress", cell)
     if job.claimed_at is not None:
         table.add_row("claimed", humanize.ago(now - job.claimed_at.timestamp()))
     if job.finished_at is not None:
@@ -133,6 +141,48 @@ def payload(job: JobDetail) -> Text:
             style="bold yellow",
         )
     return text
+
+
+def last_traceback(job: JobDetail) -> JobEvent | None:
+    """The history row of the latest attempt that failed with a traceback, or None."""
+    return next((e for e in reversed(job.history) if e.traceback), None)
+
+
+def result(job: JobDetail) -> Text:
+    """What the handler returned, as highlighted JSON; past RESULT_CHARS cut, size said."""
+    shown = json.dumps(job.result, default=str, indent=2, ensure_ascii=False)
+    cut = len(shown) > RESULT_CHARS
+    text = humanize.db_text(shown[:RESULT_CHARS] if cut else shown, multiline=True)
+    JSONHighlighter().highlight(text)
+    if cut:
+        text.append(
+            f"\n… cut: {humanize.count(len(shown))} characters in all (pgq show {job.id} --json)",
+            style="bold yellow",
+        )
+    return text
+
+
+def details(job: JobDetail) -> tuple[str, Text]:
+    """The right-hand box: its title and its sections (the result if any, the last failed
+    attempt's traceback if any, then the payload)."""
+    titles: list[str] = []
+    text = Text()
+    if job.result is not None:
+        titles.append("result")
+        text.append("result\n", style="bold")
+        text.append_text(result(job))
+        text.append("\n\n")
+    failed = last_traceback(job)
+    if failed is not None and failed.traceback:
+        titles.append("traceback")
+        text.append(f"traceback · attempt at fence {failed.fence}\n", style="bold")
+        text.append_text(humanize.db_text(failed.traceback, multiline=True, style="red"))
+        text.append("\n\n")
+    titles.append("payload")
+    if len(titles) > 1:
+        text.append("payload\n", style="bold")
+    text.append_text(payload(job))
+    return " · ".join(titles), text
 
 
 def matches(event: JobEvent, needle: str) -> bool:
@@ -235,7 +285,9 @@ class JobDetailScreen(Screen[None]):
             (str(job.fence), fence_style(job.fence)),
         )
         self.query_one("#job-title", Static).update(title)
-        self.query_one("#payload", Static).update(payload(job))
+        box_title, body = details(job)
+        self.query_one("#payload-box").border_title = box_title
+        self.query_one("#payload", Static).update(body)
         self.query_one("#facts", Static).update(facts(job, now, self.host.lease_left(job.id)))
         self.query_one("#job-error", Static).update(
             Text.assemble(("last error ", "grey62"), last_error(job))
