@@ -104,6 +104,12 @@ async def filtered(pilot: Pilot[Any]) -> None:
     await _press(pilot, "slash", *" error:503")
 
 
+async def confirm_bulk(pilot: Pilot[Any]) -> None:
+    """`R` over an applied filter: the bulk dialog, with its exact count."""
+    await filtered(pilot)
+    await _press(pilot, "enter", "R")
+
+
 async def errors(pilot: Pilot[Any]) -> None:
     await _press(pilot, "5")
 
@@ -121,6 +127,7 @@ VIEWS: dict[str, Steps] = {
     "log": log,
     "confirm-requeue-all": confirm_requeue_all,
     "confirm-kill": confirm_kill,
+    "confirm-bulk": confirm_bulk,
     "help": help_screen,
     "filter": filtered,
     "errors": errors,

@@ -49,7 +49,7 @@ async def confirm_all(pilot: Pilot[Any], app: DashboardApp, key: str) -> str:
     screen = app.screen
     assert isinstance(screen, BulkConfirmScreen)
     question = screen.title_text
-    await pilot.press("a")
+    await pilot.press("y")
     await wait_for(pilot, lambda: not isinstance(app.screen, BulkConfirmScreen), "dismissed")
     return question
 

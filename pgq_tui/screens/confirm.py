@@ -5,6 +5,7 @@ printable text, never as markup."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -38,14 +39,15 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class BulkConfirmScreen(ModalScreen[str]):
-    """R or k over a filter: `a` acts on all the matching jobs (their exact count is in the
-    question); with `single`, `y` acts on the selected job alone. Dismissed with "all",
-    "one" or "" (cancelled)."""
+    """R or k over a filter: `y` acts on all the matching jobs (their exact count is in the
+    question), as `y` answers every dialog; with `single`, `o` acts on the selected job
+    alone. Dismissed with "all", "one" or "" (cancelled)."""
 
     CSS_PATH = "confirm.tcss"
     BINDINGS = [
-        Binding("a", "answer('all')", "All matching"),
-        Binding("y", "answer('one')", "This job", show=False),
+        Binding("y", "answer('all')", "Yes, all matching"),
+        Binding("a", "answer('all')", "All matching", show=False),
+        Binding("o", "answer('one')", "This job only", show=False),
         Binding("n", "answer('')", "No"),
         Binding("escape", "answer('')", "Cancel", show=False),
     ]
@@ -60,9 +62,9 @@ class BulkConfirmScreen(ModalScreen[str]):
         with Vertical(id="dialog"):
             yield Label(db_text(self.title_text), id="question")
             yield Static(db_text(self.detail, multiline=True), id="detail")
-            keys = "[b]a[/b] all matching    [b]n[/b] / [b]Esc[/b] cancel"
+            keys = "[b]y[/b] all matching    [b]n[/b] / [b]Esc[/b] cancel"
             if self.single is not None:
-                keys = f"[b]y[/b] {self.single} only    " + keys
+                keys = f"[b]o[/b] {escape(self.single)} only    " + keys
             yield Static(keys, id="keys")
 
     def action_answer(self, answer: str) -> None:
