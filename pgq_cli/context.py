@@ -259,7 +259,11 @@ def explain(exc: psycopg.Error, dsn: str | None) -> str:
                 "(--statement-timeout or PGQ_STATEMENT_TIMEOUT; the role's own setting "
                 "applies unless one is given)"
             )
-        return f"statement cancelled: {text}"
+        # the server's words depend on its lc_messages; the SQLSTATE (57014) does not
+        return (
+            f"statement cancelled: {text} (by the statement timeout or another session; "
+            "--statement-timeout or PGQ_STATEMENT_TIMEOUT sets the timeout)"
+        )
     if isinstance(exc, errors.LockNotAvailable):
         return f"lock timeout: rows or tables pgq needs are locked by another session ({text})"
     if isinstance(

@@ -11,6 +11,7 @@ from .errors import (
     ScheduleExists,
     SchemaMissing,
     UnreadableValue,
+    Unstorable,
 )
 from .extras import MissingExtra
 from .fenced import fenced_write
@@ -80,6 +81,7 @@ __all__ = [
     "TaskOptions",
     "Tasks",
     "UnreadableValue",
+    "Unstorable",
     "achain",
     "agroup",
     "chain",

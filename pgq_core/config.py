@@ -308,9 +308,13 @@ def connect_options(dsn: str) -> dict[str, Any]:
     a DSN naming several hosts reaches the writable one (`cluster.writer_options`).
 
     A `connect_timeout` in the DSN or PGCONNECT_TIMEOUT in the environment wins over the
-    default; keepalives notice a server that vanished without closing the connection.
+    default; keepalives notice a server that vanished without closing the connection. Text
+    travels as UTF-8 whatever the database's encoding (the server converts, or refuses a
+    character its encoding lacks with 22P05 on the statement that sent it): payloads, errors,
+    queue names and results round-trip, and no PGCLIENTENCODING or role setting changes that.
     """
     options: dict[str, Any] = {
+        "client_encoding": "UTF8",
         "keepalives": 1,
         "keepalives_idle": 10,
         "keepalives_interval": 5,

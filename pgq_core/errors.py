@@ -44,6 +44,11 @@ class SchemaMissing(PgqError):
     """The schema has not been migrated (run `pgq migrate`)."""
 
 
+class Unstorable(PgqError):
+    """Text the database's encoding cannot hold (a LATIN1 database and an emoji): the statement
+    that sent it was refused and wrote nothing."""
+
+
 class UnreadableValue(PgqError):
     """A value PostgreSQL stores that Python cannot load: JSON nested past the recursion limit,
     an integer of more digits than Python converts. pgq never writes one; plain SQL can."""

@@ -10,7 +10,8 @@ import psycopg
 from psycopg import sql
 
 from .config import check_schema
-from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD
+from .errors import PgqError
+from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD, encoding_refusal
 from .queries import statement
 
 _FILE = re.compile(r"^(\d{4})_\w+\.sql$")
@@ -44,8 +45,13 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     The migrations run with search_path `pg_catalog, <schema>, pg_temp` (the caller's is put
     back at the end): an old migration's unqualified call never resolves to a look-alike a
     user created in a schema on the caller's path.
+    A database whose encoding pgq refuses (`ops.encoding_refusal`: SQL_ASCII) raises PgqError
+    before anything is created.
     """
     ident = sql.Identifier(check_schema(schema))
+    refusal = encoding_refusal(conn.info.parameter_status("server_encoding") or "")
+    if refusal is not None:
+        raise PgqError(refusal)
     applied: list[int] = []
     with conn.transaction():
         caller_path = conn.execute(

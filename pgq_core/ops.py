@@ -97,7 +97,8 @@ class Op(Generic[T]):
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now.
+    """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now. A naive
+    `run_at` is the client's local time.
 
     With a `unique_key`, nothing is inserted while a ready (due or scheduled) or running job
     holds that key: the enqueue returns the holder's id instead. Done and dead jobs hold no key.
@@ -119,6 +120,12 @@ class JobSpec:
     #: (less jitter); None is the settling worker's (its retry_base; BACKOFF_CAP)
     backoff_base: float | None = None
     backoff_cap: float | None = None
+
+    def __post_init__(self) -> None:
+        """A naive `run_at` is the client's local time, as the CLI's --run-at reads one, never
+        the server's TimeZone."""
+        if self.run_at is not None and self.run_at.tzinfo is None:
+            object.__setattr__(self, "run_at", self.run_at.astimezone())
 
 
 def _ids(rows: Rows) -> list[int]:
@@ -1154,17 +1161,42 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
     )
 
 
+def session_settings() -> Op[None]:
+    """The settings pgq's own sessions run with (see `session_settings` in sql/*.sql)."""
+    return Op("session_settings", {}, lambda rows: None)
+
+
 def backend_pid() -> Op[int]:
     """The server process id the statement ran in (see `backend_pid` in sql/*.sql)."""
     return Op("backend_pid", {}, lambda rows: int(rows[0][0]))
 
 
+#: Database encodings pgq refuses: SQL_ASCII stores whatever bytes a client sends, unchecked
+#: and unconverted, so a payload written by one client may not be readable by another.
+REFUSED_ENCODINGS = ("SQL_ASCII",)
+
+
+def encoding_refusal(encoding: str) -> str | None:
+    """Why pgq cannot run on a database of `encoding` (its `server_encoding`), or None. Every
+    other encoding works: pgq's connections speak UTF-8 and the server converts."""
+    if encoding.upper() not in REFUSED_ENCODINGS:
+        return None
+    return (
+        f"the database's encoding is {encoding}, which stores text as unchecked bytes: pgq "
+        "needs an encoding PostgreSQL converts (create the database with ENCODING 'UTF8')"
+    )
+
+
 def require_schema(needed: int, schema: str) -> Op[int]:
     """The schema's version; `SchemaMissing` when it is older than `needed` (the statements of
-    this pgq would fail on it: a worker must not start there)."""
+    this pgq would fail on it: a worker must not start there), PgqError when the database's
+    encoding is one pgq refuses (`encoding_refusal`)."""
 
     def read(rows: list[tuple[Any, ...]]) -> int:
         version = int(rows[0][0])
+        refusal = encoding_refusal(str(rows[0][1]))
+        if refusal is not None:
+            raise PgqError(refusal)
         if version < needed:
             raise SchemaMissing(
                 f"schema {schema!r} is at version {version}, this pgq needs {needed}:"

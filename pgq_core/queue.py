@@ -216,7 +216,8 @@ class Queue:
 
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
-        any other failure the database's own error (`session.classify` has noted a pooler)."""
+        text the database's encoding cannot hold `Unstorable`, any other failure the
+        database's own error (`session.classify` has noted a pooler)."""
         target = conn or self._own()
         try:
             return session.run(target, self.schema, op)
@@ -226,6 +227,8 @@ class Queue:
                 raise session.schema_missing(exc, self.schema) from exc
             if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
                 target.close()
+            if (refused := session.unstorable(exc, target)) is not None:
+                raise refused from exc
             raise
 
     # producers
@@ -619,6 +622,8 @@ class AsyncQueue:
                 raise session.schema_missing(exc, self.schema) from exc
             if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
                 await target.close()
+            if (refused := session.unstorable(exc, target)) is not None:
+                raise refused from exc
             raise
 
     async def enqueue(

@@ -15,6 +15,8 @@ Invariants:
   run), the role lacks a privilege (an operator's grant ends it), the failure says nothing of
   the statement (serialization, deadlock, lock or statement timeout, too many connections), or
   the statement fails for its data. None but the last is a job's fault.
+- Every connection pgq opens runs with pgq's own session settings whatever the role or
+  database sets (`detect_pooler`, which every one of them calls first).
 - A pooler nobody announced (PGQ_POOLED unset) is found when a connection opens
   (`detect_pooler`: its server process is not the one it announced) or by its errors
   (`note_pooler_error`): pooled mode from then on, said once, and that connection prepares
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -34,7 +37,7 @@ from psycopg.rows import namedtuple_row, tuple_row
 
 from . import ops
 from .config import first_line, note_pooler, pooled, pooler_line, pooling_undeclared
-from .errors import SchemaMissing, UnreadableValue
+from .errors import SchemaMissing, UnreadableValue, Unstorable
 from .ops import Op
 from .queries import query_with, statement
 
@@ -53,6 +56,9 @@ PERMISSION_DENIED = "42501"
 #: prepared on one server session and used on another ("does not exist"), or a name another
 #: client already prepared there ("already exists"). pgq's own SQL never names one.
 POOLER_SQLSTATES = ("26000", "42P05")
+#: A character the database's encoding cannot hold: untranslatable_character (a UTF-8
+#: character with no equivalent, or a JSON \u escape of one), character_not_in_repertoire.
+UNSTORABLE_SQLSTATES = ("22P05", "22021")
 
 
 class Failure(enum.Enum):
@@ -98,14 +104,31 @@ def is_transient(sqlstate: str | None) -> bool:
 
 def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
     """True when the error is about the queue's own tables, functions or schema (not, say, a
-    user's trigger)."""
+    user's trigger). Told by SQLSTATE and the schema's name in the message, in whatever
+    quotes the server's lc_messages uses ("pgq.jobs", »pgq.jobs«)."""
     message = exc.diag.message_primary or ""
+    name = re.escape(schema)
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return f'"{schema}.' in message
+        return re.search(rf"(?:^|[^\w$.]){name}\.", message) is not None
     if isinstance(exc, psycopg.errors.InvalidSchemaName):
-        return f'"{schema}"' in message
+        return re.search(rf"(?:^|[^\w$.]){name}(?:[^\w$.]|$)", message) is not None
     return isinstance(exc, psycopg.errors.UndefinedFunction) and any(
-        f"{schema}.{name}" in message for name in ("job_events_", "fence_floor")
+        f"{schema}.{function}" in message for function in ("job_events_", "fence_floor")
+    )
+
+
+def unstorable(
+    exc: psycopg.Error, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+) -> Unstorable | None:
+    """The one-line error for text the database's encoding cannot hold (the statement that
+    sent it, an enqueue, is refused: nothing was written), or None for any other failure."""
+    if exc.sqlstate not in UNSTORABLE_SQLSTATES:
+        return None
+    encoding = conn.info.parameter_status("server_encoding") or "its"
+    said = exc.diag.message_detail or exc.diag.message_primary or str(exc)
+    return Unstorable(
+        f"the database's encoding ({encoding}) cannot store a character of this text: "
+        f"{first_line(said)} (a database created with ENCODING 'UTF8' stores any)"
     )
 
 
@@ -251,21 +274,30 @@ def _pooler_found(
 def detect_pooler(conn: psycopg.Connection[Any]) -> str | None:
     """On a connection just opened, when PGQ_POOLED says nothing: does it go through a pooler
     (its server process is not the one it announced; a pooler hands out cancel keys of its
-    own)? If so `pooled()` is True from now on and this connection prepares nothing. Returns
-    the line to say, the first time only."""
-    if not pooling_undeclared():
-        return None
-    line = _pooler_found(conn, run(conn, "pgq", ops.backend_pid()))
+    own)? If so `pooled()` is True from now on and this connection prepares nothing. Then
+    pgq's session settings (`session_settings`: read committed, ISO dates, postgres intervals,
+    no idle-session timeout; pooled, only each transaction's READ COMMITTED), so no role or
+    database setting changes what pgq's statements mean. Returns the line to say, the first
+    time only."""
+    line = None
+    if pooling_undeclared():
+        line = _pooler_found(conn, run(conn, "pgq", ops.backend_pid()))
     if pooled():
         conn.prepare_threshold = None
+    else:
+        run(conn, "pgq", ops.session_settings())
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
     return line
 
 
 async def adetect_pooler(conn: psycopg.AsyncConnection[Any]) -> str | None:
     """`detect_pooler` for an async connection."""
-    if not pooling_undeclared():
-        return None
-    line = _pooler_found(conn, await arun(conn, "pgq", ops.backend_pid()))
+    line = None
+    if pooling_undeclared():
+        line = _pooler_found(conn, await arun(conn, "pgq", ops.backend_pid()))
     if pooled():
         conn.prepare_threshold = None
+    else:
+        await arun(conn, "pgq", ops.session_settings())
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
     return line

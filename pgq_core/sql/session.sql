@@ -16,6 +16,18 @@ SELECT pg_catalog.set_config('statement_timeout',
                        THEN %(lock_timeout)s ELSE pg_catalog.current_setting('lock_timeout') END,
                   false);
 
+-- name: session_settings
+-- What pgq's own sessions need whatever the role or database sets (on a direct connection; a
+-- pooled one begins each transaction READ COMMITTED instead): read committed, so a claim
+-- skips or re-reads a row another session changed instead of failing with 40001 (repeatable
+-- read, serializable); dates and intervals in the forms pgq reads; and no idle-session
+-- timeout (PostgreSQL 14+) ending a worker's connection between its statements.
+SELECT pg_catalog.set_config('default_transaction_isolation', 'read committed', false),
+       pg_catalog.set_config('DateStyle', 'ISO, MDY', false),
+       pg_catalog.set_config('IntervalStyle', 'postgres', false),
+       CASE WHEN pg_catalog.current_setting('idle_session_timeout', true) IS NOT NULL
+            THEN pg_catalog.set_config('idle_session_timeout', '0', false) END;
+
 -- name: local_limits
 -- Under a pooler in transaction mode (PGQ_POOLED): bound the rest of this transaction alone,
 -- as the worker's session settings do on a direct connection (a session setting would stay on
@@ -29,5 +41,7 @@ SELECT pg_catalog.set_config('statement_timeout', %(statement_timeout)s, true),
 SELECT pg_catalog.pg_backend_pid() AS pid;
 
 -- name: schema_version
--- The newest migration applied to the schema (a worker refuses to run on an older one).
-SELECT coalesce(pg_catalog.max(version), 0) FROM {schema}.schema_version;
+-- The newest migration applied to the schema (a worker refuses to run on an older one), and
+-- the database's encoding (a worker refuses SQL_ASCII, as `pgq migrate` does).
+SELECT coalesce(pg_catalog.max(version), 0), pg_catalog.current_setting('server_encoding')
+  FROM {schema}.schema_version;
