@@ -56,6 +56,11 @@ PERMISSION_DENIED = "42501"
 #: prepared on one server session and used on another ("does not exist"), or a name another
 #: client already prepared there ("already exists"). pgq's own SQL never names one.
 POOLER_SQLSTATES = ("26000", "42P05")
+#: Failures a handler's own transaction meets that are the database's doing, never the job's:
+#: serialization failure and deadlock (pgq's heartbeats, settlements and counts write the
+#: rows a transactional completion writes), a session that cannot write (a standby, a
+#: read-only flip), the server shutting down or not yet taking connections.
+HANDLER_FAULT_SQLSTATES = ("40001", "40P01", "25006", "57P01", "57P02", "57P03")
 #: A character the database's encoding cannot hold: untranslatable_character (a UTF-8
 #: character with no equivalent, or a JSON \u escape of one), character_not_in_repertoire.
 UNSTORABLE_SQLSTATES = ("22P05", "22021")
@@ -100,6 +105,27 @@ def is_transient(sqlstate: str | None) -> bool:
     if not sqlstate:
         return True
     return sqlstate.startswith(TRANSIENT_CLASSES) or sqlstate in TRANSIENT_CODES
+
+
+def database_fault(exc: BaseException) -> str | None:
+    """Why `exc`, raised by a handler, is the database's fault and not its job's, or None.
+
+    The first psycopg error on its chain (`__cause__`, else `__context__`: SQLAlchemy and
+    Django wrap them) decides: a SQLSTATE of HANDLER_FAULT_SQLSTATES or class 08, or a
+    connection lost with no SQLSTATE at all. Its transaction did not commit, so running the
+    handler again repeats no committed work."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, psycopg.Error):
+            state = current.sqlstate
+            lost = state is None and isinstance(current, psycopg.OperationalError)
+            if lost or state in HANDLER_FAULT_SQLSTATES or (state or "").startswith("08"):
+                return f"{state or 'connection lost'}: {first_line(str(current))}"
+            return None
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:

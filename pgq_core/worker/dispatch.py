@@ -8,6 +8,10 @@ Invariants:
 - A freed slot takes the next buffered job at once, without waiting for a statement; no
   buffered job starts once `stopped`. Plain functions without a timeout get one more job per
   thread, waiting on the threads' queue (`take_back` returns those to the buffer).
+- A handler whose transaction the database failed (`Outcome.faulted`: serialization
+  failure, deadlock, read-only, shutdown, connection lost) has its job handed back, the
+  attempt not counted, with a line and a history row saying why; at most
+  MAX_FAULTS_IN_A_ROW times in a row per job, then the next counts as a failed attempt.
 - Every way a handler ends is one entry: returned or raised -> its settlement pending;
   timed out -> pending as a failure; a fenced write of its own that matched no row -> lost;
   cancelled (handed back) -> nothing. An ending of a job no longer held, or already ended,
@@ -33,6 +37,11 @@ from .policy import PrefetchPolicy
 from .runner import Handler, Outcome, Runner
 
 log = logging.getLogger("pgq.worker")
+
+#: Database faults in a row (`Outcome.faulted`) after which one counts as a failed attempt.
+MAX_FAULTS_IN_A_ROW = 5
+#: Jobs whose faults in a row this worker remembers (the oldest forgotten first).
+FAULTS_REMEMBERED = 10_000
 
 
 def failure_line(held: Held) -> str:
@@ -73,6 +82,8 @@ class Dispatcher:
         self.ledger = self._ledger = ledger
         self._prefetch = prefetch
         self._wakeup = wakeup
+        #: database faults in a row per job id, while this worker keeps meeting them
+        self._faults: dict[int, int] = {}
         self._on_stale = on_stale
         timed = timeout is not None or hasattr(handler, "timeout_for")
         queued_ahead = 0
@@ -208,6 +219,7 @@ class Dispatcher:
         if outcome.kind == "lost":
             self.lose([(held, outcome.action)])
             return
+        outcome = self._bounded_fault(held, outcome)
         if outcome.kind == "timed_out":
             log.warning(
                 "job %d: %s; failing it (its handler was %s)",
@@ -216,6 +228,34 @@ class Dispatcher:
                 "cancelled" if self.runner.is_async else "abandoned in its thread",
             )
         self._finished(held, outcome)
+
+    def _bounded_fault(self, held: Held, outcome: Outcome) -> Outcome:
+        """A database fault hands the job back, the attempt not counted, at most
+        MAX_FAULTS_IN_A_ROW times in a row for one job in this worker; the next counts as a
+        failed attempt (a handler whose own transactions always conflict must still end)."""
+        job_id = held.job.id
+        if not outcome.faulted:
+            self._faults.pop(job_id, None)
+            return outcome
+        n = self._faults[job_id] = self._faults.get(job_id, 0) + 1
+        if n > MAX_FAULTS_IN_A_ROW:
+            del self._faults[job_id]
+            return Outcome(
+                "raised",
+                storable(f"{outcome.error} ({n} database faults in a row: this one counts)"),
+                traceback=outcome.traceback,
+            )
+        if len(self._faults) > FAULTS_REMEMBERED:
+            self._faults.pop(next(iter(self._faults)))
+        log.warning(
+            "job %d: the database failed its handler's transaction (%s); handing it back, "
+            "the attempt not counted (%d of %d in a row)",
+            job_id,
+            printable(outcome.error or "?"),
+            n,
+            MAX_FAULTS_IN_A_ROW,
+        )
+        return outcome
 
     def _finished(self, held: Held, outcome: Outcome) -> None:
         self._ledger.finished(held, outcome)

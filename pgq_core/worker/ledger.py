@@ -70,6 +70,8 @@ class StepResult:
     lost: list[tuple[Held, str]] = field(default_factory=list)
     retry: list[Held] = field(default_factory=list)
     refused: list[Held] = field(default_factory=list)
+    #: handed back, the attempt not counted: the database failed the handler's transaction
+    released: list[Held] = field(default_factory=list)
     #: why the claim itself failed for its data (the queue's rows, a rule of the database's)
     claim_refused: str | None = None
 
@@ -132,6 +134,8 @@ class Ledger:
         self.done = 0
         self.failed = 0
         self.lost = 0
+        #: jobs handed back because the database failed their handler's transaction
+        self.faulted = 0
 
     # -- what is held ---------------------------------------------------------------------
 
@@ -261,6 +265,9 @@ class Ledger:
             if self.release(h):
                 self.failed += 1
                 recorded.failed.append(h)
+        for h in result.released:
+            if self.release(h):
+                self.faulted += 1
         for h in result.busy:
             h.busy += 1
             h.not_before = now + self.busy_wait(h.busy)

@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 from ..config import first_line
 from ..errors import DontRetry, LeaseLost, PgqError
 from ..queue import result_json
+from ..session import database_fault
 from ..text import describe_exception, format_traceback, storable
 from ..tracing import handler_span
 from .context import JobContext
@@ -81,7 +82,7 @@ def is_async(handler: Handler) -> bool:
 class Outcome:
     """How a handler ended. `error` is storable text for failures, None for success."""
 
-    kind: str  # returned | raised | timed_out | cancelled | lost
+    kind: str  # returned | raised | faulted | timed_out | cancelled | lost
     error: str | None = None
     action: str = ""  # for `lost`: the fenced write that matched no row
     result: str | None = None  # for `returned`: what the handler returned, as JSON text
@@ -91,6 +92,12 @@ class Outcome:
     @property
     def succeeded(self) -> bool:
         return self.kind == "returned"
+
+    @property
+    def faulted(self) -> bool:
+        """The handler's transaction failed for the database (`session.database_fault`): the
+        job goes back, its attempt not counted (`error` says why)."""
+        return self.kind == "faulted"
 
 
 RETURNED = Outcome("returned")
@@ -117,6 +124,8 @@ def outcome_of(ok: bool, value: Any) -> Outcome:
         return Outcome(
             "raised", storable(describe_exception(cause) + why), final=True, traceback=stack
         )
+    if isinstance(value, BaseException) and (fault := database_fault(value)) is not None:
+        return Outcome("faulted", storable(fault), traceback=stack)
     if isinstance(value, asyncio.CancelledError | concurrent.futures.CancelledError):
         return Outcome(
             "raised",

@@ -282,7 +282,13 @@ class Worker:
             self._set_state("stopped", quiet=True)
             if was != "starting":
                 counts = self._ledger.counts
-                log.info("worker %s stopped: %d done, %d failed, %d lost", self.id, *counts)
+                faulted = self._ledger.faulted
+                log.info(
+                    "worker %s stopped: %d done, %d failed, %d lost%s",
+                    self.id,
+                    *counts,
+                    f", {faulted} handed back for database faults" if faulted else "",
+                )
 
     # -- state ----------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """The settler (River's completer): finished handlers to settlements, and the next claim.
 
 Invariants:
-- One step is one transaction and one round trip: the failures (`settle_fail`), then the
-  completions together with the next claim (`settle_complete_and_claim`), pipelined.
+- One step is one transaction and one round trip: the hand-backs of jobs whose handler's
+  transaction the database failed (`hand_back`, one per reason: the attempt not counted), the
+  failures (`settle_fail`), then the completions together with the next claim
+  (`settle_complete_and_claim`), pipelined.
 - A statement that fails for its data never holds back another job's settlement: the step is
   split, the claim made alone and each job settled alone; a completion the database refuses
   becomes a failure, an error text it refuses is replaced, and a job it still refuses is
@@ -64,8 +66,13 @@ class Settler:
         self, batch: list[Held], queue: str | None, free: int, call: Call
     ) -> StepResult:
         completes = [h for h in batch if h.outcome is not None and h.outcome.succeeded]
-        fails = [h for h in batch if h.outcome is not None and not h.outcome.succeeded]
-        step: list[Op[Any]] = []
+        faulted = _by_reason([h for h in batch if h.outcome is not None and h.outcome.faulted])
+        fails = [
+            h
+            for h in batch
+            if h.outcome is not None and not h.outcome.succeeded and not h.outcome.faulted
+        ]
+        step: list[Op[Any]] = [self._hand_back_op(group) for group in faulted]
         if fails:
             step.append(self._fail_op(fails))
         if queue is not None or completes:
@@ -74,6 +81,8 @@ class Settler:
         if not step:
             return result
         results = await call(*step)
+        for group in faulted:
+            _read_hand_backs(group, results.pop(0), result)
         if fails:
             _read_fails(fails, results.pop(0), result)
         if results:
@@ -115,6 +124,13 @@ class Settler:
         """One job: complete, fail, or fail with a text the database accepts; a job that still
         cannot be settled is refused (its lease runs out and the reaper retries it)."""
         assert h.outcome is not None
+        if h.outcome.faulted:
+            try:
+                (settled,) = await call(self._hand_back_op([h]))
+                _read_hand_backs([h], settled, result)
+                return
+            except DataFault as exc:
+                h.outcome = Outcome("raised", f"hand-back refused by the database: {exc}")
         if h.outcome.succeeded:
             try:
                 ((settled, _),) = await call(self._complete_op([h], "", 0))
@@ -138,6 +154,14 @@ class Settler:
         values = [h.outcome.result if h.outcome else None for h in completes]
         return ops.complete_and_claim(pairs, queue, limit, self._lease, self._worker_id, values)
 
+    def _hand_back_op(self, faulted: list[Held]) -> Op[Settled]:
+        """Jobs whose handler's transaction the database failed, all for one reason: back to
+        ready at once, the attempt not counted, the reason in the history."""
+        assert faulted[0].outcome is not None
+        reason = f"database fault in the handler's transaction ({faulted[0].outcome.error})"
+        pairs = [(h.job.id, h.job.fence) for h in faulted]
+        return ops.hand_back(pairs, self._worker_id, reason)
+
     def _fail_op(self, fails: list[Held], replace_text: bool = False) -> Op[Settled]:
         triples = []
         for h in fails:
@@ -151,6 +175,21 @@ class Settler:
         return ops.settle_fail(
             triples, self._worker_id, base=self._retry_base, final=finals, tracebacks=stacks
         )
+
+
+def _by_reason(faulted: list[Held]) -> list[list[Held]]:
+    """Faulted jobs grouped by their reason (one hand-back statement per reason)."""
+    groups: dict[str | None, list[Held]] = {}
+    for h in faulted:
+        groups.setdefault(h.outcome.error if h.outcome else None, []).append(h)
+    return list(groups.values())
+
+
+def _read_hand_backs(faulted: list[Held], settled: Settled, result: StepResult) -> None:
+    by_id = {h.job.id: h for h in faulted}
+    result.released += [by_id[i] for i in settled.applied]
+    result.busy += [by_id[i] for i in settled.busy]
+    result.lost += [(by_id[i], "hand back") for i in settled.lost]
 
 
 def _read_completes(completes: list[Held], settled: Settled, result: StepResult) -> None:
