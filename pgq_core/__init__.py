@@ -10,6 +10,7 @@ from .errors import (
     PgqError,
     ScheduleExists,
     SchemaMissing,
+    Snooze,
     UnreadableValue,
     Unstorable,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "ScheduleExists",
     "SchemaMissing",
     "Settled",
+    "Snooze",
     "Step",
     "Target",
     "Task",

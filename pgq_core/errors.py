@@ -26,6 +26,24 @@ class DontRetry(PgqError):
     job's error then names that error first, then why it was not retried."""
 
 
+#: The longest a job may be snoozed (seconds): a year, as a backoff.
+SNOOZE_MAX = 365 * 86400.0
+
+
+class Snooze(PgqError):
+    """Raised (or returned) by a handler: not now, again in `seconds`. The job goes back to
+    `ready` at the database's `now() + seconds` without spending an attempt, fenced like every
+    write of the worker's, with a `snoozed` row in its history. `seconds`: 0 to a year."""
+
+    def __init__(self, seconds: float) -> None:
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+            raise TypeError(f"Snooze takes a number of seconds, got {type(seconds).__name__}")
+        if not 0 <= seconds <= SNOOZE_MAX:
+            raise ValueError(f"Snooze must be from 0 to {SNOOZE_MAX:g} seconds, got {seconds!r}")
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = float(seconds)
+
+
 class ScheduleExists(PgqError):
     """A schedule of that name exists (add it with `replace` to change it)."""
 

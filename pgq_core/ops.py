@@ -525,6 +525,15 @@ def extend_leases(
     return Op("extend_leases", params, _outcomes(held, "extended"), named=True)
 
 
+def settle_snooze(
+    held: Sequence[tuple[int, int]], delays: Sequence[float], worker: str
+) -> Op[Settled]:
+    """Held jobs whose handler raised Snooze go back to ready `delays` seconds from now, the
+    attempt not counted; never waits on a row lock."""
+    params = {**_pairs(held), "delays": [float(d) for d in delays], "worker": worker}
+    return Op("settle_snooze", params, _outcomes(held, "snoozed"), named=True)
+
+
 def hand_back(held: Sequence[tuple[int, int]], worker: str, reason: str) -> Op[Settled]:
     """The worker hands unfinished jobs back (attempt not counted), never waiting on a lock."""
     params = {**_pairs(held), "worker": worker, "reason": reason}

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 import psycopg
 
 from .config import check_queue_name, schema_name
-from .errors import DontRetry, LeaseLost, PgqError
+from .errors import DontRetry, LeaseLost, PgqError, Snooze
 from .integrations import driver_connection
 from .ops import DEFAULT_MAX_ATTEMPTS, JobSpec, check_backoff, check_unique_key
 from .queue import AsyncQueue, Queue
@@ -642,8 +642,8 @@ class Tasks:
                 return await task.fn(*bound.args, **bound.kwargs)
             return await self._in_thread(task, bound)
         except Exception as exc:
-            if isinstance(exc, DontRetry | LeaseLost) or task.retries(exc):
-                raise  # a lost lease is the worker's to handle, whatever the task retries
+            if isinstance(exc, DontRetry | LeaseLost | Snooze) or task.retries(exc):
+                raise  # a lost lease or a snooze is the worker's, whatever the task retries
             raise DontRetry(task._why_not_retried(exc)) from exc
         finally:
             _current.reset(token)

@@ -79,6 +79,8 @@ def _settling(name: str, held: list[tuple[int, int]]) -> ops.Op[Any]:
         return ops.extend_leases(held)
     if name == "hand_back":
         return ops.hand_back(held, "w", "stopping")
+    if name == "settle_snooze":
+        return ops.settle_snooze(held, [30.0] * len(held), "w")
     if name == "complete":
         return ops.complete(held, "w")
     if name == "fail":
@@ -95,6 +97,7 @@ def _settling(name: str, held: list[tuple[int, int]]) -> ops.Op[Any]:
         "settle_fail",
         "extend_leases",
         "hand_back",
+        "settle_snooze",
         "complete",
         "fail",
         "heartbeat",
@@ -116,6 +119,7 @@ def test_a_settle_statements_generic_plan_is_linear_in_the_jobs_it_settles(
         "settle_fail": "failed",
         "extend_leases": "extended",
         "hand_back": "released",
+        "settle_snooze": "snoozed",
     }.get(name)
     found = rows.fetchall()
     settled = [r for r in found if r[0] == outcome] if outcome else found

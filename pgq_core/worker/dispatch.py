@@ -154,6 +154,9 @@ class Dispatcher:
         recorded = self._ledger.record(result)
         for h in recorded.failed:
             log.warning("%s", failure_line(h))
+        for h in recorded.snoozed:
+            delay = h.outcome.delay if h.outcome else 0.0
+            log.info("job %d snoozed for %gs (the attempt does not count)", h.job.id, delay)
         for h in recorded.busy:
             log.debug("job %d: row locked by another session; settling later", h.job.id)
         for h in recorded.refused:
@@ -206,7 +209,7 @@ class Dispatcher:
     def _ended(self, held: Held, outcome: Outcome) -> None:
         """A handler ended: queue its job's settlement (unless the job was given up) and start
         the next buffered job on the slot it freed."""
-        if outcome.kind in ("returned", "raised"):
+        if outcome.kind in ("returned", "raised", "snoozed"):
             self._prefetch.handler_ended(held.ctx._began)
         self._settle_later(held, outcome)
         self.fill()

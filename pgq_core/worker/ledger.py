@@ -66,6 +66,8 @@ class StepResult:
     claimed: list[Job] = field(default_factory=list)
     done: list[Held] = field(default_factory=list)
     failed: list[Held] = field(default_factory=list)
+    #: back to ready later, the attempt not counted (the handler raised Snooze)
+    snoozed: list[Held] = field(default_factory=list)
     busy: list[Held] = field(default_factory=list)
     lost: list[tuple[Held, str]] = field(default_factory=list)
     retry: list[Held] = field(default_factory=list)
@@ -95,6 +97,7 @@ class Recorded:
     left to their lease (the database refused every settlement), each released now."""
 
     failed: list[Held] = field(default_factory=list)
+    snoozed: list[Held] = field(default_factory=list)
     busy: list[Held] = field(default_factory=list)
     refused: list[Held] = field(default_factory=list)
 
@@ -268,6 +271,9 @@ class Ledger:
         for h in result.released:
             if self.release(h):
                 self.faulted += 1
+        for h in result.snoozed:
+            if self.release(h):
+                recorded.snoozed.append(h)
         for h in result.busy:
             h.busy += 1
             h.not_before = now + self.busy_wait(h.busy)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..config import first_line
-from ..errors import DontRetry, LeaseLost, PgqError
+from ..errors import DontRetry, LeaseLost, PgqError, Snooze
 from ..queue import result_json
 from ..session import database_fault
 from ..text import describe_exception, format_traceback, storable
@@ -82,12 +82,13 @@ def is_async(handler: Handler) -> bool:
 class Outcome:
     """How a handler ended. `error` is storable text for failures, None for success."""
 
-    kind: str  # returned | raised | faulted | timed_out | cancelled | lost
+    kind: str  # returned | raised | faulted | snoozed | timed_out | cancelled | lost
     error: str | None = None
     action: str = ""  # for `lost`: the fenced write that matched no row
     result: str | None = None  # for `returned`: what the handler returned, as JSON text
     final: bool = False  # for `raised`: the handler said not to retry (DontRetry)
     traceback: str | None = None  # for `raised`: the stack it raised with, bounded
+    delay: float = 0.0  # for `snoozed`: seconds until it runs again (Snooze)
 
     @property
     def succeeded(self) -> bool:
@@ -105,7 +106,10 @@ CANCELLED = Outcome("cancelled")
 
 
 def outcome_of(ok: bool, value: Any) -> Outcome:
-    """The outcome of a handler that returned `value` (ok) or raised it."""
+    """The outcome of a handler that returned `value` (ok) or raised it; a Snooze returned
+    or raised snoozes the job."""
+    if isinstance(value, Snooze):
+        return Outcome("snoozed", delay=value.seconds)
     if ok:
         if value is None:
             return RETURNED

@@ -3,8 +3,8 @@
 Invariants:
 - One step is one transaction and one round trip: the hand-backs of jobs whose handler's
   transaction the database failed (`hand_back`, one per reason: the attempt not counted), the
-  failures (`settle_fail`), then the completions together with the next claim
-  (`settle_complete_and_claim`), pipelined.
+  snoozes (`settle_snooze`), the failures (`settle_fail`), then the completions together
+  with the next claim (`settle_complete_and_claim`), pipelined.
 - A statement that fails for its data never holds back another job's settlement: the step is
   split, the claim made alone and each job settled alone; a completion the database refuses
   becomes a failure, an error text it refuses is replaced, and a job it still refuses is
@@ -67,12 +67,18 @@ class Settler:
     ) -> StepResult:
         completes = [h for h in batch if h.outcome is not None and h.outcome.succeeded]
         faulted = _by_reason([h for h in batch if h.outcome is not None and h.outcome.faulted])
+        snoozes = [h for h in batch if h.outcome is not None and h.outcome.kind == "snoozed"]
         fails = [
             h
             for h in batch
-            if h.outcome is not None and not h.outcome.succeeded and not h.outcome.faulted
+            if h.outcome is not None
+            and not h.outcome.succeeded
+            and not h.outcome.faulted
+            and h.outcome.kind != "snoozed"
         ]
         step: list[Op[Any]] = [self._hand_back_op(group) for group in faulted]
+        if snoozes:
+            step.append(self._snooze_op(snoozes))
         if fails:
             step.append(self._fail_op(fails))
         if queue is not None or completes:
@@ -83,6 +89,8 @@ class Settler:
         results = await call(*step)
         for group in faulted:
             _read_hand_backs(group, results.pop(0), result)
+        if snoozes:
+            _read_snoozes(snoozes, results.pop(0), result)
         if fails:
             _read_fails(fails, results.pop(0), result)
         if results:
@@ -124,6 +132,13 @@ class Settler:
         """One job: complete, fail, or fail with a text the database accepts; a job that still
         cannot be settled is refused (its lease runs out and the reaper retries it)."""
         assert h.outcome is not None
+        if h.outcome.kind == "snoozed":
+            try:
+                (settled,) = await call(self._snooze_op([h]))
+                _read_snoozes([h], settled, result)
+            except DataFault:
+                result.refused.append(h)
+            return
         if h.outcome.faulted:
             try:
                 (settled,) = await call(self._hand_back_op([h]))
@@ -162,6 +177,11 @@ class Settler:
         pairs = [(h.job.id, h.job.fence) for h in faulted]
         return ops.hand_back(pairs, self._worker_id, reason)
 
+    def _snooze_op(self, snoozes: list[Held]) -> Op[Settled]:
+        pairs = [(h.job.id, h.job.fence) for h in snoozes]
+        delays = [h.outcome.delay if h.outcome else 0.0 for h in snoozes]
+        return ops.settle_snooze(pairs, delays, self._worker_id)
+
     def _fail_op(self, fails: list[Held], replace_text: bool = False) -> Op[Settled]:
         triples = []
         for h in fails:
@@ -197,6 +217,14 @@ def _read_completes(completes: list[Held], settled: Settled, result: StepResult)
     result.done += [by_id[i] for i in settled.applied + settled.already_done]
     result.busy += [by_id[i] for i in settled.busy]
     result.lost += [(by_id[i], "complete") for i in settled.lost]
+
+
+def _read_snoozes(snoozes: list[Held], settled: Settled, result: StepResult) -> None:
+    by_id = {h.job.id: h for h in snoozes}
+    result.snoozed += [by_id[i] for i in settled.applied]
+    result.busy += [by_id[i] for i in settled.busy]
+    result.done += [by_id[i] for i in settled.already_done]  # it completed itself, then snoozed
+    result.lost += [(by_id[i], "snooze") for i in settled.lost]
 
 
 def _read_fails(fails: list[Held], settled: Settled, result: StepResult) -> None:

@@ -26,6 +26,7 @@ EVENTS: dict[str, tuple[str, str, str]] = {
     "requeued": ("↺", "requeued", "bold blue"),
     "killed": ("✖", "killed", "bold magenta"),
     "released": ("⇠", "released", "blue"),
+    "snoozed": ("◔", "snoozed", "cyan"),
     "stale": ("⚠", "stale write rejected", "bold white on red"),
     "unblocked": ("⇢", "unblocked: parents done", "bold"),
     "parent died": ("☠", "parent died", "red"),
