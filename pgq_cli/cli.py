@@ -249,6 +249,12 @@ class LazyGroup(PgqGroup):
     help="A direct connection (not pooled) for LISTEN, or PGQ_LISTEN_DSN. Pooled without one, "
     "workers and the dashboard poll alone.",
 )
+@click.option(
+    "--read-dsn",
+    envvar="PGQ_READ_DSN",
+    help="A standby to read from (or PGQ_READ_DSN): stats, jobs, show, errors, latency, health, "
+    "metrics and the dashboard's polls; writes still go to --dsn.",
+)
 @click.version_option(package_name="pgq-fence")
 @click.pass_context
 def main(
@@ -258,6 +264,7 @@ def main(
     statement_timeout: timedelta | None,
     pooled: bool,
     listen_dsn: str | None,
+    read_dsn: str | None,
 ) -> None:
     """A job queue in one PostgreSQL table, with leases, fencing tokens and a dashboard."""
     # pgq_core reads both from the environment, and the processes pgq starts inherit them
@@ -266,4 +273,7 @@ def main(
     if listen_dsn:
         check_dsn(listen_dsn)
         os.environ["PGQ_LISTEN_DSN"] = listen_dsn
-    ctx.obj = Settings(dsn, schema, statement_timeout)
+    if read_dsn:
+        check_dsn(read_dsn)
+        os.environ["PGQ_READ_DSN"] = read_dsn  # the dashboard's browser sessions inherit it
+    ctx.obj = Settings(dsn, schema, statement_timeout, read_dsn or None)

@@ -22,7 +22,7 @@ import click
 import psycopg
 
 from pgq_core import PgqError, Queue, Target, find_target, ops, parse_duration
-from pgq_core.cluster import no_primary
+from pgq_core.cluster import no_primary, read_from
 from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -31,11 +31,14 @@ from pgq_core.config import (
     check_queue_name,
     connect_options,
     connect_timeout,
+    describe,
     first_line,
     pooled,
+    schema_name,
     scrub,
 )
 from pgq_core.durations import DURATION_MAX
+from pgq_core.models import ServerRole
 from pgq_core.session import detect_pooler, is_pooler_error
 from pgq_core.text import first_surrogate, printable
 
@@ -60,6 +63,8 @@ class Settings:
     #: the operator's --statement-timeout (wins over the role's; 0: none); None: ours unless
     #: the role or database sets one
     statement_timeout: timedelta | None = None
+    #: --read-dsn: where the read commands read (a standby); None: the target's DSN
+    read_dsn: str | None = None
     _target: Target | None = field(default=None, repr=False)
 
     def target(self) -> Target:
@@ -71,12 +76,15 @@ class Settings:
         """An autocommit connection whose connect, statements and lock waits are bounded."""
         target = self.target()
         conn = psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
+        return self._bounded(conn, target.schema)
+
+    def _bounded(self, conn: psycopg.Connection[Any], schema: str) -> psycopg.Connection[Any]:
         try:
             if (line := detect_pooler(conn)) is not None:
                 click.echo(f"pgq: warning: {one_line(line)}", err=True)
             if pooled():  # a session setting would stay on a server session others get
                 return conn
-            Queue(conn, target.schema).run(
+            Queue(conn, schema).run(
                 ops.session_limits(
                     DEFAULT_STATEMENT_TIMEOUT
                     if self.statement_timeout is None
@@ -92,6 +100,50 @@ class Settings:
 
     def queue(self) -> Queue:
         return Queue(self.connect(), self.target().schema, owns=True)
+
+    def reader(self) -> Queue:
+        """Where a read command reads: the --read-dsn server (a read-only session that never
+        asks for the writable host), else the target as `queue`."""
+        if self.read_dsn is None:
+            return self.queue()
+        schema = schema_name(self.schema)
+        conn = psycopg.connect(
+            self.read_dsn, autocommit=True, **connect_options(self.read_dsn, reader=True)
+        )
+        conn = self._bounded(conn, schema)
+        queue = Queue(conn, schema, owns=True)
+        if not pooled():  # a session setting would stay on a server session others get
+            try:
+                queue.run(ops.read_only_session())
+            except BaseException:
+                queue.close()
+                raise
+        return queue
+
+    def read_from(self, queue: Queue) -> ServerRole | None:
+        """With --read-dsn, the server `queue` reads (standby or not, its lag); else None."""
+        return queue.server_role() if self.read_dsn is not None else None
+
+    def read_display(self) -> str:
+        """The name of the server the read commands read (never its password)."""
+        return describe(self.read_dsn) if self.read_dsn is not None else self.target().display
+
+
+def say_read_from(role: ServerRole | None) -> None:
+    """Before figures read through --read-dsn: where from, and how far behind the primary."""
+    if role is not None:
+        click.echo(one_line(read_from(role)))
+
+
+def with_read_from(data: Any, role: ServerRole | None) -> Any:
+    """`data` (a JSON object, or an array of objects) with `read_from` (the server read, its
+    lag) in the object, or in each element of the array, when read through --read-dsn."""
+    if role is None:
+        return data
+    where = role.to_dict()
+    if isinstance(data, list):
+        return [{**row, "read_from": where} for row in data]
+    return {**data, "read_from": where}
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -220,7 +272,8 @@ def _dsn(ctx: click.Context) -> str | None:
 
 
 def _clean(ctx: click.Context, text: str) -> str:
-    return scrub(text, _dsn(ctx))
+    obj = ctx.find_object(Settings)
+    return scrub(scrub(text, _dsn(ctx)), obj.read_dsn if obj else None)
 
 
 def _reason(exc: BaseException) -> str:

@@ -49,9 +49,11 @@ from .context import (
     echo_json,
     fail,
     queue_option,
+    say_read_from,
     settings,
     unique,
     when,
+    with_read_from,
 )
 
 #: Characters of a payload `pgq show` prints unless --full.
@@ -287,9 +289,11 @@ def show_command(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> 
 
     Only the first part of a large payload is fetched and printed, with its size, unless --full
     (--json always holds the whole job)."""
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
+        role = group.read_from(q)
         if as_json:
-            echo_json(q.job(job_id).to_dict())
+            echo_json(with_read_from(q.job(job_id).to_dict(), role))
             return
         found = q.run(ops.job_preview(job_id, 2**31 - 1 if full else SHOW_CHARS))
         if found is None:
@@ -297,6 +301,7 @@ def show_command(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> 
         detail, preview = found
         detail.history.extend(q.history(job_id))
         detail = q.with_links(detail)
+    say_read_from(role)
     _print_detail(detail, preview)
 
 
@@ -494,11 +499,15 @@ def jobs_command(ctx: click.Context, /, **kw: Any) -> None:
         kw["newer_than"],
         kw["error_group"],
     )
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
         rows = q.jobs_matching(where, kw["limit"])
+        role = group.read_from(q)
     if kw["as_json"]:
-        echo_json([r.to_dict() for r in rows])
-    elif not rows:
+        echo_json(with_read_from([r.to_dict() for r in rows], role))
+        return
+    say_read_from(role)
+    if not rows:
         click.echo(f"no jobs matching: {printable(where.describe())}")
     else:
         output.console().print(jobs_table(rows))
@@ -508,11 +517,14 @@ def _list_jobs(
     ctx: click.Context, queue_name: str | None, status: str | None, limit: int, as_json: bool
 ) -> None:
     """The plain `pgq jobs`: at most one queue and one status, no filter."""
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
         rows = q.jobs(queue_name, status, limit)
+        role = group.read_from(q)
     if as_json:
-        echo_json([r.to_dict() for r in rows])
+        echo_json(with_read_from([r.to_dict() for r in rows], role))
         return
+    say_read_from(role)
     if not rows:
         click.echo("no jobs")
         return
@@ -746,11 +758,14 @@ def errors_command(
     normalized; act on a group with `pgq requeue/kill --error-group GROUP`."""
     if queue_name is not None and "\x00" in queue_name:
         raise click.BadParameter("queue name must not contain NUL", param_hint="'--queue'")
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
         groups = q.errors(queue_name, since, limit)
+        role = group.read_from(q)
     if as_json:
-        echo_json([g.to_dict() for g in groups])
+        echo_json(with_read_from([g.to_dict() for g in groups], role))
         return
+    say_read_from(role)
     if not groups:
         click.echo("no failed or dead jobs with an error")
         return

@@ -23,7 +23,15 @@ from rich.text import Text
 from pgq_core.ops import LATENCY_CAP, LatencyWindow
 
 from . import output
-from .context import INT4_MAX, duration, echo_json, queue_option, settings
+from .context import (
+    INT4_MAX,
+    duration,
+    echo_json,
+    queue_option,
+    say_read_from,
+    settings,
+    with_read_from,
+)
 
 #: queues a human table shows at most (by name); --limit changes it
 DEFAULT_LIMIT = 50
@@ -90,12 +98,15 @@ def latency_command(
     percentiles of those. Dead jobs are left out: their finish is when they were given up, not
     when a handler returned. `—` (null): no done job in the window."""
     queues = None if queue_name is None else [queue_name]
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
         report = q.latency(since, queues, limit)
+        role = group.read_from(q)
     if as_json:
-        echo_json(report.to_dict())
+        echo_json(with_read_from(report.to_dict(), role))
         return
-    title = output.text(f"pgq latency · {settings(ctx).target().display}")
+    say_read_from(role)
+    title = output.text(f"pgq latency · {group.read_display()}")
     table = Table(
         title=title,
         caption=(

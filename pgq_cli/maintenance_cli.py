@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgq_core import migrate as run_migrate
+from pgq_core.cluster import standby_refusal
 from pgq_core.models import Health, PruneReport, StuckJobs
 from pgq_core.ops import NOTIFY_MODES, PRUNE_BATCH, REAP_BATCH, STUCK_FACTOR, STUCK_FLOOR
 from pgq_core.text import printable
@@ -24,8 +25,11 @@ from .context import (
     DocstringCommand,
     duration,
     echo_json,
+    fail,
+    say_read_from,
     settings,
     when,
+    with_read_from,
 )
 
 # ------------------------------------------------------------------------ schema, leases, history
@@ -154,11 +158,17 @@ def health_command(
     alive) past --stuck-factor times their queue's p99 run time and past --stuck-floor (the
     longest running first, at most 100 listed). Readings past a threshold are warnings (the
     exit code stays 0)."""
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
+        role = q.server_role()
+        if role.standby and group.read_dsn is None:
+            fail(standby_refusal(role))
         health = q.health(stuck_factor, stuck_floor)
+    shown = role if group.read_dsn is not None else None
     if as_json:
-        echo_json(health.to_dict())
+        echo_json(with_read_from(health.to_dict(), shown))
         return
+    say_read_from(shown)
     _print_health(health)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 import psycopg
 
-from pgq_core.config import connect_options, describe
+from pgq_core.config import connect_options, describe, schema_name
 from pgq_core.extras import require
 from pgq_core.text import printable
 
@@ -66,6 +66,8 @@ def metrics_command(
     pgq_workers_connected             pgq worker processes connected to the database
     pgq_xmin_horizon_age_seconds      oldest snapshot held open (vacuum cannot clean behind it)
     pgq_table_bytes, pgq_index_bytes, pgq_dead_tuples {table}
+    pgq_server_standby                1 if the server read is a standby (--read-dsn)
+    pgq_replica_lag_seconds           how far that standby is behind its primary
     pgq_up                            1 if the scrape read the database
     """
     require("metrics", "pgq metrics")
@@ -73,12 +75,20 @@ def metrics_command(
 
     from pgq_core.exporter import QueueCollector
 
-    target = settings(ctx).target()
+    group = settings(ctx)
+    read_dsn = group.read_dsn
+    dsn, schema = (
+        (read_dsn, schema_name(group.schema)) if read_dsn is not None
+        else (group.target().dsn, group.target().schema)
+    )
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(target.dsn, autocommit=True, **connect_options(target.dsn))
+        options = connect_options(dsn, reader=read_dsn is not None)
+        return psycopg.connect(dsn, autocommit=True, **options)
 
-    collector = QueueCollector(connect, target.schema, timeout=scrape_timeout, dsn=target.dsn)
+    collector = QueueCollector(
+        connect, schema, timeout=scrape_timeout, dsn=dsn, reader=read_dsn is not None
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     host, port = listen
@@ -88,7 +98,7 @@ def metrics_command(
         raise click.UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     bound = int(server.server_port)
     click.echo(
-        f"pgq metrics: schema {target.schema} of {printable(describe(target.dsn))} "
+        f"pgq metrics: schema {schema} of {printable(describe(dsn))} "
         f"on http://{host}:{bound}/metrics",
         err=True,
     )

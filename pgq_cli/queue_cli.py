@@ -20,8 +20,10 @@ from .context import (
     echo_json,
     new_queue_option,
     queue_option,
+    say_read_from,
     settings,
     when,
+    with_read_from,
 )
 
 #: the most cells a queue name takes in a table; a longer one is cut with an ellipsis
@@ -175,15 +177,19 @@ def limit_command(
 @click.pass_context
 def stats_command(ctx: click.Context, as_json: bool) -> None:
     """Ready, scheduled, running, expiring, dead and done jobs per queue."""
-    with settings(ctx).queue() as q:
+    group = settings(ctx)
+    with group.reader() as q:
         rows = q.stats()
         # per queue, a key of its own: wait and run percentiles (`pgq latency`), 5m and 1h
         latency = q.latency(queues=[r.queue for r in rows]) if as_json else None
+        role = group.read_from(q)
     if latency is not None:
         by_queue = {entry.queue: entry.to_dict() for entry in latency.queues}
-        echo_json([{**r.to_dict(), "latency": by_queue[r.queue]} for r in rows])
+        rows_json = [{**r.to_dict(), "latency": by_queue[r.queue]} for r in rows]
+        echo_json(with_read_from(rows_json, role))
         return
-    table = Table(title=output.text(f"pgq · {settings(ctx).target().display}"))
+    say_read_from(role)
+    table = Table(title=output.text(f"pgq · {group.read_display()}"))
     for col in ("queue", "ready", "scheduled", "running", "expiring", "dead", "done", "oldest due"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:

@@ -7,6 +7,9 @@ Invariants:
   so a worker or a producer never settles on a standby and follows a promotion by itself.
 - While no host takes writes, every message says so in one line ("no writable primary among
   2 hosts ...: waiting for a failover"), never a libpq fragment; no password appears in it.
+- A reader's connection (`--read-dsn`) never asks for the writable host: of several hosts it
+  prefers a standby (`reader_options`), and what it read says where from and how far behind
+  (`read_from`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
+
+from .models import ServerRole
 
 #: What libpq and the server say of a host that is up but cannot take writes.
 _STANDBY = (
@@ -52,6 +57,57 @@ def writer_options(dsn: str) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - unparseable: connect reports it
         return {}
     return {"target_session_attrs": "read-write"}
+
+
+def reader_options(dsn: str) -> dict[str, Any]:
+    """Keyword arguments for a reader's connection: of several hosts, a standby if one is up
+    (`prefer-standby`), unless the DSN or PGTARGETSESSIONATTRS says otherwise."""
+    if len(hosts(dsn)) < 2 or os.environ.get("PGTARGETSESSIONATTRS"):
+        return {}
+    try:
+        if conninfo_to_dict(dsn).get("target_session_attrs"):
+            return {}
+    except Exception:  # noqa: BLE001 - unparseable: connect reports it
+        return {}
+    return {"target_session_attrs": "prefer-standby"}
+
+
+def lag(seconds: float | None) -> str:
+    """How far a standby is behind, in words: "0.4 s behind", "3 min behind"."""
+    if seconds is None:
+        return "lag unknown"
+    if seconds < 60:
+        return f"{seconds:.1f} s behind"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min behind"
+    return f"{seconds / 3600:.1f} h behind"
+
+
+def read_from(role: ServerRole) -> str:
+    """The line beside figures read through `--read-dsn`: "read from standby 127.0.0.1:5433,
+    0.4 s behind the primary", or that the server read is not a standby."""
+    if not role.standby:
+        return f"read from {role.address} (not a standby: the primary's own figures)"
+    return f"read from standby {role.address}, {lag(role.lag_seconds)} the primary"
+
+
+def standby_refusal(role: ServerRole) -> str:
+    """Why figures of a standby reached without `--read-dsn` are not shown as the primary's."""
+    return (
+        f"this server is a standby (read-only, in recovery) at {role.address}, "
+        f"{lag(role.lag_seconds)} its primary: its figures are not the primary's; name the "
+        "primary with --dsn (or every host with target_session_attrs=read-write), or read this "
+        "standby on purpose with --read-dsn"
+    )
+
+
+def standby_worker(role: ServerRole) -> str:
+    """Why a worker that must end (`--burst`) stops at once on a standby rather than wait."""
+    return (
+        f"the server ({role.address}) is a read-only standby (in recovery): a --burst worker "
+        "can claim nothing there; name the primary, or every host of the cluster with "
+        "target_session_attrs=read-write"
+    )
 
 
 def _said(reason: str) -> str:

@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import embedded
-from .cluster import hosts, writer_options
+from .cluster import hosts, reader_options, writer_options
 from .errors import PgqError
 from .text import first_invisible
 
@@ -303,9 +303,10 @@ def connect_timeout(dsn: str) -> float:
     return DEFAULT_CONNECT_TIMEOUT
 
 
-def connect_options(dsn: str) -> dict[str, Any]:
+def connect_options(dsn: str, *, reader: bool = False) -> dict[str, Any]:
     """Keyword arguments for every `psycopg.connect`: nothing waits forever for a server, and
-    a DSN naming several hosts reaches the writable one (`cluster.writer_options`).
+    a DSN naming several hosts reaches the writable one (`cluster.writer_options`); a
+    `reader`'s (`--read-dsn`) prefers a standby instead (`cluster.reader_options`).
 
     A `connect_timeout` in the DSN or PGCONNECT_TIMEOUT in the environment wins over the
     default; keepalives notice a server that vanished without closing the connection. Text
@@ -328,8 +329,18 @@ def connect_options(dsn: str) -> dict[str, Any]:
         options["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
     if pooled():
         options["prepare_threshold"] = None  # a pooler's server sessions are shared
-    options.update(writer_options(dsn))  # several hosts: the writable one (cluster.py)
+    # several hosts: the writable one, or for a reader a standby (cluster.py)
+    options.update(reader_options(dsn) if reader else writer_options(dsn))
     return options
+
+
+def read_dsn(given: str | None = None) -> str | None:
+    """Where reads may go instead of the primary: `given` (--read-dsn), else PGQ_READ_DSN;
+    checked by `check_dsn`. None: reads go to the DSN the writes use."""
+    found = given or os.environ.get("PGQ_READ_DSN") or None
+    if found:
+        check_dsn(found)
+    return found
 
 
 _YES = ("1", "true", "yes", "on")

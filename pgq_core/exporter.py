@@ -59,8 +59,11 @@ class QueueCollector(Collector):
         dsn: str | None = None,
         stuck_factor: float = ops.STUCK_FACTOR,
         stuck_floor: timedelta = ops.STUCK_FLOOR,
+        reader: bool = False,
     ) -> None:
         ops.check_stuck(stuck_factor, stuck_floor)
+        #: `connect` reaches a server read through --read-dsn: its sessions are read-only
+        self.reader = reader
         self._connect = connect
         self.stuck_factor = stuck_factor
         self.stuck_floor = stuck_floor
@@ -90,6 +93,8 @@ class QueueCollector(Collector):
                 return queue
             try:
                 queue.run(ops.session_limits(self.timeout, LOCK_TIMEOUT, force=True))
+                if self.reader:
+                    queue.run(ops.read_only_session())
             except BaseException:
                 conn.close()
                 raise
@@ -117,6 +122,20 @@ class QueueCollector(Collector):
         )
 
     def _read(self, q: Queue) -> Iterator[Metric]:
+        role = q.server_role()
+        yield _gauge(
+            "pgq_server_standby",
+            "1 if the server these figures were read from is a standby in recovery "
+            "(--read-dsn), else 0",
+            1.0 if role.standby else 0.0,
+        )
+        if role.standby and role.lag_seconds is not None:
+            yield _gauge(
+                "pgq_replica_lag_seconds",
+                "Seconds the standby read is behind its primary (0 once replay has caught up "
+                "with what it received; grows while it receives nothing)",
+                role.lag_seconds,
+            )
         stats = q.stats(self.expiring_within)
         jobs = GaugeMetricFamily(
             "pgq_jobs",

@@ -443,3 +443,28 @@ class TableSize:
     index_bytes: int
     live_tuples: int
     dead_tuples: int
+
+
+@dataclass(frozen=True)
+class ServerRole:
+    """The server a session reached (`ops.server_role`): its address, whether it is a standby
+    in recovery, and how far behind its primary it is (seconds; 0 once replay has caught up
+    with what it received; None on a primary, or before anything was replayed). `timeline` is a
+    primary's WAL timeline (a promotion raises it at once); None on a standby."""
+
+    host: str | None
+    port: int | None
+    standby: bool
+    lag_seconds: float | None
+    timeline: int | None
+
+    @property
+    def address(self) -> str:
+        """`host:port`, or "local socket" for a session over a Unix socket."""
+        if self.host is None:
+            return "local socket"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" if self.port is not None else host
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "address": self.address}

@@ -38,6 +38,7 @@ from .models import (
     QueueStats,
     QueueWindow,
     Schedule,
+    ServerRole,
     Settled,
     StuckJob,
     StuckJobs,
@@ -1125,6 +1126,27 @@ def metrics_activity() -> Op[Activity]:
         return Activity(int(connected), float(seconds), int(xids))
 
     return Op("metrics_activity", {}, read)
+
+
+def server_role() -> Op[ServerRole]:
+    """The server the session reached: address, standby or primary, lag, timeline."""
+
+    def read(rows: Rows) -> ServerRole:
+        host, port, standby, lag, timeline = rows[0]
+        return ServerRole(
+            None if host is None else str(host),
+            None if port is None else int(port),
+            bool(standby),
+            None if lag is None else float(lag),
+            None if timeline is None else int(timeline),
+        )
+
+    return Op("server_role", {}, read)
+
+
+def read_only_session() -> Op[None]:
+    """Every transaction of the session starts read-only (a reader's, `--read-dsn`)."""
+    return Op("read_only_session", {}, lambda rows: None)
 
 
 def table_sizes(schema: str) -> Op[list[TableSize]]:

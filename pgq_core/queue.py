@@ -58,6 +58,7 @@ from .models import (
     QueueStats,
     QueueWindow,
     Schedule,
+    ServerRole,
     Settled,
     TableSize,
 )
@@ -552,6 +553,10 @@ class Queue:
         """Worker processes connected to the database; the xmin horizon others hold back."""
         return self.run(ops.metrics_activity())
 
+    def server_role(self) -> ServerRole:
+        """The server this connection reached: address, standby or primary, lag, timeline."""
+        return self.run(ops.server_role())
+
     def table_sizes(self) -> list[TableSize]:
         """Bytes, live and dead tuples of `jobs` and `job_events`."""
         return self.run(ops.table_sizes(self.schema))
@@ -781,6 +786,10 @@ class AsyncQueue:
     async def activity(self) -> Activity:
         """Worker processes connected to the database; the xmin horizon others hold back."""
         return await self.run(ops.metrics_activity())
+
+    async def server_role(self) -> ServerRole:
+        """`Queue.server_role`."""
+        return await self.run(ops.server_role())
 
     async def table_sizes(self) -> list[TableSize]:
         """Bytes, live and dead tuples of `jobs` and `job_events`."""

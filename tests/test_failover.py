@@ -8,105 +8,29 @@ lags a primary that dies."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from support import ENV, OwnServer, free_port
+from replication import SCHEMA, Pair, running_pair, wait
+from support import ENV
 
-from pgq_core import JobSpec, LeaseLost, Queue, fenced_write, migrate, ops
+from pgq_core import JobSpec, LeaseLost, Queue, fenced_write, ops
 
-SCHEMA = "pgq"
 TESTS = Path(__file__).resolve().parent
 EPOCH = 1 << 32  # a fence claimed on timeline T is above (T - 1) << 32
 
 
-class Pair:
-    """A primary and its streaming standby, each on its own port of 127.0.0.1."""
-
-    def __init__(self, root: Path) -> None:
-        for name in ("a", "b"):
-            (root / name).mkdir()
-        self.primary = OwnServer(root / "a", port=free_port())
-        self.primary.start()
-        self.standby = OwnServer(root / "b", port=free_port(), standby_of=self.primary)
-        self.standby.start()
-
-    @property
-    def dsn(self) -> str:
-        """Both hosts, the writable one chosen by libpq (as a client of a cluster has it)."""
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in (self.primary, self.standby))
-        return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
-
-    def caught_up(self) -> None:
-        """Returns once the standby has replayed everything the primary wrote so far."""
-        with psycopg.connect(self.primary.dsn, autocommit=True) as conn:
-            row = conn.execute("SELECT pg_catalog.pg_current_wal_lsn()::text").fetchone()
-            assert row is not None
-            lsn = row[0]
-        deadline = time.monotonic() + 30
-        with psycopg.connect(self.standby.dsn, autocommit=True) as conn:
-            while True:
-                behind = conn.execute(
-                    "SELECT pg_catalog.pg_last_wal_replay_lsn() < %s::pg_lsn", [lsn]
-                ).fetchone()
-                if behind is not None and not behind[0]:
-                    return
-                assert time.monotonic() < deadline, "the standby never caught up"
-                time.sleep(0.02)
-
-    def fail_over(self) -> None:
-        """The primary dies; the standby (started again if it was stopped) is promoted."""
-        self.primary.stop("immediate")
-        # already running: pg_ctl start says so and fails
-        with contextlib.suppress(subprocess.CalledProcessError):
-            self.standby.start()
-        self.standby.promote()
-
-    def stop(self) -> None:
-        for server in (self.primary, self.standby):
-            with contextlib.suppress(subprocess.CalledProcessError):  # stopped already
-                server.stop("immediate")
-
-
 @pytest.fixture
 def pair() -> Iterator[Pair]:
-    if os.environ.get("PGQ_TEST_DSN"):
-        pytest.skip("PGQ_TEST_DSN is set: these tests make their own primary and standby from "
-                    "the embedded server's binaries, and run with those only")
-    root = Path(tempfile.mkdtemp(prefix="pgqf", dir="/tmp"))  # short: unix socket path limit
-    os.chmod(root, 0o755)
-    pair = Pair(root)
-    try:
-        with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
-            migrate(conn, SCHEMA)
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE {}.effects (job_id bigint PRIMARY KEY, worker text,"
-                    " fence bigint NOT NULL)"
-                ).format(sql.Identifier(SCHEMA))
-            )
-        yield pair
-    finally:
-        pair.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def wait(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    with running_pair() as found:
+        yield found
 
 
 def effect(conn: psycopg.Connection[tuple[object, ...]], job_id: int) -> tuple[object, ...]:

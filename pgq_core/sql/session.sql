@@ -45,3 +45,30 @@ SELECT pg_catalog.pg_backend_pid() AS pid;
 -- the database's encoding (a worker refuses SQL_ASCII, as `pgq migrate` does).
 SELECT coalesce(pg_catalog.max(version), 0), pg_catalog.current_setting('server_encoding')
   FROM {schema}.schema_version;
+
+-- name: server_role
+-- The server this session reached: its address (NULL over a Unix socket), whether it is a
+-- standby (in recovery), how far it is behind its primary, and a primary's WAL timeline.
+-- Lag: 0 while replay has caught up with what the standby received, else the age of the last
+-- transaction replayed (it grows while the primary is gone); NULL on a primary. The timeline
+-- is the current WAL file's (a promotion changes it at once); NULL on a standby, where
+-- pg_walfile_name raises. Every function here is executable by any role.
+SELECT pg_catalog.host(pg_catalog.inet_server_addr()) AS host,
+       pg_catalog.inet_server_port() AS port,
+       pg_catalog.pg_is_in_recovery() AS standby,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN NULL
+            WHEN pg_catalog.pg_last_wal_receive_lsn() IS NOT NULL
+             AND pg_catalog.pg_last_wal_receive_lsn() <= pg_catalog.pg_last_wal_replay_lsn()
+              THEN 0::float8
+            ELSE greatest(0, extract(epoch FROM
+                   pg_catalog.now() - pg_catalog.pg_last_xact_replay_timestamp()))::float8
+       END AS lag_seconds,
+       CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL
+            ELSE CAST(CAST(pg_catalog.textcat('x', pg_catalog.substr(
+                   pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+                   AS bit(32)) AS bigint)
+       END AS timeline;
+
+-- name: read_only_session
+-- A reader's session (--read-dsn) writes nothing: every transaction starts read-only.
+SELECT pg_catalog.set_config('default_transaction_read_only', 'on', false);

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from .. import ops
+from ..cluster import standby_worker
 from ..config import check_worker_settings, describe, first_line, scrub
 from ..errors import PgqError, SchemaMissing
 from ..migrate import latest_version
@@ -240,6 +241,10 @@ class Worker:
                 reason = scrub(first_line(str(exc)), self.dsn)
                 raise PgqError(f"database unavailable: {reason}") from None
             await link.call(ops.require_schema(latest_version(), self.schema))
+            if self.burst:  # a standby never drains: nothing there can be claimed
+                (role,) = await link.call(ops.server_role())
+                if role.standby:
+                    raise PgqError(standby_worker(role))
             log.info(
                 "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
                 self.id,
