@@ -122,7 +122,10 @@ def dashboard_command(
     target = settings(ctx).target()
     if web:
         options = SessionOptions(handler_spec, refresh, read_only, concurrency, lease)
-        serve_web(target, listen, allow_actions=allow_actions, options=options)
+        serve_web(
+            target, listen, allow_actions=allow_actions, options=options,
+            read_dsn=settings(ctx).read_dsn,
+        )
         return
     app = make_app(
         target.dsn,
@@ -133,6 +136,7 @@ def dashboard_command(
         read_only=read_only,
         concurrency=concurrency,
         lease=lease,
+        read_dsn=settings(ctx).read_dsn,
     )
     app.run()
     leave_stuck_handlers(app, target)
@@ -165,7 +169,12 @@ class SessionOptions:
 
 
 def serve_web(
-    target: Target, listen: str | None, *, allow_actions: bool, options: SessionOptions
+    target: Target,
+    listen: str | None,
+    *,
+    allow_actions: bool,
+    options: SessionOptions,
+    read_dsn: str | None = None,
 ) -> None:
     """`pgq dashboard --web`: serve the dashboard to browsers until Ctrl+C or SIGTERM. Bound
     to loopback unless --listen says otherwise; elsewhere a token is needed and the sessions
@@ -198,6 +207,8 @@ def serve_web(
         os.environ.pop("PGQ_DSN", None)  # each session finds the same embedded server
     else:
         os.environ["PGQ_DSN"] = target.dsn
+    if read_dsn is not None:
+        os.environ["PGQ_READ_DSN"] = read_dsn  # the sessions read the standby too
     os.environ.pop(TOKEN_ENV, None)
     server = DashboardServer(options.command(), where, token=token)
 

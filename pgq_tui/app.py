@@ -5,6 +5,11 @@ network. Polls never overlap: a refresh asked for during a poll runs once it end
 polls at once (at most one poll per NOTIFY_GAP; notifications meanwhile are coalesced).
 Leases are re-read every LEASE_REFRESH, since heartbeats move them without a NOTIFY.
 The in-app workers run on the pool's own thread and loop (see pool.py).
+
+The header names the host each poll read (a standby: how far behind) and, once the primary's
+timeline or address changed under the dashboard, when ("primary changed 12:03:07 (timeline
+2)"). A LISTEN the server refuses (a standby) or, reading a standby, a primary out of reach is
+said once on the status line: the poll timer refreshes meanwhile.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from textual.timer import Timer
 from pgq_core import JobRow, Lease, PgqError, QueueWindow
 from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
+from pgq_core.models import ServerRole
 
 from .host import Severity
 from .latency import LATENCY_REFRESH, LatencyTrend
@@ -44,6 +50,7 @@ from .messages import (
     OpenJob,
     Polled,
     PollFailed,
+    PrimaryChecked,
     RefreshRequested,
     SlowViewShown,
     WorkerFailed,
@@ -54,7 +61,7 @@ from .screens.confirm import BulkConfirmScreen, ConfirmScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
-from .source import Disconnected, Source
+from .source import Disconnected, ListenRefused, Source
 from .state import (
     CONNECTED,
     CONNECTING,
@@ -169,6 +176,18 @@ class DashboardApp(App[None]):
         self.start_workers = tuple(start_workers)
         #: the first queue (by name) of the Queues view's window
         self.queues_offset = 0
+        #: the server the last poll read, and the primary's timeline and address last seen
+        self.server: ServerRole | None = None
+        self._timeline: int | None = None
+        self._primary_at: str | None = None
+        #: "primary changed HH:MM:SS (timeline N)" once a failover was seen; the header's
+        self.primary_changed = ""
+        #: reading a standby: why the primary is out of reach (empty while it answers)
+        self.writes_problem = ""
+        self._primary_reading = False
+        self._primary_read: float | None = None
+        #: what the status line last said of LISTEN (each said once, until LISTEN works)
+        self._listen_said = ""
 
     def get_default_screen(self) -> Screen[Any]:
         return self.dashboard
@@ -228,6 +247,7 @@ class DashboardApp(App[None]):
     # header ----------------------------------------------------------------------------
     def header_state(self) -> HeaderState:
         stale = self.dashboard.stale_for if self._dashboard is not None else None
+        server = self.server if self.connection == CONNECTED else None
         return HeaderState(
             self.database,
             self.schema,
@@ -236,6 +256,11 @@ class DashboardApp(App[None]):
             self.paused,
             self.read_only,
             stale,
+            host=server.address if server is not None else "",
+            standby=server is not None and server.standby,
+            lag=server.lag_seconds if server is not None else None,
+            primary_changed=self.primary_changed,
+            writes=self.writes_problem,
         )
 
     def lease_left(self, job_id: int) -> tuple[float, float | None] | None:
@@ -289,7 +314,9 @@ class DashboardApp(App[None]):
 
     async def _await_fetch(
         self,
-        fetch: asyncio.Future[tuple[QueueWindow, list[Lease], float, list[JobRow]]],
+        fetch: asyncio.Future[
+            tuple[QueueWindow, list[Lease], float, list[JobRow], ServerRole | None]
+        ],
         jobs_query: JobsQuery,
     ) -> Message:
         started = self.clock()
@@ -303,7 +330,7 @@ class DashboardApp(App[None]):
             await asyncio.wait({fetch}, timeout=5)
             return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
-            window, leases, leases_at, jobs = fetch.result()
+            window, leases, leases_at, jobs, server = fetch.result()
         except Disconnected as exc:
             return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
@@ -314,14 +341,15 @@ class DashboardApp(App[None]):
         return Polled(
             Snapshot(
                 window.stats, leases, jobs, jobs_query, now, now - started, leases_at,
-                window.offset, window.total,
+                window.offset, window.total, server,
             )
         )
 
     async def _fetch(
         self, jobs_query: JobsQuery
-    ) -> tuple[QueueWindow, list[Lease], float, list[JobRow]]:
-        """The queues of the window the Queues view shows (the server sends no others)."""
+    ) -> tuple[QueueWindow, list[Lease], float, list[JobRow], ServerRole | None]:
+        """The queues of the window the Queues view shows (the server sends no others), and
+        the server they were read from."""
         window = await self.source.stats_window(self.queues_offset, QUEUES_WINDOW)
         if not window.stats and window.offset:  # queues went away under the window
             self.queues_offset = 0
@@ -329,7 +357,8 @@ class DashboardApp(App[None]):
         leases = await self.source.leases(JOBS_LIMIT)
         leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
         jobs = await self._jobs(jobs_query)
-        return window, leases, leases_at, jobs
+        server = await self.source.server()
+        return window, leases, leases_at, jobs, server
 
     def move_queues_window(self, offset: int) -> None:
         """The Queues view shows the queues from the `offset`th by name from the next poll
@@ -504,6 +533,10 @@ class DashboardApp(App[None]):
         for stats in snapshot.stats:
             self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
         self.refresh_latency([s.queue for s in snapshot.stats])
+        self.server = snapshot.server
+        if snapshot.server is not None and not snapshot.server.standby:
+            self._saw_primary(snapshot.server)
+        self.refresh_primary()
         with contextlib.suppress(NoMatches):  # a poll that lands while the app tears down
             self.dashboard.set_stale(None)
             self._set_connection(CONNECTED)
@@ -514,6 +547,50 @@ class DashboardApp(App[None]):
                     refresh = getattr(self.screen, "data_refreshed", None)
                     if refresh is not None:
                         refresh()
+
+    # the primary: its timeline and address, and (reading a standby) whether it answers
+    def _saw_primary(self, role: ServerRole) -> None:
+        """A primary answered: a timeline or an address other than the last one seen means a
+        failover happened meanwhile; the header says when (the app's clock, UTC)."""
+        if self._timeline is not None and (
+            role.timeline != self._timeline or role.address != self._primary_at
+        ):
+            at = time.strftime("%H:%M:%S", time.gmtime(self.clock()))
+            self.primary_changed = f"primary changed {at} (timeline {role.timeline})"
+        self._timeline, self._primary_at = role.timeline, role.address
+
+    def refresh_primary(self) -> None:
+        """Reading a standby, the primary is asked after a poll (at most once a refresh) where
+        it is and which timeline it writes; otherwise the poll itself says so."""
+        if self.paused or self._quitting or self._primary_reading:
+            return
+        now = time.monotonic()
+        if self._primary_read is not None and now - self._primary_read < self.refresh_seconds:
+            return
+        self._primary_reading = True
+        self._primary_read = now
+        self.read_primary()
+
+    @work(group="primary", exit_on_error=False)
+    async def read_primary(self) -> None:
+        role: ServerRole | None = None
+        problem = ""
+        try:
+            role = await asyncio.wait_for(self.source.primary(), self.poll_timeout)
+        except Disconnected as exc:
+            problem = str(exc)
+        except (PgqError, TimeoutError) as exc:
+            problem = first_line(str(exc)) or f"no answer within {self.poll_timeout:g}s"
+        finally:
+            self._primary_reading = False
+        self.post_message(PrimaryChecked(role, problem))
+
+    def on_primary_checked(self, message: PrimaryChecked) -> None:
+        self.writes_problem = message.problem
+        if message.role is not None and not message.role.standby:
+            self._saw_primary(message.role)
+        with contextlib.suppress(NoMatches):
+            self._sync_headers()
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self._poll_done()
@@ -556,15 +633,32 @@ class DashboardApp(App[None]):
     @work(group="listen", exit_on_error=False)
     async def listen_loop(self) -> None:
         """A dedicated connection LISTENs; every notification asks for a (debounced) refresh.
-        A dropped link is retried with backoff; the poll timer keeps working meanwhile."""
+        A dropped link is retried with backoff; the poll timer keeps working meanwhile. A
+        standby refuses LISTEN: that is said once, as is (reading a standby) a primary out of
+        reach, until a notification comes again."""
         backoff = 0.5
         while True:
-            with contextlib.suppress(Exception):  # Disconnected, or anything: retried alike
+            try:
                 async for _queue in self.source.notifications():
                     backoff = 0.5
+                    self._listen_said = ""
                     self.post_message(Notified())
+            except ListenRefused as exc:
+                self._listen_off(str(exc))
+            except Disconnected as exc:
+                if self.writes_problem or (self.server is not None and self.server.standby):
+                    self._listen_off(f"the primary is out of reach ({exc})")
+            except Exception:  # noqa: BLE001 - anything else: retried alike
+                pass
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    def _listen_off(self, why: str) -> None:
+        """Say once (until LISTEN works again) that jobs are seen by polling alone."""
+        text = f"live updates off: {why}; polling every {self.refresh_seconds:g} s"
+        if not self._listen_said:
+            self._listen_said = text
+            self.alert(text, severity="warning")
 
     def on_notified(self, _: Notified) -> None:
         """At once, unless a poll started less than NOTIFY_GAP ago: then once the gap is over.

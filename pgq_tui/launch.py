@@ -24,8 +24,10 @@ def make_app(
     lease: timedelta = timedelta(seconds=30),
     grace: float = 5.0,
     start_workers: Sequence[str] = (),
+    read_dsn: str | None = None,
 ) -> DashboardApp:
-    """`database` is the name shown in the header: never the DSN itself (it may hold a password)."""
+    """`database` is the name shown in the header: never the DSN itself (it may hold a password).
+    With `read_dsn` (a standby) the polls read there; actions and LISTEN stay on `dsn`."""
     pool = WorkerPool(
         dsn,
         schema,
@@ -35,7 +37,7 @@ def make_app(
         grace=grace,
     )
     app = DashboardApp(
-        PgSource(dsn, schema),
+        PgSource(dsn, schema, read_dsn=read_dsn),
         pool,
         database=database,
         schema=schema,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from pgq_core import JobRow, LatencyReport, Lease
-from pgq_core.models import ErrorGroup, Health
+from pgq_core.models import ErrorGroup, Health, ServerRole
 
 from .state import JobsQuery, LogLine, Snapshot
 
@@ -25,6 +25,14 @@ class Polled(Message):
 class PollFailed(Message):
     error: str
     disconnected: bool
+
+
+@dataclass
+class PrimaryChecked(Message):
+    """Reading a standby: the primary answered (`role`), or `problem` says why not."""
+
+    role: ServerRole | None
+    problem: str
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pgq_core.models import (
     Health,
     JobProgress,
     LockWait,
+    ServerRole,
     StuckJob,
     StuckJobs,
     TableHealth,
@@ -541,6 +542,12 @@ class SampleSource:
 
     async def health(self) -> Health:
         return HEALTH
+
+    async def server(self) -> ServerRole | None:
+        return None  # the header names no host: the layouts stay as they were
+
+    async def primary(self) -> ServerRole | None:
+        return None
 
     async def notifications(self) -> AsyncIterator[str]:
         await asyncio.Event().wait()

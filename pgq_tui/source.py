@@ -2,7 +2,12 @@
 
 `PgSource` is the real one: pgq_core's `AsyncQueue` over one connection, plus a second
 connection that LISTENs. It never shows a password: every error text is scrubbed of it.
-Any connection failure surfaces as `Disconnected`; the next call connects again.
+Any connection failure surfaces as `Disconnected`; the next call connects again; while no
+host of the DSN takes writes, it says so in plain words (`cluster.no_primary`).
+
+With a `read_dsn` (a standby, `--read-dsn`) the reads go there on a read-only session of
+their own that never asks for the writable host; the actions, the exact counts they confirm
+and LISTEN stay on `dsn`, the primary (a standby has no NOTIFY).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pgq_core import (
     listen_statement,
     ops,
 )
+from pgq_core.cluster import no_primary
 from pgq_core.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -37,7 +43,7 @@ from pgq_core.config import (
     scrub,
 )
 from pgq_core.filters import JobFilter
-from pgq_core.models import ErrorGroup, Health
+from pgq_core.models import ErrorGroup, Health, ServerRole
 from pgq_core.session import adetect_pooler, is_pooler_error
 
 APPLICATION_NAME = "pgq-dashboard"
@@ -57,6 +63,11 @@ def reason(exc: BaseException) -> str:
 
 class Disconnected(Exception):
     """The server is unreachable (or went away); the message is fit for the header."""
+
+
+class ListenRefused(Exception):
+    """The server LISTEN reached is a standby ("cannot execute LISTEN during recovery"): no
+    notification comes from it; the dashboard polls."""
 
 
 class Source(Protocol):
@@ -91,6 +102,15 @@ class Source(Protocol):
 
     async def errors(self, limit: int) -> list[ErrorGroup]: ...
     async def health(self) -> Health: ...
+    async def server(self) -> ServerRole | None:
+        """The server the reads reach (address, standby, lag, timeline); None: not known."""
+        ...
+
+    async def primary(self) -> ServerRole | None:
+        """With reads on a standby, the server the writes reach; None when the reads reach the
+        primary themselves (`server` says it) or it is not known."""
+        ...
+
     def notifications(self) -> AsyncIterator[str]:
         """Queue names as jobs become ready; ends (or raises Disconnected) when the link drops."""
         ...
@@ -109,8 +129,11 @@ class PgSource:
         connect_timeout: float | None = 3,
         statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT,
+        read_dsn: str | None = None,
     ) -> None:
         self.dsn = dsn
+        #: where the reads go (a standby); None: `dsn`, as the writes
+        self.read_dsn = read_dsn
         self.schema = schema
         #: None: the DSN's or PGCONNECT_TIMEOUT or pgq's default (`config.connect_options`)
         self.connect_timeout = connect_timeout
@@ -120,23 +143,31 @@ class PgSource:
         self.lock_timeout = lock_timeout
         #: names this dashboard's connections in pg_stat_activity
         self.application_name = f"{APPLICATION_NAME} {secrets.token_hex(3)}"
+        #: the reads' connection, and (with a `read_dsn`) the writes' own
         self._queue: AsyncQueue | None = None
+        self._writer: AsyncQueue | None = None
         self._lock = asyncio.Lock()
 
-    async def _connect(self, dsn: str | None = None) -> psycopg.AsyncConnection[Any]:
+    async def _connect(
+        self, dsn: str | None = None, reader: bool = False
+    ) -> psycopg.AsyncConnection[Any]:
         dsn = dsn or self.dsn
-        options = connect_options(dsn)
+        options = connect_options(dsn, reader=reader)
         if self.connect_timeout is not None:
             options["connect_timeout"] = self.connect_timeout
         return await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, application_name=self.application_name, **options
         )
 
-    async def _get(self) -> AsyncQueue:
+    async def _get(self, write: bool = False) -> AsyncQueue:
+        """The reads' queue, or with `write` (and a `read_dsn`) the writes' own."""
+        write = write and self.read_dsn is not None
+        reader = self.read_dsn is not None and not write
         async with self._lock:
-            if self._queue is None or self._queue.conn.closed:
+            current = self._writer if write else self._queue
+            if current is None or current.conn.closed:
                 try:
-                    conn = await self._connect()
+                    conn = await self._connect(self.read_dsn if reader else self.dsn, reader)
                 except psycopg.Error as exc:
                     raise self._disconnected(exc) from None
                 queue = AsyncQueue(conn, self.schema, owns=True)
@@ -151,25 +182,40 @@ class PgSource:
                     )
                     try:
                         await queue.run(limits)
+                        if reader:  # a reader writes nothing, whatever it is asked
+                            await queue.run(ops.read_only_session())
                     except psycopg.Error as exc:
                         await queue.close()
                         raise self._disconnected(exc) from None
-                self._queue = queue
-            return self._queue
+                if write:
+                    self._writer = queue
+                else:
+                    self._queue = queue
+                current = queue
+            return current
 
     def _disconnected(self, exc: BaseException) -> Disconnected:
-        text = scrub(reason(exc), self.dsn)
-        return Disconnected(scrub(text, os.environ.get("PGQ_LISTEN_DSN")))
+        """The reason in one line: while no host takes writes, that in plain words."""
+        text = no_primary(str(exc), self.dsn) or reason(exc)
+        for dsn in (self.dsn, self.read_dsn, os.environ.get("PGQ_LISTEN_DSN")):
+            text = scrub(text, dsn)
+        return Disconnected(text)
 
     async def _forget(self, queue: AsyncQueue) -> None:
-        """Close `queue`'s connection; if it is the current one, the next call reconnects."""
+        """Close `queue`'s connection; if it is a current one, the next call reconnects."""
         if self._queue is queue:
             self._queue = None
+        if self._writer is queue:
+            self._writer = None
         with contextlib.suppress(Exception):  # the connection is already broken
             await queue.close()
 
-    async def _call(self, name: str, *args: Any) -> Any:
-        queue = await self._get()
+    async def _write(self, name: str, *args: Any) -> Any:
+        """`name` on the primary (the writes' connection): an action, or a count it confirms."""
+        return await self._call(name, *args, write=True)
+
+    async def _call(self, name: str, *args: Any, write: bool = False) -> Any:
+        queue = await self._get(write)
         try:
             return await getattr(queue, name)(*args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -206,34 +252,34 @@ class PgSource:
         return result
 
     async def requeue(self, ids: Sequence[int]) -> list[int]:
-        result: list[int] = await self._call("requeue", ids)
+        result: list[int] = await self._write("requeue", ids)
         return result
 
     async def requeue_dead(self, queue: str) -> list[int]:
-        result: list[int] = await self._call("requeue_dead", queue)
+        result: list[int] = await self._write("requeue_dead", queue)
         return result
 
     async def kill(self, ids: Sequence[int]) -> list[int]:
-        result: list[int] = await self._call("kill", ids)
+        result: list[int] = await self._write("kill", ids)
         return result
 
     async def pause_queue(self, queue: str, reason: str | None) -> None:
-        await self._call("pause", queue, reason)
+        await self._write("pause", queue, reason)
 
     async def resume_queue(self, queue: str) -> None:
         """Resuming also wakes the queue's workers (its notification)."""
-        await self._call("resume", queue)
+        await self._write("resume", queue)
 
     async def jobs_matching(self, where: JobFilter, limit: int) -> list[JobRow]:
         result: list[JobRow] = await self._call("jobs_matching", where, limit)
         return result
 
     async def count_matching(self, where: JobFilter, action: str) -> int:
-        result: int = await self._call("count_matching", where, action)
+        result: int = await self._write("count_matching", where, action)
         return result
 
     async def bulk(self, action: str, where: JobFilter) -> list[int]:
-        result: list[int] = await self._call("bulk", action, where)
+        result: list[int] = await self._write("bulk", action, where)
         return result
 
     async def errors(self, limit: int) -> list[ErrorGroup]:
@@ -242,6 +288,16 @@ class PgSource:
 
     async def health(self) -> Health:
         result: Health = await self._call("health")
+        return result
+
+    async def server(self) -> ServerRole | None:
+        result: ServerRole = await self._call("server_role")
+        return result
+
+    async def primary(self) -> ServerRole | None:
+        if self.read_dsn is None:
+            return None
+        result: ServerRole = await self._write("server_role")
         return result
 
     async def notifications(self) -> AsyncIterator[str]:
@@ -256,7 +312,10 @@ class PgSource:
         except psycopg.Error as exc:
             raise self._disconnected(exc) from None
         try:
-            await conn.execute(listen_statement(self.schema))
+            try:
+                await conn.execute(listen_statement(self.schema))
+            except psycopg.errors.ReadOnlySqlTransaction:
+                raise ListenRefused("the server is a standby") from None
             async for notify in conn.notifies():
                 yield notify.payload
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -268,8 +327,9 @@ class PgSource:
     async def reset(self) -> None:
         """Close the connection at once, even while a call hangs on it (that call then fails
         instead of waiting on the server); the next call reconnects."""
-        if self._queue is not None:
-            await self._forget(self._queue)
+        for queue in (self._queue, self._writer):
+            if queue is not None:
+                await self._forget(queue)
 
     async def close(self) -> None:
         await self.reset()

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from pgq_core import JobRow, Lease, QueueStats
 from pgq_core.filters import JobFilter
-from pgq_core.models import JobProgress
+from pgq_core.models import JobProgress, ServerRole
 
 CONNECTED = "connected"
 CONNECTING = "connecting"
@@ -69,6 +69,8 @@ class Snapshot:
     #: many as `stats` holds)
     queues_offset: int = 0
     queues_total: int = 0
+    #: the server the poll read (its address, standby or not, lag, timeline); None: not known
+    server: ServerRole | None = None
 
     def __post_init__(self) -> None:
         if not self.leases_at:
@@ -112,6 +114,15 @@ class HeaderState:
     read_only: bool = False
     #: seconds since the data on screen was read, when that is older than a refresh
     stale_for: float | None = None
+    #: the host the data is read from (`host:port`); empty: not known (nothing is shown)
+    host: str = ""
+    #: that host is a standby, `lag` seconds behind its primary (None: not known)
+    standby: bool = False
+    lag: float | None = None
+    #: e.g. "primary changed 12:03:07 (timeline 2)", once the dashboard saw a failover
+    primary_changed: str = ""
+    #: reading a standby: why the primary (the actions, LISTEN) is out of reach, in plain words
+    writes: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The top line: which database, whether it is reachable and the data fresh, paused or
-read-only, and the time (always shown: the rest is cut to leave it room)."""
+read-only, the host read (a standby: how far behind) and when the primary last changed, and
+the time (always shown: the rest is cut to leave it room)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from pgq_core.cluster import lag
 from pgq_core.text import printable
 
 from .. import humanize
@@ -47,6 +49,16 @@ def header_text(state: HeaderState, now: float, width: int) -> Text:
     text.append(f"  {printable(state.database)}")
     text.append("  ·  schema ", style="grey62")
     text.append(f"{printable(state.schema)}  ")
+    if state.host:
+        text.append("·  ", style="grey62")
+        text.append(printable(state.host))
+        if state.standby:
+            text.append(f" standby, {lag(state.lag)}", style="bold #af87ff")
+        text.append("  ")
+    if state.primary_changed:
+        text.append(f"{printable(state.primary_changed)}  ", style="bold yellow")
+    if state.writes:
+        problem.append(f" primary: {printable(state.writes)}", style="yellow")
     text.append_text(problem)
     clock = time.strftime("%H:%M:%S", time.gmtime(now)) + " UTC"
     room = width - len(clock) - 2
