@@ -275,5 +275,4 @@ def main(
         os.environ["PGQ_LISTEN_DSN"] = listen_dsn
     if read_dsn:
         check_dsn(read_dsn)
-        os.environ["PGQ_READ_DSN"] = read_dsn  # the dashboard's browser sessions inherit it
     ctx.obj = Settings(dsn, schema, statement_timeout, read_dsn or None)
