@@ -186,6 +186,8 @@ class DashboardApp(App[None]):
         self.writes_problem = ""
         self._primary_reading = False
         self._primary_read: float | None = None
+        #: the source reads a standby and asks the primary apart (`Source.primary` answered)
+        self._reads_apart = False
         #: what the status line last said of LISTEN (each said once, until LISTEN works)
         self._listen_said = ""
 
@@ -534,8 +536,9 @@ class DashboardApp(App[None]):
             self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
         self.refresh_latency([s.queue for s in snapshot.stats])
         self.server = snapshot.server
-        if snapshot.server is not None and not snapshot.server.standby:
-            self._saw_primary(snapshot.server)
+        server = snapshot.server
+        if server is not None and not server.standby and not self._reads_apart:
+            self._saw_primary(server)
         self.refresh_primary()
         with contextlib.suppress(NoMatches):  # a poll that lands while the app tears down
             self.dashboard.set_stale(None)
@@ -586,6 +589,7 @@ class DashboardApp(App[None]):
         self.post_message(PrimaryChecked(role, problem))
 
     def on_primary_checked(self, message: PrimaryChecked) -> None:
+        self._reads_apart = self._reads_apart or bool(message.role or message.problem)
         self.writes_problem = message.problem
         if message.role is not None and not message.role.standby:
             self._saw_primary(message.role)
