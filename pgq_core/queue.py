@@ -93,15 +93,27 @@ def operator_id() -> str:
     return f"operator:{user}@{socket.gethostname()}"
 
 
+#: The largest result a job may store, as UTF-8 JSON text: a settlement carrying more would
+#: travel and be written for longer than a lease may safely wait (docs: "Results").
+RESULT_MAX_BYTES = 1024 * 1024
+
+
 def result_json(result: Any) -> str | None:
-    """A handler's result as JSON text (None stays None); ValueError if it is not JSON or its
-    text cannot be sent as UTF-8 (a lone surrogate in a string or a key)."""
+    """A handler's result as JSON text (None stays None); ValueError if it is not JSON, its
+    text cannot be sent as UTF-8 (a lone surrogate in a string or a key), or it is over
+    RESULT_MAX_BYTES: the job's own failure, never a settlement its lease cannot outlast."""
     if result is None:
         return None
     try:
         text = json.dumps(result, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
+    size = len(text) if len(text) > RESULT_MAX_BYTES else len(text.encode("utf-8", "replace"))
+    if size > RESULT_MAX_BYTES:
+        raise ValueError(
+            f"result is too big to store: {size:,} bytes of JSON, over pgq's bound of "
+            f"{RESULT_MAX_BYTES:,} (store it elsewhere and return a reference)"
+        )
     if first_surrogate(text) is not None:
         raise ValueError(
             "result is not storable: it holds a lone surrogate, which UTF-8 cannot carry"

@@ -202,3 +202,35 @@ async def test_a_handlers_own_data_error_still_counts(own_database: str) -> None
             await until(lambda: q.job(job_id).status == "dead", what="the job dead")
         assert "UniqueViolation" in (q.job(job_id).last_error or "")
         assert _released(q, job_id) == []
+
+
+async def test_a_result_over_the_bound_is_the_jobs_own_failure_not_a_lost_lease(
+    dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A result over RESULT_MAX_BYTES under a 1 s lease: the handler runs once and its job
+    fails with the bound in its error (before, the settlement outlasted the lease and the job
+    was claimed again until dead, every run a success). One just under the bound is stored."""
+    from pgq_core.queue import RESULT_MAX_BYTES
+
+    runs: list[int] = []
+
+    def handler(job: JobContext) -> Any:
+        runs.append(job.id)
+        return {"blob": "x" * (job.payload["size"] - len('{"blob": ""}'))}
+
+    with Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True) as q:
+        big = q.enqueue("q", {"size": 40 * RESULT_MAX_BYTES}, max_attempts=1)
+        fits = q.enqueue("q", {"size": RESULT_MAX_BYTES}, max_attempts=1)
+        worker = make_worker(dsn, schema, handler, lease=timedelta(seconds=1), concurrency=2)
+        with caplog.at_level(logging.WARNING, logger="pgq.worker"):
+            async with running(worker):
+                await until(
+                    lambda: {q.job(big).status, q.job(fits).status} <= {"dead", "done"},
+                    what="both settled",
+                )
+        assert sorted(runs) == sorted([big, fits])
+        assert q.job(big).status == "dead"
+        assert f"over pgq's bound of {RESULT_MAX_BYTES:,}" in (q.job(big).last_error or "")
+        assert q.job(fits).status == "done"
+        assert len(q.job(fits).result["blob"]) == RESULT_MAX_BYTES - len('{"blob": ""}')
+        assert "lease lost" not in caplog.text
