@@ -27,6 +27,8 @@ SEED_TABLE = statements()["table"]
 SEED_INDEXES = (statements()["ready_index"], statements()["lease_index"])
 #: The plain INSERT, one job per statement.
 SEED_ENQUEUE = statements()["enqueue"]
+#: The plain batch INSERT, many jobs of one queue per statement (`payloads`: a jsonb array).
+SEED_ENQUEUE_BATCH = statements()["enqueue_batch"]
 #: The seed's claim (`LIMIT %(limit)s`, 10 as the seed writes it).
 SEED_CLAIM = statements()["claim"]
 #: The seed's completion, one UPDATE per job.

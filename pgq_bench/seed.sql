@@ -32,6 +32,10 @@ CREATE INDEX jobs_lease_idx ON jobs (lease_until) WHERE status = 'running';
 -- The seed shows no INSERT; this is the plain one, one job per statement.
 INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s);
 
+-- name: enqueue_batch
+-- The plain batch INSERT: many jobs of one queue in one statement, their payloads an array.
+INSERT INTO jobs (queue, payload) SELECT %(queue)s, p FROM unnest(%(payloads)s::jsonb[]) p;
+
 -- name: claim
 -- The seed's claim, one short transaction.
 UPDATE jobs
