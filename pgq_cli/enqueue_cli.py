@@ -342,7 +342,8 @@ def _steps(specs: list[tuple[JobSpec, int]]) -> Iterator[list[JobSpec]]:
 
 def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[int]:
     """All specs in one transaction: a failure part-way leaves nothing enqueued. Each statement
-    carries a bounded step, so each stays under jsonb's size limit and the statement timeout."""
+    carries a bounded step, so each stays under jsonb's size limit and the statement timeout.
+    Jobs without dependencies go through COPY (`Queue.enqueue_copy`)."""
     ids: list[int] = []
     if not specs:
         return ids
@@ -350,8 +351,10 @@ def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[i
         task = progress.add_task(
             "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
         )
+        # the bulk path (COPY) unless a job needs more: dependencies take `enqueue_many`
+        bulk = not any(spec.depends_on for spec, _ in specs)
         with q.conn.transaction():
             for step in _steps(specs):
-                ids += q.enqueue_many(step)
+                ids += q.enqueue_copy(step) if bulk else q.enqueue_many(step)
                 progress.advance(task, len(step))
     return ids

@@ -6,11 +6,12 @@ neither holds SQL or decides anything on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from . import tracing
@@ -231,6 +232,44 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
     )
 
 
+def _first_id(rows: Rows) -> int:
+    return int(rows[0][0])
+
+
+def enqueue_job(
+    queue: str,
+    payload: Any,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    max_attempts: int,
+    priority: int,
+    backoff_base: float | None,
+    backoff_cap: float | None,
+) -> Op[int]:
+    """`enqueue_one` for one job without a unique key or dependencies, checked as `JobSpec`s
+    are (ValueError): what `Queue.enqueue` sends, without a spec, a flow or its arrays (they
+    cost a one-job enqueue ~30 us of Python)."""
+    check_new_queue_name(queue)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    carrier = tracing.current()
+    return Op(
+        "enqueue_one",
+        {
+            "queue": queue,
+            "payload": Jsonb(payload),
+            "run_at": run_at,
+            "delay": delay,
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "backoff_base": check_backoff(backoff_base, "backoff_base"),
+            "backoff_cap": check_backoff(backoff_cap, "backoff_cap"),
+            "trace": None if carrier is None else Jsonb(carrier),
+        },
+        _first_id,
+    )
+
+
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
     with a key already in the batch are duplicates of the first (same outcome, not inserted)."""
@@ -284,6 +323,63 @@ def _job_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
         "backoff_caps": [s.backoff_cap for s in specs],
         "trace": _trace(),
     }
+
+
+def _nothing(rows: Rows) -> None:
+    return None
+
+
+#: The bulk path's COPY: an op naming the statement, run through a cursor's `copy` (its rows
+#: from `copy_rows`) rather than executed.
+ENQUEUE_COPY: Op[None] = Op("enqueue_copy", {}, _nothing)
+#: The column types of `enqueue_copy`'s rows, in its column order.
+COPY_TYPES = ("int8", "text", "jsonb", "timestamptz", "int4", "int4", "float8", "float8", "jsonb")
+_NO_DELAY = timedelta(0)
+
+
+def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
+    """Check `specs` for the bulk path (ValueError): as `enqueue_flow` does, and none with a
+    unique key or dependencies (those need `enqueue_many`). The distinct delays of the specs
+    without a run_at, no delay (due now) first."""
+    delays = {_NO_DELAY: None}
+    for spec in specs:
+        _check_spec(spec)
+        if spec.unique_key is not None or spec.depends_on:
+            raise ValueError(
+                "enqueue_copy takes jobs without a unique_key or depends_on: use enqueue_many"
+            )
+        if spec.run_at is None and spec.delay is not None:
+            delays[spec.delay] = None
+    return list(delays)
+
+
+def copy_ids(schema: str, n: int, delays: Sequence[timedelta]) -> Op[tuple[list[int], list[Any]]]:
+    """`n` new job ids (ascending) and the run_at each of `delays` gives, from now()."""
+    return Op(
+        "enqueue_copy_ids",
+        {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs", "n": n, "delays": list(delays)},
+        lambda rows: (sorted(int(i) for i in rows[0][0]), list(rows[0][1])),
+    )
+
+
+def copy_rows(
+    specs: Sequence[JobSpec],
+    ids: Sequence[int],
+    delays: Sequence[timedelta],
+    run_ats: Sequence[Any],
+) -> Iterator[tuple[Any, ...]]:
+    """The row of each spec for `enqueue_copy` (COPY_TYPES), its run_at as the enqueue
+    statements compute it: its own, else now() plus its delay (from `copy_ids`)."""
+    due = dict(zip(delays, run_ats, strict=True))
+    trace = _trace()
+    for job_id, spec in zip(ids, specs, strict=True):
+        run_at = spec.run_at
+        if run_at is None:
+            run_at = due[_NO_DELAY if spec.delay is None else spec.delay]
+        yield (
+            job_id, spec.queue, Jsonb(spec.payload), run_at, spec.max_attempts, spec.priority,
+            spec.backoff_base, spec.backoff_cap, trace,
+        )  # fmt: skip
 
 
 def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:

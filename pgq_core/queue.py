@@ -9,6 +9,7 @@ back with the caller's own writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -63,6 +64,7 @@ from .models import (
     TableSize,
 )
 from .ops import JobSpec, Op
+from .queries import statement
 from .session import Failure, adetect_pooler, detect_pooler
 from .target import find_target
 from .text import first_surrogate
@@ -265,6 +267,11 @@ class Queue:
         `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec).
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
+        if unique_key is None and not depends_on:  # the common case: one INSERT
+            job = ops.enqueue_job(
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap
+            )
+            return self.run(job, conn)
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -306,6 +313,28 @@ class Queue:
             for chunk in _chunks(specs):
                 done.extend(self._drive(ops.enqueue_flow(chunk), target))
         return done
+
+    def enqueue_copy(
+        self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
+    ) -> list[int]:
+        """The bulk path: `specs` (none with a unique_key or depends_on: ValueError) through
+        COPY, all or nothing, in one transaction (or the caller's, on `conn`); their new ids,
+        in order. The jobs and their effects are `enqueue_many`'s, at a fraction of its cost
+        per job."""
+        specs = list(specs)
+        delays = ops.copy_delays(specs)
+        if not specs:
+            return []
+        target = conn or self.conn
+        # a connection not in autocommit has (or begins) the caller's transaction: join it
+        with target.transaction() if target.autocommit else contextlib.nullcontext():
+            ids, run_ats = self.run(ops.copy_ids(self.schema, len(specs), delays), target)
+            copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+            with target.cursor() as cur, cur.copy(copy_in) as copy:
+                copy.set_types(ops.COPY_TYPES)
+                for row in ops.copy_rows(specs, ids, delays, run_ats):
+                    copy.write_row(row)
+        return ids
 
     # lease holders
     def claim(
@@ -658,6 +687,11 @@ class AsyncQueue:
         depends_on: Sequence[int] = (),
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
+        if unique_key is None and not depends_on:  # the common case: one INSERT
+            job = ops.enqueue_job(
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap
+            )
+            return await self.run(job, conn)
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -694,6 +728,25 @@ class AsyncQueue:
             for chunk in _chunks(specs):
                 done.extend(await self._drive(ops.enqueue_flow(chunk), target))
         return done
+
+    async def enqueue_copy(
+        self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[int]:
+        specs = list(specs)
+        delays = ops.copy_delays(specs)
+        if not specs:
+            return []
+        target = conn or self.conn
+        async with target.transaction() if target.autocommit else contextlib.nullcontext():
+            ids, run_ats = await self.run(
+                ops.copy_ids(self.schema, len(specs), delays), target
+            )
+            copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+            async with target.cursor() as cur, cur.copy(copy_in) as copy:
+                copy.set_types(ops.COPY_TYPES)
+                for row in ops.copy_rows(specs, ids, delays, run_ats):
+                    await copy.write_row(row)
+        return ids
 
     async def claim(
         self, queue: str, limit: int = 10, lease: timedelta = ops.DEFAULT_LEASE, worker: str = ""

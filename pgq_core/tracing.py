@@ -91,12 +91,24 @@ def current() -> dict[str, str] | None:
     there is none to record (no OpenTelemetry, or no span is active)."""
     if not available():
         return None
-    from opentelemetry import propagate
-
+    baggage, propagate, trace = _api()
     carrier: dict[str, str] = {}
     with contextlib.suppress(Exception):
+        # propagators carry the active span's context and the baggage: with neither there is
+        # nothing to inject (asking is a few us cheaper than an injection that writes nothing)
+        if not trace.get_current_span().get_span_context().is_valid and not baggage.get_all():
+            return None
         propagate.inject(carrier)
     return carrier or None
+
+
+@cache
+def _api() -> tuple[Any, Any, Any]:
+    """OpenTelemetry's baggage, propagate and trace modules, imported once (on each enqueue a
+    `from ... import` cost more than the look-ups it serves)."""
+    from opentelemetry import baggage, propagate, trace
+
+    return baggage, propagate, trace
 
 
 _UNTRACED = contextlib.nullcontext()

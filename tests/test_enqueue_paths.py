@@ -1,0 +1,139 @@
+"""The enqueue's cheap paths: `Queue.enqueue`'s one INSERT for a job without a key or
+dependencies, the bulk path `enqueue_copy` (COPY), and the `edge` probe of migration 25: each
+writes the jobs, wakes listeners and refuses bad input as the general path does."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
+
+COLUMNS = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap, trace"
+
+
+def rows(queue: Queue, ids: list[int]) -> list[tuple[Any, ...]]:
+    query = sql.SQL(
+        "SELECT id, {c}, run_at - queued_at FROM {s}.jobs WHERE id = ANY(%s) ORDER BY id"
+    )
+    return queue.conn.execute(
+        query.format(c=sql.SQL(COLUMNS), s=sql.Identifier(queue.schema)), [ids]
+    ).fetchall()
+
+
+def heard(dsn: str, schema: str) -> psycopg.Connection[Any]:
+    ears = psycopg.connect(dsn, autocommit=True)
+    ears.execute(listen_statement(schema))
+    return ears
+
+
+def specs() -> list[JobSpec]:
+    return [
+        JobSpec("c", {"n": 1}),
+        JobSpec("c", {"n": 2}, delay=timedelta(hours=1), priority=3, max_attempts=2),
+        JobSpec("c", [3], run_at=datetime(2031, 1, 1, tzinfo=UTC), backoff_base=1.5,
+                backoff_cap=60),
+        JobSpec("d", "four", delay=timedelta(0)),
+    ]  # fmt: skip
+
+
+def test_enqueue_copy_writes_what_enqueue_many_writes(queue: Queue) -> None:
+    many = queue.enqueue_many(specs())
+    copied = queue.enqueue_copy(specs())
+    assert copied == sorted(copied) and copied[0] > many[-1]
+    written, expected = rows(queue, copied), rows(queue, many)
+    assert [r[1:-1] for r in written] == [r[1:-1] for r in expected]
+    delays = [r[-1] for r in written]
+    assert delays[0] == delays[3] == timedelta(0)
+    assert delays[1] == timedelta(hours=1)
+    assert delays[2] > timedelta(days=365)
+
+
+def test_enqueue_copy_is_all_or_nothing_and_refuses_what_it_cannot_carry(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="unique_key or depends_on"):
+        queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {}, unique_key="k")])
+    with pytest.raises(ValueError, match="unique_key or depends_on"):
+        queue.enqueue_copy([JobSpec("c", {}, depends_on=[1])])
+    with pytest.raises(ValueError, match="max_attempts"):
+        queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {}, max_attempts=0)])
+    with pytest.raises(psycopg.Error):  # the server refuses the second job: none is written
+        queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {"bad": "\x00"})])
+    assert queue.enqueue_copy([]) == []
+    assert not queue.has_jobs("c")
+
+
+def test_enqueue_copy_commits_with_the_callers_transaction(queue: Queue, dsn: str) -> None:
+    with psycopg.connect(dsn) as own:
+        ids = queue.enqueue_copy([JobSpec("t", {"n": n}) for n in range(3)], conn=own)
+        assert not queue.has_jobs("t"), "not visible before the caller commits"
+        own.rollback()
+    assert not queue.has_jobs("t") and rows(queue, ids) == []
+    with psycopg.connect(dsn) as own:
+        ids = queue.enqueue_copy([JobSpec("t", {"n": n}) for n in range(3)], conn=own)
+    assert [r[0] for r in rows(queue, ids)] == ids
+
+
+@pytest.mark.parametrize("mode", ["always", "edge"])
+def test_enqueue_copy_wakes_listeners_once_per_queue(queue: Queue, dsn: str, mode: str) -> None:
+    queue.set_notify(mode)
+    with heard(dsn, queue.schema) as ears:
+        queue.enqueue_copy([JobSpec(q, {"n": n}) for n in range(500) for q in ("x", "y")])
+        assert sorted(n.payload for n in ears.notifies(timeout=0.4)) == ["x", "y"]
+
+
+async def test_async_enqueue_copy_writes_the_same_jobs(queue: Queue, aqueue: AsyncQueue) -> None:
+    ids = await aqueue.enqueue_copy(specs())
+    expected = queue.enqueue_many(specs())
+    written, wanted = rows(queue, ids), rows(queue, expected)
+    assert [r[1:-1] for r in written] == [r[1:-1] for r in wanted]
+    assert [r[-1] for r in written][:2] == [r[-1] for r in wanted][:2]  # due now; in an hour
+    with pytest.raises(ValueError, match="unique_key or depends_on"):
+        await aqueue.enqueue_copy([JobSpec("c", {}, unique_key="k")])
+
+
+def test_enqueue_one_checks_and_writes_as_the_general_path(queue: Queue) -> None:
+    one = queue.enqueue(
+        "c", {"n": 2}, delay=timedelta(hours=1), priority=3, max_attempts=2, backoff_base=2,
+        backoff_cap=7,
+    )  # fmt: skip
+    [general] = queue.enqueue_many(
+        [JobSpec("c", {"n": 2}, delay=timedelta(hours=1), priority=3, max_attempts=2,
+                 backoff_base=2, backoff_cap=7)]
+    )  # fmt: skip
+    [(_, *mine)], [(_, *theirs)] = rows(queue, [one]), rows(queue, [general])
+    assert mine == theirs
+    with pytest.raises(ValueError, match="max_attempts"):
+        queue.enqueue("c", {}, max_attempts=0)
+    with pytest.raises(ValueError, match="backoff_base"):
+        queue.enqueue("c", {}, backoff_base=-1)
+    with pytest.raises(ValueError, match="queue name"):
+        queue.enqueue("", {})
+
+
+async def test_async_enqueue_one_checks_and_writes_as_the_sync_one(
+    queue: Queue, aqueue: AsyncQueue
+) -> None:
+    ids = [
+        queue.enqueue("c", {"n": 1}, priority=2),
+        await aqueue.enqueue("c", {"n": 1}, priority=2),
+    ]
+    first, second = rows(queue, ids)
+    assert first[1:] == second[1:]
+    with pytest.raises(ValueError, match="max_attempts"):
+        await aqueue.enqueue("c", {}, max_attempts=0)
+
+
+def test_edge_batch_onto_a_queue_with_one_due_job_is_silent(queue: Queue, dsn: str) -> None:
+    queue.set_notify("edge")
+    queue.enqueue("e", {}, delay=timedelta(hours=1))  # scheduled: not due, so no edge of its own
+    with heard(dsn, queue.schema) as ears:
+        queue.enqueue_many([JobSpec("e", {"n": n}) for n in range(300)])
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == ["e"], "nothing was due"
+        queue.enqueue_many([JobSpec("e", {"n": n}) for n in range(300)])
+        queue.enqueue_copy([JobSpec("e", {"n": n}) for n in range(300)])
+        queue.enqueue("e", {})
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == [], "300 were due already"
