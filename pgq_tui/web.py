@@ -11,6 +11,17 @@ Who gets a session:
 
 What never leaves this process: the DSN (the sessions get it in their environment, never on a
 command line), the token in any log line (paths are logged with it masked, queries never).
+
+What no visitor can do (see also `web_session` for a session's own bounds):
+- frame it: every response says `Content-Security-Policy: frame-ancestors 'none'` and
+  `X-Frame-Options: DENY`, and a page requested as a frame gets 403;
+- load anything from another host into it (its font is served here, the policy says 'self');
+- hold a connection without a request: a connection idle (or half-sent) for `IDLE_SECONDS` is
+  closed; a websocket whose page answers no ping is closed by the ping;
+- flood the log: a bad request gets a status and one line, never a traceback; the event loop's
+  own errors (an accept out of file descriptors, which asyncio retries after a second) are one
+  line, at most one a second;
+- outlive it: every session process ends when the server does, by SIGTERM, Ctrl+C or SIGKILL.
 """
 
 from __future__ import annotations
@@ -21,10 +32,13 @@ import hmac
 import ipaddress
 import logging
 import re
+import resource
 import secrets
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
@@ -33,6 +47,8 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractAccessLogger
 from textual_serve.server import Server
 from yarl import URL
+
+from .web_session import HEARTBEAT_SECONDS, MAX_MESSAGE, Session, terminal_size
 
 #: where the token is taken from when set (else one is generated for a non-loopback address)
 TOKEN_ENV = "PGQ_WEB_TOKEN"
@@ -43,6 +59,23 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
 MAX_SESSIONS = 16
 #: how long a stop waits for the sessions to end
 SHUTDOWN_SECONDS = 5.0
+#: a connection with no request in flight is closed after this (idle, or a request half-sent)
+IDLE_SECONDS = 10.0
+#: the event loop's own errors: at most one line per this many seconds
+LOOP_ERROR_EVERY = 1.0
+#: on every response: no page of any site may frame this one
+FRAME_HEADERS = {
+    "Content-Security-Policy": (
+        "frame-ancestors 'none'; default-src 'self'; script-src 'self' 'unsafe-inline'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
+#: what a browser says it loads a page into when that is a frame (Sec-Fetch-Dest)
+FRAME_DESTINATIONS = frozenset({"iframe", "frame", "embed", "object", "fencedframe"})
+TEMPLATES = Path(__file__).parent / "web_templates"
 
 log = logging.getLogger("pgq.web")
 
@@ -133,9 +166,42 @@ class OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = f"pgq web: {record.getMessage()}"
         if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            text += f": {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return text
+            text += f": {exception_line(record.exc_info[1])}"
+        return text.splitlines()[0] if text else text
+
+
+def exception_line(exc: BaseException) -> str:
+    """`Type: first line of its text` (the text unreadable or empty: the type alone)."""
+    try:
+        lines = str(exc).splitlines()
+    except Exception:  # noqa: BLE001 - an unreadable message is still a line to log
+        lines = []
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+class LoopErrors:
+    """The event loop's exception handler: one line per error, at most one line per
+    `every` seconds (how many were not said is said with the next)."""
+
+    def __init__(self, every: float = LOOP_ERROR_EVERY) -> None:
+        self.every = every
+        self.last = -float("inf")
+        self.unsaid = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.unsaid += 1
+            return
+        self.last = now
+        text = str(context.get("message") or "event loop error")
+        exc = context.get("exception")
+        if isinstance(exc, BaseException):
+            text += f": {exception_line(exc)}"
+        if self.unsaid:
+            text += f" ({self.unsaid} more since the last such line)"
+            self.unsaid = 0
+        log.warning("%s", text)
 
 
 class DashboardServer(Server):
@@ -160,6 +226,9 @@ class DashboardServer(Server):
         self._stop: asyncio.Event | None = None
         #: the requests serving a session (each ends its dashboard process when cancelled)
         self._session_tasks: set[asyncio.Task[Any]] = set()
+        #: the sessions whose process may still run
+        self.live: set[Session] = set()
+        self.templates_path = TEMPLATES
 
     # logging -----------------------------------------------------------------------------
     def initialize_logging(self) -> None:
@@ -167,7 +236,7 @@ class DashboardServer(Server):
         with their locals (a session's environment holds the DSN)."""
         handler = logging.StreamHandler()
         handler.setFormatter(OneLineFormatter())
-        for name in ("pgq.web", "textual-serve"):
+        for name in ("pgq.web", "textual-serve", "aiohttp", "asyncio"):
             logger = logging.getLogger(name)
             logger.handlers[:] = [handler]
             logger.setLevel(logging.DEBUG if self.debug else logging.INFO)
@@ -207,11 +276,29 @@ class DashboardServer(Server):
     async def guard(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        """Who gets what (see the module); whatever a handler raises is a status and one
+        line, never a traceback."""
+        try:
+            return await self.checked(request, handler)
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line for the operator, 500 for the page
+            log.warning("%s %s failed: %s", request.method, mask_path(request.path),
+                        exception_line(exc))
+            return refuse(500, "this request failed; the server's log says why")
+
+    async def checked(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         if not self.host_allowed(request.headers.get(hdrs.HOST)):
             return refuse(403, f"this server answers to localhost only ({self.listen.netloc()})")
         route = request.match_info.route.name
         if route not in ("index", "websocket", "websocket_token"):
-            return await handler(request)  # static files; downloads (the key is the secret)
+            return await handler(request)  # static files
+        if route == "index" and request.headers.get("Sec-Fetch-Dest") in FRAME_DESTINATIONS:
+            return refuse(403, "this page is never shown in a frame")
         if route != "index" and not self.same_origin(request):
             return refuse(403, "a page of another site cannot open a session")
         if not self.token_given(request):
@@ -241,17 +328,27 @@ class DashboardServer(Server):
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_SECONDS)
+        self.kill_sessions()
+
+    def kill_sessions(self) -> None:
+        """SIGKILL to every session's group still running (the last word of a stop)."""
+        for session in list(self.live):
+            session.kill_group(signal.SIGKILL)
+
+    @staticmethod
+    async def frame_headers(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(FRAME_HEADERS)
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[self.guard])
         app.on_shutdown.append(self.on_shutdown)
+        app.on_response_prepare.append(self.frame_headers)
         aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
         app.add_routes(
             [
                 web.get("/", self.page, name="index"),
                 web.get("/ws", self.session, name="websocket"),
                 web.get("/ws/{token}", self.session, name="websocket_token"),
-                web.get("/download/{key}", self.handle_download, name="download"),
                 web.static("/static", self.statics_path, name="static"),
             ]
         )
@@ -278,8 +375,23 @@ class DashboardServer(Server):
         return response
 
     async def session(self, request: web.Request) -> web.StreamResponse:
-        response: web.StreamResponse = await self.handle_websocket(request)
-        return response
+        """A dashboard process for this websocket, until either ends (`web_session`)."""
+        size = terminal_size(request.query)
+        if size is None:
+            return refuse(400, "width and height must be whole numbers of cells")
+        websocket = web.WebSocketResponse(
+            heartbeat=HEARTBEAT_SECONDS, max_msg_size=MAX_MESSAGE, timeout=2.0
+        )
+        if not websocket.can_prepare(request).ok:
+            return refuse(400, "this address takes a websocket: open / in a browser")
+        await websocket.prepare(request)
+        session = Session(self.command, self.sessions_started, websocket, debug=self.debug)
+        self.live.add(session)
+        try:
+            await session.run(*size)
+        finally:
+            self.live.discard(session)
+        return websocket
 
     # running -----------------------------------------------------------------------------
     def serve(self, debug: bool = False, announce: Callable[[], None] | None = None) -> None:
@@ -287,7 +399,11 @@ class DashboardServer(Server):
         when it cannot be."""
         self.debug = debug
         self.initialize_logging()
-        asyncio.run(self._serve(announce))
+        more_files()
+        try:
+            asyncio.run(self._serve(announce))
+        finally:
+            self.kill_sessions()
 
     def stop(self) -> None:
         if self._stop is not None:
@@ -296,6 +412,7 @@ class DashboardServer(Server):
     async def _serve(self, announce: Callable[[], None] | None) -> None:
         self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(LoopErrors())
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._stop.set)
@@ -304,6 +421,7 @@ class DashboardServer(Server):
             access_log_class=AccessLog,
             access_log=log,
             shutdown_timeout=SHUTDOWN_SECONDS,
+            keepalive_timeout=IDLE_SECONDS,
         )
         await runner.setup()
         try:
@@ -314,6 +432,16 @@ class DashboardServer(Server):
             await self._stop.wait()
         finally:
             await runner.cleanup()
+
+
+def more_files() -> None:
+    """The soft limit on open files raised to the hard one (each connection is one)."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 65536)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def refuse(status: int, text: str) -> web.Response:
