@@ -52,6 +52,11 @@ class LazyGroup(PgqGroup):
             "jobs_command",
             "List jobs matching a filter, newest first (payloads are shown by `pgq show`).",
         ),
+        "workers": (
+            "pgq_cli.queue_cli",
+            "workers_command",
+            "The live workers: queues, concurrency, jobs running, done and failed, last beat.",
+        ),
         "show": (
             "pgq_cli.jobs_cli",
             "show_command",

@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 
 from pgq_core.config import check_new_queue_name
+from pgq_core.durations import short_duration
 from pgq_core.text import printable
 
 from . import output
@@ -193,7 +194,7 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
     for col in ("queue", "ready", "scheduled", "running", "expiring", "dead", "done", "oldest due"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
-        oldest = "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}s"
+        oldest = "" if r.oldest_due_seconds is None else short_duration(r.oldest_due_seconds)
         name = output.text(r.queue)
         if name.cell_len > NAME_CELLS:  # one long name must not push the counts off the screen
             name.truncate(NAME_CELLS, overflow="ellipsis")
@@ -210,5 +211,36 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
             str(r.dead),
             str(r.done),
             oldest,
+        )
+    output.console().print(table)
+
+
+@click.command("workers")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def workers_command(ctx: click.Context, as_json: bool) -> None:
+    """The live workers: each one's row, beaten every few seconds, gone once it stops beating."""
+    with settings(ctx).queue() as q:
+        rows = q.workers()
+    if as_json:
+        echo_json([r.to_dict() for r in rows])
+        return
+    if not rows:
+        output.console().print("no live workers")
+        return
+    table = Table(title=output.text(f"workers · {settings(ctx).target().display}"))
+    for col in ("worker", "queues", "conc", "running", "done", "failed", "up", "beat", "version"):
+        table.add_column(col, justify="left" if col in ("worker", "queues", "version") else "right")
+    for r in rows:
+        table.add_row(
+            output.text(r.id),
+            output.text(",".join(r.queues)),
+            str(r.concurrency),
+            str(r.running),
+            f"{r.done:,}",
+            f"{r.failed:,}",
+            short_duration(r.up_seconds),
+            f"{short_duration(r.beat_seconds)} ago",
+            output.text(r.version),
         )
     output.console().print(table)

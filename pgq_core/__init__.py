@@ -30,6 +30,7 @@ from .models import (
     QueueWindow,
     Schedule,
     Settled,
+    WorkerInfo,
 )
 from .ops import JobSpec, LatencyReport, LatencyWindow, Percentiles, QueueLatency
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
@@ -84,6 +85,7 @@ __all__ = [
     "Tasks",
     "UnreadableValue",
     "Unstorable",
+    "WorkerInfo",
     "achain",
     "agroup",
     "chain",

@@ -54,3 +54,20 @@ def duration_label(span: timedelta) -> str:
             parts.append(f"{seconds // size}{unit}")
             seconds %= size
     return "".join(parts)
+
+
+def short_duration(seconds: float) -> str:
+    """A duration in its largest sensible unit, as the CLI and the dashboard print it alike:
+    850ms, 4.2s, 37s, 3m05s, 2h14m, 3d04h."""
+    s = abs(seconds)
+    if s < 1:
+        return f"{int(s * 1000)}ms"
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{int(s)}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"

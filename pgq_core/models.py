@@ -153,6 +153,30 @@ class JobRow:
 
 
 @dataclass(frozen=True)
+class WorkerInfo:
+    """A live worker, as it last said in its beat (`pgq workers`, the dashboard)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    version: str
+    started_at: datetime
+    beat_at: datetime
+    #: jobs its handlers were running, and its jobs done and failed since it started
+    running: int
+    done: int
+    failed: int
+    #: seconds since it started and since its last beat, on the database's clock
+    up_seconds: float
+    beat_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class JobEvent:
     """One row of a job's fence history."""
 

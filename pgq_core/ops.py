@@ -45,6 +45,7 @@ from .models import (
     StuckJobs,
     TableHealth,
     TableSize,
+    WorkerInfo,
     XminHolder,
 )
 
@@ -852,6 +853,40 @@ def leases(limit: int = 100, note_chars: int = LEASE_NOTE_CHARS) -> Op[list[Leas
     """Running jobs, the lease closest to expiry first; progress notes cut to `note_chars`."""
     params = {"limit": limit, "note_chars": note_chars}
     return Op("leases", params, lambda rows: [Lease(*r) for r in rows])
+
+
+#: Live workers listed at most (`pgq workers`, the dashboard).
+WORKERS_LIMIT = 500
+
+
+def workers(limit: int = WORKERS_LIMIT) -> Op[list[WorkerInfo]]:
+    """The live workers (rows not expired), oldest first."""
+    return Op("workers", {"limit": limit}, lambda rows: [WorkerInfo(*r) for r in rows])
+
+
+def worker_beat(
+    worker_id: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    concurrency: int,
+    version: str,
+    ttl: float,
+    counts: tuple[int, int, int],
+) -> Op[None]:
+    """A worker's beat: its row written, live for `ttl` seconds; `counts`: running, done,
+    failed. Expired rows of others are deleted."""
+    running, done, failed = counts
+    params = {
+        "id": worker_id, "host": host, "pid": pid, "queues": list(queues),
+        "concurrency": concurrency, "version": version, "ttl": ttl,
+        "running": running, "done": done, "failed": failed,
+    }
+    return Op("worker_beat", params, lambda rows: None)
+
+
+def worker_gone(worker_id: str) -> Op[None]:
+    return Op("worker_gone", {"id": worker_id}, lambda rows: None)
 
 
 def cut_bytes(text: str | None, size: int | None) -> bool:

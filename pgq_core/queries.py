@@ -22,6 +22,7 @@ FILES = (
     "operator.sql",
     "observer.sql",
     "session.sql",
+    "registry.sql",
 )
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)

@@ -62,6 +62,7 @@ from .models import (
     ServerRole,
     Settled,
     TableSize,
+    WorkerInfo,
 )
 from .ops import JobSpec, Op
 from .queries import statement
@@ -552,6 +553,10 @@ class Queue:
     def leases(self, limit: int = 100) -> list[Lease]:
         return self.run(ops.leases(limit))
 
+    def workers(self, limit: int = ops.WORKERS_LIMIT) -> list[WorkerInfo]:
+        """The live workers (each beats its row in `workers`), oldest first."""
+        return self.run(ops.workers(limit))
+
     def jobs(
         self, queue: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[JobRow]:
@@ -958,6 +963,10 @@ class AsyncQueue:
 
     async def leases(self, limit: int = 100) -> list[Lease]:
         return await self.run(ops.leases(limit))
+
+    async def workers(self, limit: int = ops.WORKERS_LIMIT) -> list[WorkerInfo]:
+        """The live workers (each beats its row in `workers`), oldest first."""
+        return await self.run(ops.workers(limit))
 
     async def jobs(
         self, queue: str | None = None, status: str | None = None, limit: int = 50

@@ -79,6 +79,17 @@ SELECT id, queue, worker, fence, attempts, max_attempts, lease_until,
  ORDER BY lease_until
  LIMIT %(limit)s;
 
+-- name: workers
+-- The live workers (their rows not expired), oldest first, at most `limit`; with the seconds
+-- since each started and since its last beat, on the database's clock.
+SELECT id, host, pid, queues, concurrency, version, started_at, beat_at, running, done, failed,
+       extract(epoch FROM now() - started_at)::float8,
+       extract(epoch FROM now() - beat_at)::float8
+  FROM {schema}.workers
+ WHERE expires_at > now()
+ ORDER BY started_at, id
+ LIMIT %(limit)s;
+
 -- name: jobs
 -- Browse jobs by queue and status, newest first; dead jobs by time of death, the latest first.
 -- Of last_error only its first `error_chars` characters and its whole size in bytes (read from

@@ -21,6 +21,7 @@
 - `producer`: one settle-and-claim step (River's producer);
 - `handback`: what the worker holds and will not run, given back at once;
 - `beside`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
+- `registry`: the worker's own row in `workers`, beaten every few seconds, gone when it stops;
 - `context`: `JobContext`, what a handler gets: its job, fence, progress, lost lease;
 - `snapshot`: what a worker reports of itself (`Worker.snapshot()`);
 - `signals`: SIGTERM/SIGINT stop a worker, gracefully then at once;

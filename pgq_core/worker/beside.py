@@ -1,4 +1,5 @@
-"""The tasks beside a worker's main loop: the listener, the reaper and the scheduler, started
+"""The tasks beside a worker's main loop: the listener, the reaper, the scheduler and the
+worker's beat in `workers`, started
 once the worker runs, and the chores it starts on the way (stale writes recorded).
 
 Invariants: the listener waits for the heartbeater's first successful round trip (it must not
@@ -32,12 +33,16 @@ class Beside:
         call: Callable[..., Awaitable[list[Any]]],
         reap_interval: float,
         worker_id: str,
+        beat: Coroutine[Any, Any, None] | None = None,
     ) -> None:
+        """`beat`: the worker's row kept in `workers` (registry.py)."""
         self._tasks = [
             asyncio.create_task(heart.after_first_beat(listener)),
             asyncio.create_task(reap_forever(call, reap_interval, worker_id)),
             asyncio.create_task(schedule_forever(call, worker_id)),
         ]
+        if beat is not None:
+            self._tasks.append(asyncio.create_task(beat))
 
     def chore(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` beside the main loop; it is awaited (or cancelled) by `stop`."""

@@ -44,6 +44,7 @@ from .link import Link, Throttled, Timeouts, application_name
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
 from .producer import Producer, Step
+from .registry import beat_forever, say_gone
 from .runner import Handler
 from .settler import Settler
 from .snapshot import RunningJob, WorkerSnapshot, take_snapshot
@@ -144,6 +145,7 @@ class Worker:
         self._producer: Producer | None = None
         self._heart: Heartbeater | None = None
         self._beside = Beside()
+        self._registered = False
         self.metrics = metrics
         if metrics is not None:
             metrics.attach(self.snapshot, self.id)
@@ -163,6 +165,11 @@ class Worker:
     def idle_interval(self) -> float:
         """The current polling interval while the queues stay empty (it backs off)."""
         return self._claims.idle_delay
+
+    def _beat_counts(self) -> tuple[int, int, int]:
+        """Jobs running, done and failed, for this worker's row in `workers`."""
+        snap = self.snapshot()
+        return len(snap.running), snap.done, snap.failed
 
     def snapshot(self) -> WorkerSnapshot:
         return take_snapshot(self.id, self.queues, self._state, self.concurrency, self._ledger)
@@ -260,7 +267,11 @@ class Worker:
             self._heart.start()
             app = application_name("listen", self.id)
             hints = listen(self.dsn, self.schema, self.queues, self.timeouts, self._on_hint, app)
-            self._beside.start(self._heart, hints, link.call, self.reap_interval, self.id)
+            beat = beat_forever(
+                link.call, self.id, self.queues, self.concurrency, self._beat_counts
+            )
+            self._beside.start(self._heart, hints, link.call, self.reap_interval, self.id, beat)
+            self._registered = True
             try:
                 await self._pump()
             except SchemaMissing:
@@ -279,6 +290,8 @@ class Worker:
                 raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
             await self._beside.stop(HAND_BACK_TIMEOUT)
+            if self._registered:
+                await say_gone(link.call, self.id)
             await asyncio.to_thread(self._heart.stop)
             await self._lanes.close()
             await link.close()
