@@ -4,12 +4,15 @@ primary, and a standby reached by mistake is named, not taken for the primary.""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from handlers_for_tests import noop
 from prometheus_client.core import Metric
 from replication import SCHEMA, Pair, running_pair
 from support import ENV
@@ -18,6 +21,7 @@ from pgq_cli.cli import main
 from pgq_cli.context import Settings
 from pgq_core import Queue
 from pgq_core.exporter import QueueCollector
+from pgq_core.worker import Worker
 
 RUN_ENV = {**ENV, "PGQ_READ_DSN": None}
 
@@ -169,3 +173,36 @@ def test_the_exporter_reads_the_standby_and_exports_its_lag(pair: Pair) -> None:
         assert got["pgq_server_standby"] == 0 and "pgq_replica_lag_seconds" not in got
     finally:
         primary.close()
+
+
+async def test_a_worker_on_a_standby_waits_saying_so_once_then_works_once_promoted(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not --burst: the worker waits for the server to take writes, says so once (not at every
+    reconnect), and claims once the standby is promoted."""
+    with Queue.connect(pair.primary.dsn, SCHEMA) as queue:
+        job_id = queue.enqueue("mail", {})
+    pair.caught_up()
+    caplog.set_level(logging.INFO, logger="pgq")
+    worker = Worker(pair.standby.dsn, ["mail"], noop, schema=SCHEMA, poll_interval=0.2)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(5)  # reconnects after 0.25, 0.5, 1 and 2 s of backoff
+        said = [r.getMessage() for r in caplog.records if "read-only standby" in r.getMessage()]
+        assert len(said) == 1, said
+        assert f"the server (127.0.0.1:{pair.standby.port}) is a read-only standby" in said[0]
+        assert not [r for r in caplog.records if "reachable again" in r.getMessage()]
+        downs = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+        assert len(downs) == 1, [r.getMessage() for r in downs]
+        pair.fail_over()
+        with Queue.connect(pair.standby.dsn, SCHEMA) as queue:
+            for _ in range(600):
+                if queue.job(job_id).status == "done":
+                    break
+                await asyncio.sleep(0.05)
+            assert queue.job(job_id).status == "done"
+        said = [r.getMessage() for r in caplog.records if "read-only standby" in r.getMessage()]
+        assert len(said) == 1, said
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 30)

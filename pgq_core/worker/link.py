@@ -12,8 +12,9 @@ Invariants:
   names is the statement's data).
 - A session that cannot write (`READ_ONLY`, as after a failover) is dropped: the statement is
   `Transient` and the link reconnects until a session takes writes (a DSN naming several hosts
-  asks libpq for the writable one: `cluster.writer_options`); while none does, that is said
-  once per outage, in plain words (`cluster.no_primary`).
+  asks libpq for the writable one: `cluster.writer_options`; a server that reports itself a
+  hot standby, as one host named alone does, is not taken back); while none does, that is
+  said once per outage, in plain words (`cluster.no_primary`).
 - A pooler in transaction mode nobody announced (PGQ_POOLED unset) is found when a connection
   opens (`detect_pooler`) or by its errors (`is_pooler_error`: prepared statements that do not
   exist or already exist): pooled mode from then on, said once; the statement is `Transient`
@@ -280,6 +281,15 @@ class Link:
                 waiting = no_primary(str(exc), self._dsn)
                 if waiting is not None and not said:  # once per outage
                     said = True
+                    log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
+                continue
+            if fresh.info.parameter_status("in_hot_standby") == "on":  # PostgreSQL 14+
+                # up, but no statement of a worker's runs there: still waiting for a primary
+                with contextlib.suppress(psycopg.Error):
+                    await fresh.close()
+                if not said:
+                    said = True
+                    waiting = no_primary("server is in hot standby mode", self._dsn) or ""
                     log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
                 continue
             if self._closed:
