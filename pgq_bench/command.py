@@ -17,8 +17,10 @@ from pgq_core import PgqError
 from pgq_core.config import check_schema
 
 from .bouncer import executable as pgbouncer_executable
+from .cluster import missing as cluster_missing
 from .common import server
 from .drain import Options, print_tables, run_bench
+from .failover import FailoverOptions, print_failover, run_failover
 from .fleet import FleetOptions, print_fleet, run_fleet
 from .pickup import PickupOptions, print_pickup, run_pickup
 from .producers import ProducersOptions, print_producers, run_producers
@@ -39,6 +41,10 @@ DEFAULT_WORKERS = 4
 DEFAULT_CONCURRENCY = 50
 FLEET_WORKERS = 8
 FLEET_CONCURRENCY = 25
+#: --failover: the scenario of the failover test (3 workers at C = 10, 5,000 jobs).
+FAILOVER_WORKERS = 3
+FAILOVER_CONCURRENCY = 10
+FAILOVER_JOBS = 5_000
 #: --rate when not given. The fleet's is what this 2-core machine sustains with 8 workers, a
 #: producer, PgBouncer and PostgreSQL sharing it (at 200 the one producer reached ~137/s).
 SOAK_RATE = 200.0
@@ -80,6 +86,10 @@ def run_command(
     kill_every: timedelta | None = None,
     lease: timedelta | None = None,
     pool_size: int = 8,
+    failover: bool = False,
+    failovers: int = 10,
+    synchronous: bool = False,
+    lag: timedelta | None = None,
     seed: int | None = None,
     view_queues: int = 0,
     big_errors: int = 0,
@@ -89,18 +99,21 @@ def run_command(
     as_json: bool = False,
 ) -> None:
     """`pgq bench` with its parsed options: the default run, --stats-scale, --same-resources,
-    --producers, --soak or --fleet.
+    --producers, --soak, --fleet or --failover.
 
-    `schema` is only checked: every run uses throwaway schemas of its own. A --fleet whose
-    checks fail exits 1 after its report. --peers and --db-work imply --same-resources."""
+    `schema` is only checked: every run uses throwaway schemas of its own (--failover: a
+    cluster of its own, `dsn` unused). A --fleet or --failover whose checks fail exits 1
+    after its report. --peers and --db-work imply --same-resources."""
     same_resources = same_resources or peers or db_work
     modes = [stats_scale, same_resources, producers is not None, soak is not None,
-             fleet is not None, pickup]  # fmt: skip
+             fleet is not None, pickup, failover]  # fmt: skip
     if sum(modes) > 1:
         raise click.UsageError(
-            "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, --fleet "
-            "and --pickup are separate runs: pick one"
+            "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, --fleet, "
+            "--pickup and --failover are separate runs: pick one"
         )
+    if synchronous and not failover:
+        raise click.UsageError("--sync is an option of --failover")
     views = bool(view_queues or big_errors)
     if views and not stats_scale:
         raise click.UsageError("--queues and --big-errors are options of --stats-scale")
@@ -123,6 +136,31 @@ def run_command(
         console.print(f"[dim]· {message}[/dim]")
 
     result: dict[str, Any]
+    if failover:
+        reason = cluster_missing()
+        if reason:
+            raise click.ClickException(f"--failover needs a Patroni cluster: {reason}")
+        failover_opts = FailoverOptions(
+            failovers=failovers,
+            jobs=jobs or FAILOVER_JOBS,
+            workers=workers or FAILOVER_WORKERS,
+            concurrency=concurrency or FAILOVER_CONCURRENCY,
+            synchronous=synchronous,
+            lag=(lag if lag is not None else timedelta(milliseconds=200)).total_seconds(),
+            lease=(lease or timedelta(seconds=30)).total_seconds(),
+            seed=seed,
+        )
+        result = run_failover(failover_opts, say)
+        if as_json:
+            click.echo(json.dumps(result, default=str, indent=2))
+        else:
+            print_failover(result, console)
+        if not result["passed"]:
+            if as_json:
+                say("failover FAILED: see \"checks\"")
+            raise click.exceptions.Exit(1)
+        return
+
     with server(dsn, statement_stats=same_resources and db_work) as (target, embedded):
         if fleet is not None:
             fleet_opts = FleetOptions(
