@@ -281,6 +281,7 @@ class ClaimWatch(threading.Thread):
 def run_failover(opts: FailoverOptions, say: Callable[[str], None]) -> dict[str, Any]:
     """The whole scenario on a cluster of its own; the result holds the checks (`passed`)."""
     rng = random.Random(opts.seed)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     with (
         Cluster(synchronous=opts.synchronous, say=say) as cluster,
         tempfile.TemporaryDirectory(prefix="pgq-failover-") as tmp,
@@ -362,7 +363,8 @@ def run_failover(opts: FailoverOptions, say: Callable[[str], None]) -> dict[str,
                 },
                 "cluster_started_s": round(cluster.started_in, 1),
                 "machine": machine(),
-                "started": datetime.now(UTC).isoformat(timespec="seconds"),
+                "started": started,
+                "ended": datetime.now(UTC).isoformat(timespec="seconds"),
                 "seed": opts.seed,
             },
             "failovers": failovers,
