@@ -31,7 +31,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from pgq_core import JobRow, Lease, PgqError, QueueWindow
+from pgq_core import JobRow, Lease, PgqError, QueueWindow, WorkerInfo
 from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 from pgq_core.models import ServerRole
@@ -77,6 +77,10 @@ from .state import (
 from .throughput import Throughput
 from .widgets.status_header import StatusHeader
 from .worker_log import WorkerLogHandler
+
+#: One poll's reads: the queues' window, the leases (and when read), the Jobs view's rows, the
+#: server, the live workers' rows.
+Fetched = tuple[QueueWindow, list[Lease], float, list[JobRow], ServerRole | None, list[WorkerInfo]]
 
 __all__ = ["DashboardApp", "Notified"]
 
@@ -316,9 +320,7 @@ class DashboardApp(App[None]):
 
     async def _await_fetch(
         self,
-        fetch: asyncio.Future[
-            tuple[QueueWindow, list[Lease], float, list[JobRow], ServerRole | None]
-        ],
+        fetch: asyncio.Future[Fetched],
         jobs_query: JobsQuery,
     ) -> Message:
         started = self.clock()
@@ -332,7 +334,7 @@ class DashboardApp(App[None]):
             await asyncio.wait({fetch}, timeout=5)
             return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
-            window, leases, leases_at, jobs, server = fetch.result()
+            window, leases, leases_at, jobs, server, workers = fetch.result()
         except Disconnected as exc:
             return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
@@ -343,13 +345,13 @@ class DashboardApp(App[None]):
         return Polled(
             Snapshot(
                 window.stats, leases, jobs, jobs_query, now, now - started, leases_at,
-                window.offset, window.total, server,
+                window.offset, window.total, server, workers,
             )
         )
 
     async def _fetch(
         self, jobs_query: JobsQuery
-    ) -> tuple[QueueWindow, list[Lease], float, list[JobRow], ServerRole | None]:
+    ) -> Fetched:
         """The queues of the window the Queues view shows (the server sends no others), and
         the server they were read from."""
         window = await self.source.stats_window(self.queues_offset, QUEUES_WINDOW)
@@ -360,7 +362,7 @@ class DashboardApp(App[None]):
         leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
         jobs = await self._jobs(jobs_query)
         server = await self.source.server()
-        return window, leases, leases_at, jobs, server
+        return window, leases, leases_at, jobs, server, await self.source.workers()
 
     def move_queues_window(self, offset: int) -> None:
         """The Queues view shows the queues from the `offset`th by name from the next poll

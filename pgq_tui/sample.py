@@ -23,6 +23,7 @@ from pgq_core import (
     QueueLatency,
     QueueStats,
     QueueWindow,
+    WorkerInfo,
 )
 from pgq_core.filters import ACTION_STATUSES, JobFilter
 from pgq_core.models import (
@@ -386,6 +387,20 @@ WORKERS = [
 ]
 
 
+#: the live workers' rows: this app's own (left out of the Workers view: their snapshots are
+#: newer) and one of another process
+LIVE_WORKERS = [
+    *(
+        WorkerInfo(w.id, "demo-host", 4242, list(w.queues), w.concurrency, "0.1.0",
+                   ago(1500), ago(2.0), len(w.running), w.done, w.failed, 1500.0, 2.0)
+        for w in WORKERS
+        if w.state != "stopped"
+    ),
+    WorkerInfo(W_OLD, "batch-07", 311, ["webhooks", "reports"], 8, "0.1.0", ago(5400),
+               ago(1.4), 1, 4210, 97, 5400.0, 1.4),
+]
+
+
 ERRORS = [
     ErrorGroup(
         "3f9a1c2b7d4e",
@@ -498,6 +513,9 @@ class SampleSource:
 
     async def leases(self, limit: int) -> list[Lease]:
         return LEASES[:limit]
+
+    async def workers(self) -> list[WorkerInfo]:
+        return list(LIVE_WORKERS)
 
     async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]:
         return [

@@ -30,6 +30,7 @@ from pgq_core import (
     Lease,
     QueueStats,
     QueueWindow,
+    WorkerInfo,
     listen_statement,
     ops,
 )
@@ -83,6 +84,10 @@ class Source(Protocol):
         ...
 
     async def leases(self, limit: int) -> list[Lease]: ...
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers, from their rows in `workers` (any process's)."""
+        ...
+
     async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]: ...
     async def job(self, job_id: int) -> JobDetail: ...
     async def requeue(self, ids: Sequence[int]) -> list[int]: ...
@@ -237,6 +242,10 @@ class PgSource:
 
     async def latency(self, queues: Sequence[str]) -> LatencyReport:
         result: LatencyReport = await self._call("latency", ops.LATENCY_WINDOW, list(queues))
+        return result
+
+    async def workers(self) -> list[WorkerInfo]:
+        result: list[WorkerInfo] = await self._call("workers")
         return result
 
     async def leases(self, limit: int) -> list[Lease]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pgq_core import JobRow, Lease, QueueStats
+from pgq_core import JobRow, Lease, QueueStats, WorkerInfo
 from pgq_core.filters import JobFilter
 from pgq_core.models import JobProgress, ServerRole
 
@@ -71,6 +71,8 @@ class Snapshot:
     queues_total: int = 0
     #: the server the poll read (its address, standby or not, lag, timeline); None: not known
     server: ServerRole | None = None
+    #: the live workers' rows (any process's, this app's own included)
+    workers: list[WorkerInfo] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.leases_at:

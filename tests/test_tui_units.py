@@ -199,7 +199,7 @@ async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> N
 async def test_each_tab_counts_the_rows_of_its_table() -> None:
     from textual.widgets import TabbedContent
 
-    from pgq_tui.sample import EVERY_JOB, LEASES, STATS, WORKERS
+    from pgq_tui.sample import EVERY_JOB, LEASES, LIVE_WORKERS, STATS, WORKERS
     from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
 
@@ -207,6 +207,8 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
         tabs = app.dashboard.query_one(TabbedContent)
         return [tabs.get_tab(pane).label.plain for pane in ("leases", "jobs", "workers")]
 
+    own = {w.id for w in WORKERS}  # and beside them the other processes' live workers
+    shown_workers = len(WORKERS) + len([w for w in LIVE_WORKERS if w.id not in own])
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -216,11 +218,11 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
         assert labels() == [
             f"Leases {len(LEASES)} (2 expiring) (1 expired)",
             f"Jobs {reports.dead}",
-            f"Workers {len(WORKERS)}",
+            f"Workers {shown_workers}",
         ]
         await pilot.press("3", "slash", *"a1b2c3")  # a row filter: shown of all
         await settle(pilot)
-        assert labels()[2] == f"Workers 1 of {len(WORKERS)}"
+        assert labels()[2] == f"Workers 1 of {shown_workers}"
         await pilot.press("escape", "2", "slash", "ctrl+u", *"queue:webhooks error:503", "enter")
         await settle(pilot)  # the Jobs view's filter is the server's: every row it sent
         webhooks_503 = [

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets.data_table import RowDoesNotExist
 
 from pgq_core import JobRow, Lease, QueueStats
 from pgq_core.filters import FILTER_SYNTAX, FilterError, JobFilter, format_filter, parse_filter
@@ -67,6 +68,7 @@ class DashboardScreen(Screen[None]):
         Binding("5", "show_tab('errors')", "Errors", show=False),
         Binding("6", "show_tab('health')", "Health", show=False),
         Binding("s", "next_status", "Status", show=False),
+        Binding("o", "open_worker", "Open worker", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -205,7 +207,7 @@ class DashboardScreen(Screen[None]):
             self.query_one(JobsTable).show(data.jobs, now, data)
         else:
             self.post_message(JobsRequested())
-        self.query_one(WorkersTable).show(self.host.pool.snapshots(), now)
+        self._show_workers(now)
         self._render_workers_hint()
         self._render_tab_labels()
         self._render_jobs_bar()
@@ -255,7 +257,7 @@ class DashboardScreen(Screen[None]):
             )
             if self.active_view() == "jobs":
                 self.query_one(JobsTable).show(self.data.jobs, now, self.data)
-        self.query_one(WorkersTable).show(self.host.pool.snapshots(), now)
+        self._show_workers(now)
         self._render_workers_hint()
         self._render_tab_labels()
         self.render_status_line()
@@ -435,10 +437,34 @@ class DashboardScreen(Screen[None]):
         group = self.selected_group() if self.errors else None
         self.query_one("#errors-example", Static).update(example_text(group))
 
+    def _show_workers(self, now: float) -> None:
+        data = self.data
+        live, leases = (data.workers, data.leases) if data is not None else ([], [])
+        self.query_one(WorkersTable).show(self.host.pool.snapshots(), now, live, leases)
+
+    def action_open_worker(self) -> None:
+        """`o` in the Leases view: the Workers view, the cursor on the lease's worker."""
+        if self.data is None or self.active_view() != "leases":
+            return
+        key = self.query_one(LeasesTable).selected_key
+        lease = next((x for x in self.data.leases if str(x.id) == key), None)
+        if lease is None or lease.worker is None:
+            return
+        table = self.query_one(WorkersTable)
+        self.action_show_tab("workers")
+        try:
+            table.move_cursor(row=table.get_row_index(lease.worker))
+        except RowDoesNotExist:
+            self.say(
+                f"worker {lease.worker} is not live: no beat in its row (stopped, killed or "
+                "an older pgq)",
+                "yellow",
+            )
+
     def _render_workers_hint(self) -> None:
         host = self.host
         hint = self.query_one("#workers-hint", Static)
-        if host.pool.snapshots():
+        if host.pool.snapshots() or (self.data is not None and self.data.workers):
             hint.display = False
             return
         hint.display = True

@@ -21,6 +21,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "on a queue: browse its jobs (dead first); on a job (a stuck one too): open "
      "it; on an error group: its jobs"),
     ("s", "Jobs: next status (dead, ready, running, done, all)"),
+    ("o", "Leases: open the selected job's worker in the Workers view"),
     ("/", "Jobs: filter on the server (below); elsewhere: filter the rows shown, or a job's "
      "history (Esc clears)"),
     ("r", "requeue the selected dead job"),
@@ -42,7 +43,7 @@ VIEWS: tuple[tuple[str, str], ...] = (
     ("queues", "ready, scheduled, running, expiring, dead, done, oldest due, done/s"),
     ("1 Leases", "running jobs by time left, counting down (re-read every second)"),
     ("2 Jobs", "the selected queue's jobs by status; dead: the latest dead first"),
-    ("3 Workers", "workers started in this app and their current jobs"),
+    ("3 Workers", "this app's workers and their current jobs, and every other live worker"),
     ("4 Log", "what this app's workers logged (warnings counted on the tab)"),
     ("5 Errors", "failed and dead jobs grouped by error, largest first (read every 5s)"),
     ("6 Health", "stuck jobs (lease renewed, running past 3x their queue's p99 and 1m), "

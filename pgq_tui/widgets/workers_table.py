@@ -1,10 +1,13 @@
-"""Workers started inside this app, with what each one is doing right now."""
+"""Every live worker: the ones started inside this app, with what each one is doing right now,
+and beside them the others that beat their row in `workers` (any process, any host)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from rich.text import Text
+
+from pgq_core import Lease, WorkerInfo
 
 from .. import humanize
 from ..state import WorkerView
@@ -66,6 +69,39 @@ def worker_row(worker: WorkerView, now: float) -> Row:
     )
 
 
+def live_row(worker: WorkerInfo, leases: Sequence[Lease], limit: int = 4) -> Row:
+    """A worker of another process, from its row: its counts as of its last beat, where it
+    runs, and the jobs it holds (from the leases read)."""
+    busy = worker.running
+    held = sorted((x for x in leases if x.worker == worker.id), key=lambda x: x.id)
+    jobs = Text()
+    for i, lease in enumerate(held[:limit]):
+        if i:
+            jobs.append(" · ", style="grey50")
+        jobs.append(f"#{lease.id} ")
+        jobs.append(f"f{lease.fence}", style=fence_style(lease.fence))
+    if len(held) > limit:
+        jobs.append(f" · +{len(held) - limit} more", style="grey50")
+    if held:
+        jobs.append("  ")
+    jobs.append_text(humanize.db_text(f"{worker.host} pid {worker.pid}", style="grey62"))
+    jobs.append(f" · beat {humanize.ago(worker.beat_seconds)}", style="grey50")
+    jobs.append_text(humanize.db_text(f" · {worker.version}", style="grey50"))
+    return (
+        worker.id,
+        [
+            humanize.db_text(worker.id),
+            humanize.name_text(", ".join(worker.queues)),
+            Text("elsewhere", style="green"),
+            Text(f"{busy}/{worker.concurrency}", style="cyan" if busy else "grey50"),
+            Text(humanize.count(worker.done), style="green" if worker.done else "grey50"),
+            Text(humanize.count(worker.failed), style="red" if worker.failed else "grey50"),
+            Text("—", style="grey50"),
+            jobs,
+        ],
+    )
+
+
 class WorkersTable(KeyedTable):
     COLUMNS: tuple[Column, ...] = (
         ("id", "worker", 22, 0),
@@ -79,5 +115,16 @@ class WorkersTable(KeyedTable):
     )
     RIGHT = frozenset({"busy", "done", "failed", "lost"})
 
-    def show(self, workers: Sequence[WorkerView], now: float) -> None:
-        self.sync([worker_row(w, now) for w in workers])
+    def show(
+        self,
+        workers: Sequence[WorkerView],
+        now: float,
+        live: Sequence[WorkerInfo] = (),
+        leases: Sequence[Lease] = (),
+    ) -> None:
+        """This app's `workers`, then the `live` rows of the others (an own worker's row is
+        left out: its snapshot is newer)."""
+        own = {w.id for w in workers}
+        rows = [worker_row(w, now) for w in workers]
+        rows += [live_row(w, leases) for w in live if w.id not in own]
+        self.sync(rows)
