@@ -7,6 +7,7 @@ Loaded only when run (see `LazyGroup.LAZY` in cli.py), so cron parsing is never 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
@@ -22,6 +23,9 @@ from . import output
 from .context import INT4, PgqGroup, echo_json, fail, new_queue_option, settings, when
 from .enqueue_cli import parse_payload
 
+#: Schedules `schedule list` shows by default, and at most (a page each; --after for the next).
+SCHEDULES_PAGE = 100
+SCHEDULES_MAX = 10_000
 #: Characters of a schedule's payload shown in `schedule list`.
 PAYLOAD_CHARS = 60
 
@@ -90,24 +94,34 @@ def add(
                 f"schedule {printable(name)} already exists: add --replace to change it (its "
                 "last run is kept), or remove it first"
             )
-        found = [s for s in q.list_schedules() if s.name == name]
-    upcoming = f"; next run {when(found[0].next_slot)}" if found and found[0].next_slot else ""
+        found = q.schedule(name)
+    upcoming = f"; next run {when(found.next_slot)}" if found and found.next_slot else ""
     where = f"{printable(cron)} on {printable(queue_name)}"
     click.echo(f"schedule {printable(name)}: {where}{upcoming}")
 
 
 @schedule_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, SCHEDULES_MAX),
+    default=SCHEDULES_PAGE,
+    show_default=True,
+    help="At most this many schedules, by name.",
+)
+@click.option("--after", metavar="NAME", help="Start after this schedule name (the next page).")
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """Every schedule with its last and next run."""
+def list_(ctx: click.Context, as_json: bool, limit: int, after: str | None) -> None:
+    """Schedules by name with their last and next run, a page at a time."""
     with settings(ctx).queue() as q:
-        rows = q.list_schedules()
+        rows, total = q.schedules_page(after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
     if as_json:
         echo_json([s.to_dict() for s in rows])
         return
     if not rows:
-        click.echo("no schedules")
+        click.echo("no schedules" if not after else f"no schedules after {printable(after)}")
         return
     table = Table()
     for col in ("name", "queue", "cron", "last run", "next run", "attempts", "payload"):
@@ -126,6 +140,9 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             output.text(payload),
         )
     output.console().print(table)
+    if more:
+        last = shlex.quote(printable(rows[-1].name))
+        click.echo(f"{len(rows)} of {total} schedules shown; the next page: --after {last}")
 
 
 @schedule_group.command("remove")

@@ -109,7 +109,7 @@ class LazyGroup(PgqGroup):
         "stats": (
             "pgq_cli.queue_cli",
             "stats_command",
-            "Ready, scheduled, running, expiring, dead and done jobs per queue.",
+            "Ready, scheduled, waiting, running, expiring, dead and done jobs per queue.",
         ),
         "latency": (
             "pgq_cli.latency_cli",

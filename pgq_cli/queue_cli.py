@@ -177,7 +177,7 @@ def limit_command(
 )
 @click.pass_context
 def stats_command(ctx: click.Context, as_json: bool) -> None:
-    """Ready, scheduled, running, expiring, dead and done jobs per queue."""
+    """Ready, scheduled, waiting, running, expiring, dead and done jobs per queue."""
     group = settings(ctx)
     with group.reader() as q:
         rows = q.stats()
@@ -191,7 +191,8 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
         return
     say_read_from(role)
     table = Table(title=output.text(f"pgq · {group.read_display()}"))
-    for col in ("queue", "ready", "scheduled", "running", "expiring", "dead", "done", "oldest due"):
+    columns = ("queue", "ready", "scheduled", "waiting", "running", "expiring", "dead", "done")
+    for col in (*columns, "oldest due"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for r in rows:
         oldest = "" if r.oldest_due_seconds is None else short_duration(r.oldest_due_seconds)
@@ -206,6 +207,7 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
             name,
             str(r.ready),
             str(r.scheduled),
+            str(r.waiting),
             str(r.running),
             str(r.expiring),
             str(r.dead),

@@ -1007,9 +1007,19 @@ def _schedule(row: tuple[Any, ...]) -> Schedule:
     return replace(schedule, next_slot=upcoming)
 
 
-def schedule_rows() -> Op[list[Schedule]]:
-    """Every schedule as stored (`next_slot` not computed): what the worker's scheduler reads."""
-    return Op("schedules", {}, lambda rows: [Schedule(*r) for r in rows])
+def schedules_page(after: str | None, limit: int) -> Op[tuple[list[Schedule], int]]:
+    """At most `limit` schedules by name after `after` (None: the first), each with its next
+    slot, and how many schedules there are in all."""
+
+    def read(rows: Rows) -> tuple[list[Schedule], int]:
+        return [_schedule(r[:-1]) for r in rows], int(rows[0][-1]) if rows else 0
+
+    return Op("schedules_page", {"after": after, "limit": limit}, read)
+
+
+def schedule(name: str) -> Op[Schedule | None]:
+    """The schedule named `name` with its next slot, or None."""
+    return Op("schedule", {"name": name}, lambda rows: _schedule(rows[0]) if rows else None)
 
 
 def database_clock() -> Op[datetime]:
@@ -1075,13 +1085,37 @@ def run_schedule(name: str) -> Op[int | None]:
 def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | None]:
     """Enqueue `slot` of schedule `name` unless it (or a later slot) already was: the new job's
     id, or None. Safe from any number of workers at once; never waits on a lock."""
+    batch = enqueue_due_slots([(name, slot)], worker)
+    return Op(
+        batch.name,
+        batch.params,
+        lambda rows: next((int(r[2]) for r in rows if r[2] is not None), None),
+    )
+
+
+def enqueue_due_slots(
+    slots: Sequence[tuple[str, datetime]], worker: str | None
+) -> Op[list[tuple[str, datetime, int | None]]]:
+    """Enqueue each (schedule name, slot) unless it (or a later slot) already was, in one
+    statement: (name, slot, new job id or None) per slot advanced; a slot another worker
+    enqueued, or whose row it holds, is not among them. Never waits on a lock."""
     from .cron import slot_key
 
     return Op(
-        "enqueue_due_slot",
-        {"name": name, "slot": slot, "key": slot_key(name, slot), "worker": worker},
-        lambda rows: int(rows[0][0]) if rows else None,
+        "enqueue_due_slots",
+        {
+            "names": [n for n, _ in slots],
+            "slots": [s for _, s in slots],
+            "keys": [slot_key(n, s) for n, s in slots],
+            "worker": worker,
+        },
+        lambda rows: [(str(r[0]), r[1], None if r[2] is None else int(r[2])) for r in rows],
     )
+
+
+def schedule_slots() -> Op[list[tuple[str, str, datetime, datetime | None]]]:
+    """Every schedule's (name, cron, created_at, last_slot): what a scheduler pass reads."""
+    return Op("schedule_slots", {}, lambda rows: [(r[0], r[1], r[2], r[3]) for r in rows])
 
 
 # ---------------------------------------------------------------------------- queue control

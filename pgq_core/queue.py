@@ -425,6 +425,16 @@ class Queue:
     def list_schedules(self) -> list[Schedule]:
         return self.run(ops.schedules())
 
+    def schedules_page(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[Schedule], int]:
+        """At most `limit` schedules by name after `after`, and how many there are in all."""
+        return self.run(ops.schedules_page(after, limit))
+
+    def schedule(self, name: str) -> Schedule | None:
+        """The schedule named `name`, or None."""
+        return self.run(ops.schedule(name))
+
     def remove_schedule(self, name: str) -> None:
         if not self.run(ops.remove_schedule(name)):
             raise _unknown_schedule(name)
@@ -1007,6 +1017,16 @@ class AsyncQueue:
 
     async def list_schedules(self) -> list[Schedule]:
         return await self.run(ops.schedules())
+
+    async def schedules_page(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[Schedule], int]:
+        """`Queue.schedules_page` for asyncio."""
+        return await self.run(ops.schedules_page(after, limit))
+
+    async def schedule(self, name: str) -> Schedule | None:
+        """`Queue.schedule` for asyncio."""
+        return await self.run(ops.schedule(name))
 
     async def remove_schedule(self, name: str) -> None:
         if not await self.run(ops.remove_schedule(name)):

@@ -4,8 +4,12 @@ on it can lock, never on an advisory lock whose key anyone can compute."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,6 +18,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support import make_worker, running, until
 
 from pgq_core import JobSpec, Queue
+
+TESTS = Path(__file__).parent
 
 
 @pytest.fixture
@@ -69,3 +75,27 @@ async def test_a_grantless_login_cannot_stall_a_limited_queue(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
         ).fetchone()
         assert locks is not None and locks[0] >= 1  # the stranger held it throughout
+
+
+def test_a_worker_without_grants_says_so_in_the_operators_words(
+    dsn: str, schema: str, stranger: str
+) -> None:
+    """`pgq worker` as a login that may not read the schema: one line, permission denied,
+    and no internal class name (it was `unexpected Refused`)."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+    )
+    env.pop("PGQ_DSN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgq_cli", "--dsn", stranger, "--schema", schema, "worker", "q",
+         "--handler", "handlers_for_tests:noop", "--burst"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pgq: error: permission denied"), done.stderr
+    assert "unexpected" not in done.stderr and "Refused" not in done.stderr

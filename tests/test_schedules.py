@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import json
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from psycopg import sql
-from support import make_worker, until
+from support import Pgq, make_worker, until
 
 from pgq_core import PgqError, Queue, ops
 from pgq_core.cron import latest_slot, next_slot, slot_key
@@ -263,3 +265,31 @@ async def test_workers_with_different_clocks_enqueue_each_slot_exactly_once(
     gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(slots)]
     assert set(gaps) == {1.0}, gaps
     assert all(0 <= (at - slot).total_seconds() < 1.5 for slot, at in slots)
+
+
+def test_schedule_list_is_bounded_and_paged(queue: Queue, pgq: Pgq) -> None:
+    """250 schedules: `pgq schedule list` shows a page of 100 by name and says how to get the
+    next; --after walks the rest; the last page says nothing more; --json --limit bounds too."""
+    queue.conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.schedules (name, queue, cron, payload, max_attempts)"
+            " SELECT 'n' || lpad(i::text, 3, '0'), 'q', '* * * * *', '{{}}', 1"
+            " FROM generate_series(1, 250) i"
+        ).format(sql.Identifier(queue.schema))
+    )
+    seen: list[str] = []
+    after: list[str] = []
+    for page in range(3):
+        result = pgq("schedule", "list", *after)
+        assert result.exit_code == 0, result.output
+        names = re.findall(r"\bn\d{3}\b", result.output)
+        seen += list(dict.fromkeys(names))
+        last_line = result.output.strip().splitlines()[-1]
+        if page < 2:
+            assert last_line == f"100 of 250 schedules shown; the next page: --after {seen[-1]}"
+            after = ["--after", seen[-1]]
+        else:
+            assert "next page" not in result.output
+    assert seen == [f"n{i:03d}" for i in range(1, 251)]
+    shown = pgq("schedule", "list", "--json", "--limit", "5", "--after", "n100")
+    assert [s["name"] for s in json.loads(shown.output)] == [f"n{i}" for i in range(101, 106)]

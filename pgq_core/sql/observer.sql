@@ -399,3 +399,22 @@ SELECT (SELECT count(*) FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0),
        coalesce((SELECT pg_catalog.max(pg_catalog.age(backend_xmin)) FROM pg_stat_activity
                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()), 0)::bigint;
+
+-- name: schedules
+-- Every periodic job, by name.
+SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
+  FROM {schema}.schedules ORDER BY name;
+
+-- name: schedules_page
+-- At most `limit` periodic jobs by name, after `after` (NULL: from the first), and how many
+-- there are in all: a page of `pgq schedule list`.
+SELECT name, queue, cron, payload, max_attempts, created_at, last_slot,
+       (SELECT pg_catalog.count(*) FROM {schema}.schedules) AS total
+  FROM {schema}.schedules
+ WHERE %(after)s::text IS NULL OR name > %(after)s::text
+ ORDER BY name LIMIT %(limit)s;
+
+-- name: schedule
+-- One periodic job by name (no row: none of that name).
+SELECT name, queue, cron, payload, max_attempts, created_at, last_slot
+  FROM {schema}.schedules WHERE name = %(name)s::text;

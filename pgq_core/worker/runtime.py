@@ -40,7 +40,16 @@ from .handback import hand_back_orphans, record_stale, return_buffered, wind_dow
 from .heartbeater import Heartbeater
 from .lanes import Lanes
 from .ledger import Ledger
-from .link import Link, Throttled, Timeouts, application_name
+from .link import (
+    DataFault,
+    Disconnected,
+    Link,
+    Refused,
+    Throttled,
+    Timeouts,
+    Transient,
+    application_name,
+)
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
 from .producer import Producer, Step
@@ -247,7 +256,14 @@ class Worker:
             except psycopg.OperationalError as exc:
                 reason = scrub(first_line(str(exc)), self.dsn)
                 raise PgqError(f"database unavailable: {reason}") from None
-            await link.call(ops.require_schema(latest_version(), self.schema))
+            try:
+                await link.call(ops.require_schema(latest_version(), self.schema))
+            except Refused as exc:  # in the operator's words, never the class's name
+                raise PgqError(f"permission denied: {exc}") from None
+            except DataFault as exc:
+                raise PgqError(f"database error: {exc}") from None
+            except (Disconnected, Transient) as exc:
+                raise PgqError(f"database unavailable: {exc}") from None
             if self.burst:  # a standby never drains: nothing there can be claimed
                 (role,) = await link.call(ops.server_role())
                 if role.standby:
