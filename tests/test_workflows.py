@@ -446,3 +446,21 @@ def test_a_job_without_dependents_settles_without_calling_the_trigger(
         q.complete(parent, held[parent])
         assert calls() == 1
         conn.commit()
+
+
+def test_a_deleted_parent_blocks_its_children_as_a_dead_one_does(queue: Queue) -> None:
+    """The parent died (its child with it), then was deleted: requeueing the queue's dead
+    jobs puts the child back to waiting on the parent that never succeeded, never ready."""
+    parent = queue.enqueue("q", {})
+    child = queue.enqueue("q", {}, depends_on=[parent])
+    queue.kill([parent])
+    assert queue.job(child).status == "dead"
+    queue.conn.execute(
+        sql.SQL("DELETE FROM {}.jobs WHERE id = %s").format(sql.Identifier(queue.schema)),
+        [parent],
+    )
+    requeued, _ = queue.requeue_dead_report("q")
+    assert requeued == [child]
+    detail = queue.job(child)
+    assert detail.status == "waiting", detail
+    assert queue.claim("q", 10, timedelta(seconds=30), "w") == []

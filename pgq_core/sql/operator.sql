@@ -7,13 +7,15 @@
 -- fragment: requeued_status
 -- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
 -- stays on a job that died waiting): then it waits again on its parents not done, counted
--- afresh (a dead parent included: requeue that one and both run in order).
+-- afresh (a dead parent included: requeue that one and both run in order; a deleted one too:
+-- it never succeeded, so its children wait on it for good, as on a dead one never requeued).
 parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
-           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status <> 'done'), 0) ELSE 0 END,
+           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) ELSE 0 END,
          status = CASE WHEN j.parents_left > 0 AND coalesce(
-           (SELECT count(*) FROM {schema}.job_deps d JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status <> 'done'), 0) > 0 THEN 'waiting' ELSE 'ready' END
+           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) > 0
+           THEN 'waiting' ELSE 'ready' END
 
 -- fragment: requeue_dead
 -- The requeue of the dead jobs in a CTE `dead` (id, unique_key), after it: a job whose unique
