@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -116,17 +117,30 @@ def missing() -> str | None:
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` distinct TCP ports free on 127.0.0.1 now (held open together while chosen)."""
+    """`n` distinct TCP ports free on 127.0.0.1 now, below the ephemeral range: a client's
+    outgoing connection can never take one while its node is down (the kernel picks those
+    from the ephemeral range), so a node restarted on its port finds it free."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(max(1024, low - 12_000), low))
+    random.shuffle(candidates)
     held: list[socket.socket] = []
     try:
-        for _ in range(n):
+        for port in candidates:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             held.append(s)
-        return [s.getsockname()[1] for s in held]
+            if len(held) == n:
+                return [h.getsockname()[1] for h in held]
+        raise ClusterError(f"fewer than {n} free ports below {low}")
     finally:
-        for s in held:
-            s.close()
+        for h in held:
+            h.close()
 
 
 def _prctl(option: int, value: int = 0) -> int:
@@ -160,6 +174,21 @@ def _pids() -> Iterator[int]:
 
 def _children(parent: int) -> list[int]:
     return [pid for pid in _pids() if (st := _stat(pid)) is not None and st[2] == parent]
+
+
+def _own_children() -> list[int]:
+    """This process's children (adopted orphans included), from each thread's `children`
+    list; a scan of every process where the kernel has no such list."""
+    me = os.getpid()
+    found: list[int] = []
+    listed = False
+    for task in Path(f"/proc/{me}/task").iterdir():
+        try:
+            found.extend(int(pid) for pid in (task / "children").read_text().split())
+            listed = True
+        except (OSError, ValueError):
+            continue
+    return found if listed else _children(me)
 
 
 def _cmdline(pid: int) -> bytes:
@@ -246,6 +275,9 @@ class Cluster:
     started_in: float = field(init=False, default=0.0)
     killed_at: float = field(init=False, default=0.0)
     killed: int | None = field(init=False, default=None)
+    #: how the last node restarted rejoined: "pg_rewind", "a new base backup" or "streaming
+    #: alone" (its WAL had not diverged)
+    last_rejoin: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self._etcd: subprocess.Popen[bytes] | None = None
@@ -286,7 +318,7 @@ class Cluster:
         if reason:
             raise ClusterError(reason)
         began = time.monotonic()
-        self._foreign = set(_children(os.getpid()))
+        self._foreign = set(_own_children())
         self._was_subreaper = _prctl(_PR_GET_CHILD_SUBREAPER)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="pgq-reaper")
@@ -444,10 +476,22 @@ class Cluster:
         leader = self.leader()
         if leader is None or leader == n:
             raise ClusterError(f"no other leader for {node.name} to follow")
+        log = node.home / "patroni.log"
+        offset = log.stat().st_size if log.exists() else 0
         began = time.monotonic()
         self._start_node(node)
         self._wait_replica(n, leader, began + timeout)
-        return time.monotonic() - began
+        took = time.monotonic() - began
+        with log.open("rb") as f:
+            f.seek(offset)
+            said = f.read().decode(errors="replace")
+        if "Removing data directory" in said:
+            self.last_rejoin = "a new base backup"
+        elif "running pg_rewind" in said:
+            self.last_rejoin = "pg_rewind"
+        else:
+            self.last_rejoin = "streaming alone"
+        return took
 
     def timeline(self, n: int) -> int:
         """The timeline of node n's current WAL position (a primary's)."""
@@ -658,12 +702,10 @@ class Cluster:
 
     def _reap(self) -> None:
         """Reap zombie children Patroni left us (postgres and its tools), never another's."""
-        me = os.getpid()
-        for pid in _pids():
+        for pid in _own_children():
             st = _stat(pid)
             if (
                 st is not None
-                and st[2] == me
                 and st[1] == "Z"
                 and st[0] in _REAPED_NAMES
                 and pid not in self._foreign

@@ -48,6 +48,7 @@ import psycopg
 from psycopg import sql
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pgq_core import JobSpec, Queue, migrate
 from pgq_core.text import printable
@@ -409,12 +410,13 @@ def _failover(
         "promotion_s": round(promotion.seconds, 2),
         "first_claim_after_promotion_s": None if claim_back is None else round(claim_back, 2),
         "rejoined_s": round(rejoined, 1),
+        "rejoined_by": cluster.last_rejoin,
     }
     say(
         f"failover {number}: node{old} killed with {len(batch) - acked} of its batch unacked; "
         f"node{promotion.node} took writes after {promotion.seconds:.1f}s (timeline "
         f"{promotion.timeline}), first claim {event['first_claim_after_promotion_s']}s after; "
-        f"node{old} back as a replica in {rejoined:.1f}s"
+        f"node{old} back as a replica in {rejoined:.1f}s ({cluster.last_rejoin})"
     )
     return event
 
@@ -583,7 +585,8 @@ def print_failover(result: dict[str, Any], console: Console) -> None:
         table.add_row(
             str(f["number"]), f["killed"], f["promoted"], str(f["timeline"]),
             f"{f['batch_acked_at_kill']}/{f['batch_size']}", str(f["promotion_s"]),
-            str(f["first_claim_after_promotion_s"]), str(f["rejoined_s"]),
+            str(f["first_claim_after_promotion_s"]),
+            f"{f['rejoined_s']} ({f.get('rejoined_by', '?')})",
         )  # fmt: skip
     console.print(table)
     checks = Table(title="checks: " + ("PASSED" if result["passed"] else "FAILED"))
@@ -593,8 +596,9 @@ def print_failover(result: dict[str, Any], console: Console) -> None:
     for name, c in result["checks"].items():
         detail = {k: v for k, v in c.items()
                   if k not in ("passed", "sample", "histories", "statuses", "rule", "exits")
-                  and v not in ([], {}, None)}  # fmt: skip
-        checks.add_row(name, "ok" if c["passed"] else "FAILED", json.dumps(detail, default=str))
+                  and not k.endswith("_sample") and v not in ([], {}, None)}  # fmt: skip
+        figures = Text(json.dumps(detail, default=str))  # data, never markup
+        checks.add_row(name, "ok" if c["passed"] else "FAILED", figures)
     console.print(checks)
     f = result["figures"]
     console.print(
