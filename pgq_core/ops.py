@@ -885,6 +885,11 @@ def worker_beat(
     return Op("worker_beat", params, lambda rows: None)
 
 
+def drop_schema() -> Op[None]:
+    """The schema and everything in it (a private test schema, `testing.private_schema`)."""
+    return Op("drop_schema", {}, lambda rows: None)
+
+
 def worker_gone(worker_id: str) -> Op[None]:
     return Op("worker_gone", {"id": worker_id}, lambda rows: None)
 

@@ -72,3 +72,8 @@ SELECT pg_catalog.host(pg_catalog.inet_server_addr()) AS host,
 -- name: read_only_session
 -- A reader's session (--read-dsn) writes nothing: every transaction starts read-only.
 SELECT pg_catalog.set_config('default_transaction_read_only', 'on', false);
+
+-- name: drop_schema
+-- A private test schema (`pgq_core.testing.private_schema`) and everything in it, once its
+-- test is over.
+DROP SCHEMA IF EXISTS {schema} CASCADE;
