@@ -44,17 +44,18 @@ RETURNED_UNFINISHED = "worker shutdown"
 
 
 async def hand_back_orphans(
-    call: Call, ledger: Ledger, worker_id: str, timeline: int | None
+    call: Call, ledger: Ledger, worker_id: str, timeline: int | None, orphans: bool
 ) -> int | None:
-    """After a start or a reconnect: the jobs claimed before a promotion go back (anyone's:
-    their fences write nothing now), then the jobs claimed under our id by a statement whose
-    reply never arrived. `timeline`: the server's timeline at the last check (None: none yet).
-    Returns the server's timeline once the check is done, None when it could not run (try
-    again)."""
+    """At the start or after a reconnect: the jobs claimed before a promotion go back
+    (anyone's: their fences write nothing now), then, with `orphans`, the jobs claimed under
+    our id by a statement whose reply never arrived. `timeline`: the server's timeline at the
+    last check (None: none yet). Returns the server's timeline once the check is done, None
+    when it could not run (try again)."""
+    step: list[ops.Op[Any]] = [ops.hand_back_failed_over()]
+    if orphans:
+        step.append(ops.hand_back_orphans(ledger.ours(), worker_id))
     try:
-        results = await call(
-            ops.hand_back_failed_over(), ops.hand_back_orphans(ledger.ours(), worker_id)
-        )
+        results = await call(*step)
     except (Disconnected, Transient):
         return None
     except DataFault as exc:
@@ -63,7 +64,7 @@ async def hand_back_orphans(
         )
         return timeline
     failed_over: FailedOver = results[0]
-    orphans: list[int] = results[1]
+    orphaned: list[int] = results[1] if orphans else []
     if timeline is not None and failed_over.timeline != timeline:
         log.warning(
             "worker %s: the database failed over (timeline %d, was %d): every job claimed "
@@ -80,12 +81,12 @@ async def hand_back_orphans(
             len(failed_over.released),
             failed_over.timeline,
         )
-    if orphans:
+    if orphaned:
         log.info(
             "worker %s: handed back %d job(s) claimed while the connection broke "
             "(their reply was lost; the attempt does not count)",
             worker_id,
-            len(orphans),
+            len(orphaned),
         )
     if len(failed_over.released) >= ops.REAP_BATCH:
         return None  # more to hand back: check again

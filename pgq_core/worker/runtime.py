@@ -10,8 +10,10 @@ States: starting -> running <-> disconnected -> draining (stop asked) -> stopped
   handlers get `grace` seconds; then the finished jobs are settled before anything is handed
   back, on every way out of `run()`, and `run()` never raises for a handler's or a job's fault.
 - At the start and after a reconnect, jobs running under a fence from before a promotion
-  (anyone's) and jobs running under this worker's id that it does not hold (a claim whose
-  reply was lost) are handed back at once, the attempt not counted.
+  (anyone's: such a fence writes nothing) go back at once; after a reconnect, so do jobs
+  running under this worker's id that it does not hold (a claim whose reply was lost). At the
+  start those are left to their leases: a live twin under the same id may hold them. Neither
+  counts the attempt.
 """
 
 from __future__ import annotations
@@ -132,7 +134,9 @@ class Worker:
         self._immediate = False
         self._stop_requested = False
         self._grace_deadline = 0.0
-        self._recover_orphans = True  # and the jobs a failover left (handback.py)
+        self._recover_orphans = False
+        #: look for the jobs a failover left (handback.py): at the start and on every reconnect
+        self._check_failover = True
         self._timeline: int | None = None
         self._burst_refused: str | None = None
         self._down_since: float | None = None
@@ -421,7 +425,7 @@ class Worker:
             time.monotonic() - since,
             len(self._ledger.held),
         )
-        self._recover_orphans = True
+        self._recover_orphans = self._check_failover = True
         self._claims.notified()
         if self._heart is not None:
             self._heart.beat_now()
@@ -442,15 +446,19 @@ class Worker:
             self._jobs.fill()
             now = time.monotonic()
             ledger = self._ledger
-            if self._recover_orphans or (self._stopping and ledger.buffer):
+            recover = self._recover_orphans or self._check_failover
+            if recover or (self._stopping and ledger.buffer):
                 if not lanes.quiet:  # a claim in flight is not held yet
                     await self._sleep(self._next_timeout(now))
                     continue
                 can_talk = self._statements.ready(now)
-                if can_talk and self._recover_orphans:
-                    timeline = await hand_back_orphans(self._call, ledger, self.id, self._timeline)
+                if can_talk and recover:
+                    timeline = await hand_back_orphans(
+                        self._call, ledger, self.id, self._timeline, self._recover_orphans
+                    )
                     if timeline is not None:
-                        self._timeline, self._recover_orphans = timeline, False
+                        self._timeline = timeline
+                        self._recover_orphans = self._check_failover = False
                     continue
                 if can_talk and self._stopping and now >= ledger.buffer_retry_at:
                     await return_buffered(self._call, ledger, self.id)
