@@ -37,7 +37,7 @@ from pgq_core.filters import (
 )
 from pgq_core.models import ErrorGroup, JobLink, JobRow, PayloadPreview, progress_text
 from pgq_core.ops import BULK_BATCH
-from pgq_core.text import first_line, printable
+from pgq_core.text import first_line, keep_end, printable
 
 from . import output
 from .context import (
@@ -252,6 +252,10 @@ def _run_bulk(
 # ---------------------------------------------------------------------------- the jobs table
 
 
+#: cells of the worker column of `pgq jobs`: a longer id keeps its end (pid and suffix)
+WORKER_CELLS = 16
+
+
 def jobs_table(rows: Sequence[JobRow]) -> Table:
     """Jobs as `pgq jobs` prints them, plain or filtered."""
     table = Table()
@@ -259,7 +263,8 @@ def jobs_table(rows: Sequence[JobRow]) -> Table:
         table.add_column(
             col,
             justify="right" if col in ("id", "attempts", "fence") else "left",
-            no_wrap=col in ("id", "status", "attempts", "fence", "run at"),
+            no_wrap=col in ("id", "status", "attempts", "fence", "run at", "worker"),
+            min_width=WORKER_CELLS if col == "worker" else None,
         )
     for r in rows:
         error = first_line(r.last_error, r.last_error_truncated, 60)
@@ -270,7 +275,7 @@ def jobs_table(rows: Sequence[JobRow]) -> Table:
             f"{r.attempts}/{r.max_attempts}",
             str(r.fence),
             when(r.run_at),
-            output.escaped(r.worker),
+            output.escaped(keep_end(r.worker or "", WORKER_CELLS)),
             output.escaped(error),
         )
     return table

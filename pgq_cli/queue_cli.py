@@ -221,7 +221,9 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
 def workers_command(ctx: click.Context, as_json: bool) -> None:
-    """The live workers: each one's row, beaten every few seconds, gone once it stops beating."""
+    """The live workers: queues, concurrency, jobs running, done and failed, last beat.
+
+    Each worker beats its row every few seconds; one that stops beating drops out by itself."""
     with settings(ctx).queue() as q:
         rows = q.workers()
     if as_json:

@@ -150,3 +150,11 @@ def format_traceback(
         return bounded_traceback("".join(lines).rstrip("\n"), limit)
     except BaseException:  # noqa: BLE001 - a hostile exception must not escape
         return None
+
+
+def keep_end(text: str, width: int) -> str:
+    """`text` in at most `width` characters, keeping its end (a worker id's pid and suffix
+    tell workers apart): a longer one starts with an ellipsis."""
+    if len(text) <= width:
+        return text
+    return "…" + text[len(text) - max(0, width - 1) :] if width > 1 else "…"
