@@ -292,29 +292,20 @@ SELECT 'busy', t.id, t.fence
   FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM released) AND j.status = 'running';
 
 -- name: settle_snooze
--- A handler said "not now, in `delay` seconds" (Snooze): its job goes back to ready at now() +
--- delay and the attempt does not count, as `hand_back`; never waits on a row lock. Rows:
--- ('snoozed' | 'busy' | 'done', id, fence); one not reported is lost.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[]),
-                           pg_catalog.unnest(%(delays)s::float8[]))
-    AS t(id, fence, delay)
+-- Snooze: ready at now() + `delay` s, no attempt spent, no lock waited. Rows: (snoozed|busy|done, id, fence)
+WITH held AS (SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(delays)s::float8[])) AS t(id, fence, delay)
 ), {lock_held}, snoozed AS (
-  UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now() + pg_catalog.make_interval(secs => m.delay),
-         lease_until = NULL, attempts = greatest(j.attempts - 1, 0)
-    FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+  UPDATE {schema}.jobs j SET status = 'ready', lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0), run_at = now() + pg_catalog.make_interval(secs => m.delay)
+    FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at, j.run_at, m.delay
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'snoozed', fence, %(worker)s,
-         'for ' || delay::text || 's (runs at ' || run_at::text || ')', claimed_at
-    FROM snoozed
+  SELECT id, 'snoozed', fence, %(worker)s, 'for ' || delay::text || 's (runs at ' || run_at::text || ')',
+         claimed_at FROM snoozed
 )
-SELECT 'snoozed' AS outcome, id, fence FROM snoozed
-UNION ALL
+SELECT 'snoozed' AS outcome, id, fence FROM snoozed UNION ALL
 SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
   FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM snoozed);
 
