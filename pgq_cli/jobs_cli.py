@@ -619,13 +619,17 @@ def _requeue_by_id_or_queue(
 
     with settings(ctx).queue() as q:
         if by_queue:
-            requeued, key_held = q.requeue_dead_report(queue_name)
+            requeued, key_held, parent_dead = q.requeue_dead_report(queue_name)
             if as_json:
                 held = "dead: a ready or running job holds its unique key"
                 echo_json(
                     {
                         "requeued": requeued,
-                        "not_requeued": [{"id": i, "status": held} for i in key_held],
+                        "not_requeued": [{"id": i, "status": held} for i in key_held]
+                        + [
+                            {"id": i, "status": orphan_text(*parent)}
+                            for i, parent in parent_dead.items()
+                        ],
                     }
                 )
             else:
@@ -636,16 +640,35 @@ def _requeue_by_id_or_queue(
                         f"left dead (a ready or running job holds their unique key): "
                         f"{output.ids_text(key_held)}"
                     )
+                if parent_dead:
+                    click.echo(
+                        f"left dead (a parent is dead or deleted; requeue it to run both): "
+                        f"{output.ids_text(list(parent_dead))}"
+                    )
             return
         ids = unique(job_ids)
         _require_jobs(q, ids)
-        requeued, key_held = q.requeue_report(ids)
+        requeued, key_held, parent_dead = q.requeue_report(ids)
         skipped = _left_alone(q, ids, requeued)
     for job_id in key_held:
         if skipped.get(job_id) == "dead":
             skipped[job_id] = "dead: a ready or running job holds its unique key"
-    why = "not dead, or unique key held" if key_held else "not dead"
-    _report("requeued", requeued, skipped, why, as_json)
+    for job_id, parent in parent_dead.items():
+        if skipped.get(job_id) == "dead":
+            skipped[job_id] = orphan_text(*parent)
+    reasons = ["not dead"]
+    if key_held:
+        reasons.append("unique key held")
+    if parent_dead:
+        reasons.append("parent dead or gone")
+    _report("requeued", requeued, skipped, ", or ".join(reasons), as_json)
+
+
+def orphan_text(parent: int, state: str) -> str:
+    """Why a requeue left a job dead whose parent is dead, or gone before it was done."""
+    if state == "gone":
+        return f"dead: its parent {parent} was deleted before it was done; it can never run"
+    return f"dead: its parent {parent} is dead; requeue {parent} to run both in order"
 
 
 @click.command(

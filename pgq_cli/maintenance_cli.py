@@ -15,7 +15,7 @@ from rich.text import Text
 
 from pgq_core import migrate as run_migrate
 from pgq_core.cluster import standby_refusal
-from pgq_core.models import Health, PruneReport, StuckJobs
+from pgq_core.models import Health, PruneReport, StrandedJobs, StuckJobs
 from pgq_core.ops import NOTIFY_MODES, PRUNE_BATCH, REAP_BATCH, STUCK_FACTOR, STUCK_FLOOR
 from pgq_core.text import printable
 
@@ -214,6 +214,7 @@ def _print_health(h: Health) -> None:
             highlight=False,
         )
     _print_stuck(console, h.stuck_jobs)
+    _print_stranded(console, h.stranded)
     for warning in h.warnings:
         console.print(f"[yellow]warning:[/yellow] {output.escaped(warning)}", highlight=False)
 
@@ -242,6 +243,31 @@ def _print_stuck(console: Console, stuck: StuckJobs | None) -> None:
             _seconds(j.threshold_seconds),
             output.text(j.worker),
         )
+    console.print(table)
+
+
+def _print_stranded(console: Console, stranded: StrandedJobs | None) -> None:
+    if stranded is None:
+        return
+    if not stranded.total:
+        console.print("stranded jobs: none (waiting on a dead or gone parent)")
+        return
+    listed = len(stranded.jobs)
+    shown = f", the first {listed:,} shown" if listed < stranded.total else ""
+    console.print(
+        f"stranded jobs: {stranded.total:,} waiting on a dead or gone parent{shown}",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("job", "queue", "why", "to run it"):
+        table.add_column(col, justify="right" if col == "job" else "left")
+    for j in stranded.jobs:
+        fix = (
+            f"pgq requeue {j.dead_parent}"
+            if j.dead_parent is not None
+            else f"pgq kill {j.id}, then enqueue it again"
+        )
+        table.add_row(str(j.id), output.text(j.queue), j.reason, fix)
     console.print(table)
 
 

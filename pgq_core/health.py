@@ -63,4 +63,12 @@ def assess(health: Health) -> list[str]:
             f"{stuck.factor:g}x the queue's p99 run time and {floor}, "
             f"lease still renewed){which}"
         )
+    stranded = health.stranded
+    if stranded is not None and stranded.total:
+        first = stranded.jobs[0] if stranded.jobs else None
+        example = f": job {first.id} on {first.queue!r}, {first.reason}" if first else ""
+        found.append(
+            f"{stranded.total:,} waiting job{'' if stranded.total == 1 else 's'} can never run "
+            f"(a parent dead or gone){example}"
+        )
     return found

@@ -375,9 +375,39 @@ class StuckJobs:
 
 
 @dataclass(frozen=True)
+class StrandedJob:
+    """A waiting job that can never run: `dead_parent` is dead, or (None) a parent it waits on
+    is gone: `parents_left` counted, only `parents_found` of them still there and not done."""
+
+    id: int
+    queue: str
+    dead_parent: int | None
+    parents_left: int
+    parents_found: int
+
+    @property
+    def reason(self) -> str:
+        if self.dead_parent is not None:
+            return f"its parent {self.dead_parent} is dead"
+        gone = self.parents_left - self.parents_found
+        return f"{gone} of the parents it waits on {'is' if gone == 1 else 'are'} gone"
+
+
+@dataclass(frozen=True)
+class StrandedJobs:
+    """The stranded jobs (`StrandedJob`), lowest id first: at most `limit` in `jobs`, `total`
+    in all."""
+
+    limit: int
+    total: int
+    jobs: list[StrandedJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Health:
     """Database health for the queue; `warnings` are the lines past a threshold; `stuck_jobs`
-    the running jobs stuck (None when not read)."""
+    the running jobs stuck, `stranded` the waiting jobs that can never run (None when not
+    read)."""
 
     tables: list[TableHealth]
     xmin: XminHolder | None
@@ -385,6 +415,7 @@ class Health:
     lock_waits: list[LockWait]
     warnings: list[str] = field(default_factory=list)
     stuck_jobs: StuckJobs | None = None
+    stranded: StrandedJobs | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

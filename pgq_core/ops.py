@@ -41,6 +41,8 @@ from .models import (
     Schedule,
     ServerRole,
     Settled,
+    StrandedJob,
+    StrandedJobs,
     StuckJob,
     StuckJobs,
     TableHealth,
@@ -704,8 +706,27 @@ def _key_held(rows: Rows) -> list[int]:
     return [int(r[1]) for r in rows if r[0] == "key_held"]
 
 
+def _orphaned(rows: Rows) -> dict[int, tuple[int, str]]:
+    return {
+        int(r[1]): (int(r[2]), str(r[0]).removeprefix("parent_"))
+        for r in rows
+        if r[0] in ("parent_dead", "parent_gone")
+    }
+
+
+#: a requeue's answer: (requeued ids, ids left dead because a live job holds their unique key,
+#: {id left dead: (its parent, "dead" | "gone")} for jobs whose parent is dead, or gone before
+#: it was done, and was not requeued with them: they would wait for ever)
+RequeueReport = tuple[list[int], list[int], dict[int, tuple[int, str]]]
+
+
+def _report(rows: Rows) -> RequeueReport:
+    return _requeued(rows), _key_held(rows), _orphaned(rows)
+
+
 def requeue(ids: Sequence[int], actor: str | None) -> Op[list[int]]:
-    """Dead jobs back to ready; a dead job whose unique key a live job holds stays dead."""
+    """Dead jobs back to ready; a dead job whose unique key a live job holds, or whose parent
+    is dead or gone (and not requeued with it), stays dead."""
     return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _requeued)
 
 
@@ -713,24 +734,14 @@ def requeue_dead(queue: str | None, actor: str | None) -> Op[list[int]]:
     return Op("requeue_queue", {"queue": queue, "actor": actor}, _requeued)
 
 
-def requeue_report(ids: Sequence[int], actor: str | None) -> Op[tuple[list[int], list[int]]]:
-    """`requeue`, answering (requeued ids, ids left dead because their unique key is held)."""
-    return Op(
-        "requeue_ids",
-        {"ids": list(ids), "actor": actor},
-        lambda rows: (_requeued(rows), _key_held(rows)),
-    )
+def requeue_report(ids: Sequence[int], actor: str | None) -> Op[RequeueReport]:
+    """`requeue`, answering what was requeued and why the rest stayed dead (RequeueReport)."""
+    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _report)
 
 
-def requeue_dead_report(
-    queue: str | None, actor: str | None
-) -> Op[tuple[list[int], list[int]]]:
-    """`requeue_dead`, answering (requeued ids, ids left dead because their key is held)."""
-    return Op(
-        "requeue_queue",
-        {"queue": queue, "actor": actor},
-        lambda rows: (_requeued(rows), _key_held(rows)),
-    )
+def requeue_dead_report(queue: str | None, actor: str | None) -> Op[RequeueReport]:
+    """`requeue_dead`, answering as `requeue_report`."""
+    return Op("requeue_queue", {"queue": queue, "actor": actor}, _report)
 
 
 def kill(
@@ -1607,6 +1618,27 @@ def health_stuck(
         )
 
     return Op("health_stuck", {**params, "limit": limit}, read)
+
+
+#: at most this many stranded jobs (`health_stranded`) are listed
+STRANDED_LIMIT = 100
+
+
+def health_stranded(limit: int = STRANDED_LIMIT) -> Op[StrandedJobs]:
+    """Waiting jobs that can never run (a parent dead, or one they wait on gone), lowest id
+    first: at most `limit`, and how many in all."""
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+
+    def read(rows: Rows) -> StrandedJobs:
+        jobs = [
+            StrandedJob(int(r[0]), str(r[1]), None if r[2] is None else int(r[2]), int(r[3]),
+                        int(r[4]))
+            for r in rows
+        ]
+        return StrandedJobs(limit, int(rows[0][5]) if rows else 0, jobs)
+
+    return Op("health_stranded", {"limit": limit}, read)
 
 
 def metrics_stuck(

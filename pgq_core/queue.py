@@ -133,8 +133,10 @@ def _expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> N
         raise LeaseLost(job_id, fence, action)
 
 
-def _health(tables: Any, xmin: Any, notify: float, waits: Any, stuck: Any = None) -> Health:
-    health = Health(tables, xmin, notify, waits, stuck_jobs=stuck)
+def _health(
+    tables: Any, xmin: Any, notify: float, waits: Any, stuck: Any = None, stranded: Any = None
+) -> Health:
+    health = Health(tables, xmin, notify, waits, stuck_jobs=stuck, stranded=stranded)
     health.warnings.extend(assess(health))
     return health
 
@@ -394,11 +396,13 @@ class Queue:
     def requeue_dead(self, queue: str | None) -> list[int]:
         return self.run(ops.requeue_dead(queue, operator_id()))
 
-    def requeue_report(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(requeued, left dead because a ready or running job holds their unique key)."""
+    def requeue_report(self, ids: Sequence[int]) -> ops.RequeueReport:
+        """(requeued, left dead because a ready or running job holds their unique key,
+        {left dead: (its parent, "dead" | "gone")} for jobs whose parent is dead, or gone
+        before it was done, and not requeued too)."""
         return self.run(ops.requeue_report(ids, operator_id()))
 
-    def requeue_dead_report(self, queue: str | None) -> tuple[list[int], list[int]]:
+    def requeue_dead_report(self, queue: str | None) -> ops.RequeueReport:
         return self.run(ops.requeue_dead_report(queue, operator_id()))
 
     def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
@@ -540,9 +544,10 @@ class Queue:
         stuck_floor: timedelta = ops.STUCK_FLOOR,
         stuck_limit: int = ops.STUCK_LIMIT,
     ) -> Health:
-        """The database's health for the queue, and the running jobs stuck: a live lease and
+        """The database's health for the queue, the running jobs stuck: a live lease and
         a run past `stuck_factor` times the queue's p99 run time, and past `stuck_floor`
-        (`ops.health_stuck`; at most `stuck_limit` listed, all counted)."""
+        (`ops.health_stuck`; at most `stuck_limit` listed, all counted), and the waiting jobs
+        that can never run (`ops.health_stranded`)."""
         stuck = ops.health_stuck(stuck_factor, stuck_floor, stuck_limit)
         return _health(
             self.run(ops.health_tables(self.schema)),
@@ -550,6 +555,7 @@ class Queue:
             self.run(ops.health_notify()),
             self.run(ops.health_lock_waits(self.schema)),
             self.run(stuck),
+            self.run(ops.health_stranded()),
         )
 
     # reading
@@ -826,11 +832,11 @@ class AsyncQueue:
     async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return await self.run(ops.kill(ids, operator_id(), reason))
 
-    async def requeue_report(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(requeued, left dead because a ready or running job holds their unique key)."""
+    async def requeue_report(self, ids: Sequence[int]) -> ops.RequeueReport:
+        """As `Queue.requeue_report`."""
         return await self.run(ops.requeue_report(ids, operator_id()))
 
-    async def requeue_dead_report(self, queue: str | None) -> tuple[list[int], list[int]]:
+    async def requeue_dead_report(self, queue: str | None) -> ops.RequeueReport:
         return await self.run(ops.requeue_dead_report(queue, operator_id()))
 
     async def prune_batches(
@@ -947,6 +953,7 @@ class AsyncQueue:
             await self.run(ops.health_notify()),
             await self.run(ops.health_lock_waits(self.schema)),
             await self.run(stuck),
+            await self.run(ops.health_stranded()),
         )
 
     async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:

@@ -56,7 +56,7 @@ async def test_the_async_operations_answer_as_the_sync_ones(
     assert await aqueue.lease_summary() == queue.lease_summary()
     assert [t.table for t in await aqueue.table_sizes()] == [t.table for t in queue.table_sizes()]
     assert (await aqueue.activity()).workers_connected == queue.activity().workers_connected == 0
-    assert await aqueue.requeue_report([job.id]) == ([], [])
+    assert await aqueue.requeue_report([job.id]) == ([], [], {})
     assert [n async for n in aqueue.prune_batches(timedelta(days=1))] == [1]
     assert list(queue.prune_batches(timedelta(days=1))) == []
     assert await aqueue.set_notify("edge") == "edge"

@@ -172,7 +172,9 @@ async def test_async_queue_reads_the_same(aqueue: AsyncQueue, queue: Queue) -> N
 def test_cli_health_json_adds_stuck_jobs_and_keeps_its_keys(pgq: Pgq, queue: Queue) -> None:
     scene = make_scene(queue)
     data = json.loads(ok(pgq("health", "--json")))
-    assert list(data) == ["tables", "xmin", "notify_usage", "lock_waits", "warnings", "stuck_jobs"]
+    assert list(data) == [
+        "tables", "xmin", "notify_usage", "lock_waits", "warnings", "stuck_jobs", "stranded"
+    ]
     stuck = data["stuck_jobs"]
     assert {k: stuck[k] for k in ("factor", "floor_seconds", "window_seconds", "limit")} == {
         "factor": 3.0,

@@ -125,11 +125,11 @@ def test_requeue_of_a_dead_job_whose_key_is_held_is_skipped(queue: Queue) -> Non
     dead = queue.enqueue("q", {"n": 1}, unique_key="k")
     queue.kill([dead])
     live = queue.enqueue("q", {"n": 2}, unique_key="k")
-    assert queue.requeue_report([dead]) == ([], [dead])
+    assert queue.requeue_report([dead]) == ([], [dead], {})
     assert queue.requeue_dead("q") == []
     assert queue.job(dead).status == "dead"
     queue.kill([live])  # now two dead jobs share the key: only the newest comes back
-    requeued, held = queue.requeue_dead_report("q")
+    requeued, held, _ = queue.requeue_dead_report("q")
     assert requeued == [live] and held == [dead]
     assert [s for _, s in keyed_jobs(queue, "k")] == ["dead", "ready"]
 

@@ -450,7 +450,8 @@ def test_a_job_without_dependents_settles_without_calling_the_trigger(
 
 def test_a_deleted_parent_blocks_its_children_as_a_dead_one_does(queue: Queue) -> None:
     """The parent died (its child with it), then was deleted: requeueing the queue's dead
-    jobs puts the child back to waiting on the parent that never succeeded, never ready."""
+    jobs leaves the child dead, as with a dead parent (the parent never succeeded: ready, it
+    would run ahead of it; waiting, it would wait for ever), and says why."""
     parent = queue.enqueue("q", {})
     child = queue.enqueue("q", {}, depends_on=[parent])
     queue.kill([parent])
@@ -459,8 +460,151 @@ def test_a_deleted_parent_blocks_its_children_as_a_dead_one_does(queue: Queue) -
         sql.SQL("DELETE FROM {}.jobs WHERE id = %s").format(sql.Identifier(queue.schema)),
         [parent],
     )
-    requeued, _ = queue.requeue_dead_report("q")
-    assert requeued == [child]
+    requeued, held, orphaned = queue.requeue_dead_report("q")
+    assert (requeued, held, orphaned) == ([], [], {child: (parent, "gone")})
     detail = queue.job(child)
-    assert detail.status == "waiting", detail
+    assert detail.status == "dead", detail
     assert queue.claim("q", 10, timedelta(seconds=30), "w") == []
+
+
+# --- semantics an operator can trust (issue 30) ---------------------------------------------
+
+
+def test_an_operators_kill_is_final_unless_that_job_is_requeued(pgq: Pgq, queue: Queue) -> None:
+    """kill C (waiting), kill P, requeue P: C stays dead, with the operator's reason (before:
+    C went back to waiting, 'requeued with its ancestor', and ran once P completed). Its own
+    requeue brings it back, and its dependents with it."""
+    p = queue.enqueue("q", {})
+    c = queue.enqueue("q", {}, depends_on=[p])
+    d = queue.enqueue("q", {}, depends_on=[c])
+    ok(pgq("kill", str(c), "--reason", "do NOT run this one"))
+    assert status(queue, d) == "dead"
+    ok(pgq("kill", str(p)))
+    ok(pgq("requeue", str(p)))
+    assert [status(queue, i) for i in (p, c, d)] == ["ready", "dead", "dead"]
+    assert queue.job(c).last_error == "do NOT run this one"
+    assert [e.event for e in queue.history(c)][-1] == "killed"
+    held = take(queue, "q")
+    queue.complete(p, held[p])
+    assert [status(queue, i) for i in (c, d)] == ["dead", "dead"]
+    assert queue.requeue([c]) == [c]  # its own requeue: it runs, and so does its dependent
+    assert [status(queue, i) for i in (c, d)] == ["ready", "waiting"]
+    assert queue.job(d).last_error is None
+
+
+def test_requeueing_a_child_of_a_dead_parent_is_refused_in_one_line(
+    pgq: Pgq, queue: Queue
+) -> None:
+    """Refused, not revived: the child stays dead and the line names the parent to requeue
+    (before: 'requeued 1 job', and the child waited for ever)."""
+    p = queue.enqueue("q", {}, max_attempts=1)
+    c = queue.enqueue("q", {}, depends_on=[p])
+    held = take(queue, "q")
+    queue.fail(p, held[p], "boom")
+    assert status(queue, c) == "dead"
+    assert queue.requeue_report([c]) == ([], [], {c: (p, "dead")})
+    result = pgq("requeue", str(c))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "requeued no jobs",
+        f"not requeued (not dead, or parent dead or gone): {c} (dead: its parent {p} is dead; "
+        f"requeue {p} to run both in order)",
+    ]
+    assert json.loads(pgq("requeue", str(c), "--json").output)["not_requeued"] == [
+        {"id": c, "status": f"dead: its parent {p} is dead; requeue {p} to run both in order"}
+    ]
+    assert status(queue, c) == "dead"
+    # requeued together, in one statement, they run in order
+    assert sorted(queue.requeue([c, p])) == [p, c]
+    assert [status(queue, i) for i in (p, c)] == ["ready", "waiting"]
+    assert queue.requeue_dead("q") == []
+
+
+def test_a_revived_job_loses_its_stale_error(queue: Queue) -> None:
+    """Brought back with its parent, a job waits without 'parent N died', and when it is done
+    it shows no error (before: a done job still showed 'parent 13563 died')."""
+    p = queue.enqueue("q", {}, max_attempts=1)
+    c = queue.enqueue("q", {}, depends_on=[p])
+    held = take(queue, "q")
+    queue.fail(p, held[p], "boom")
+    assert queue.job(c).last_error == f"parent {p} died"
+    queue.requeue([p])
+    assert (status(queue, c), queue.job(c).last_error) == ("waiting", None)
+    held = take(queue, "q")
+    queue.complete(p, held[p])
+    held = take(queue, "q")
+    queue.complete(c, held[c])
+    assert (status(queue, c), queue.job(c).last_error) == ("done", None)
+
+
+def test_health_lists_children_waiting_on_dead_or_missing_parents(
+    pgq: Pgq, queue: Queue
+) -> None:
+    """Waiting jobs no requeue of theirs could have made (an older pgq's requeue past a dead
+    parent, a parent deleted by hand): `pgq health` lists them, says why and what to do."""
+    p = queue.enqueue("q", {}, max_attempts=1)
+    c = queue.enqueue("q", {}, depends_on=[p])
+    gone = queue.enqueue("q", {})
+    g = queue.enqueue("q", {}, depends_on=[gone])
+    fine = queue.enqueue("q", {}, depends_on=[gone])
+    held = take(queue, "q")
+    queue.fail(p, held[p], "boom")
+    queue.complete(gone, held[gone])
+    jobs = sql.Identifier(queue.schema)
+    waiting_again = sql.SQL(
+        "UPDATE {}.jobs SET status = 'waiting', parents_left = 1 WHERE id = %s"
+    ).format(jobs)
+    # as an older pgq's requeue of c left it; g's parent deleted by hand before it was done
+    queue.conn.execute(waiting_again, [c])
+    queue.conn.execute(waiting_again, [g])
+    queue.conn.execute(sql.SQL("DELETE FROM {}.jobs WHERE id = %s").format(jobs), [gone])
+    assert status(queue, fine) == "ready"  # a done parent pruned: nothing wrong
+
+    stranded = queue.health().stranded
+    assert stranded is not None and stranded.total == 2
+    assert [(j.id, j.dead_parent, j.reason) for j in stranded.jobs] == [
+        (c, p, f"its parent {p} is dead"),
+        (g, None, "1 of the parents it waits on is gone"),
+    ]
+    said = ok(pgq("health"))
+    assert "stranded jobs: 2 waiting on a dead or gone parent" in said
+    assert f"pgq requeue {p}" in said
+    assert (
+        f"warning: 2 waiting jobs can never run (a parent dead or gone): job {c} on 'q', its "
+        f"parent {p} is dead" in " ".join(said.split())
+    )
+    assert json.loads(ok(pgq("health", "--json")))["stranded"]["total"] == 2
+
+
+def test_an_enqueue_in_flight_never_keeps_a_claim_from_its_parent(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Two transactions enqueueing children of P, open (P already has children, and its
+    first): a claim takes P at once (before: the enqueue held P's row to its commit and the
+    claim skipped it). P's completion then waits for the enqueues' commits, and counts their
+    children off."""
+    p = queue.enqueue("q", {})
+    first = queue.enqueue("q", {}, depends_on=[p])
+    bounded = "-c lock_timeout=5s"  # an enqueue waiting for the other fails, not hangs
+    with (
+        psycopg.connect(dsn, options=bounded) as c1,
+        psycopg.connect(dsn, options=bounded) as c2,
+    ):
+        kids = [Queue(c, schema).enqueue("q", {}, depends_on=[p]) for c in (c1, c2)]
+        assert list(take(queue, "q")) == [p]  # not blocked by two open enqueues
+        held = {p: queue.job(p).fence}
+        done = threading.Event()
+
+        def complete() -> None:
+            with Queue.connect(dsn, schema) as other:
+                other.complete(p, held[p])
+            done.set()
+
+        worker = threading.Thread(target=complete)
+        worker.start()
+        assert not done.wait(0.5)  # the completion waits for the children in flight
+        c1.commit()
+        c2.commit()
+        worker.join(30)
+    assert done.is_set()
+    assert [status(queue, i) for i in (first, *kids)] == ["ready"] * 3

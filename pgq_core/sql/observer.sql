@@ -318,6 +318,30 @@ SELECT id, queue, worker, claimed_at, lease_until, running_seconds, p99, done, t
 {stuck_jobs}
 SELECT queue, count(*) FROM stuck WHERE running_seconds > threshold GROUP BY queue ORDER BY queue;
 
+-- name: health_stranded
+-- Waiting jobs that can never run, lowest id first, at most `limit`; each row also carries how
+-- many there are in all. A parent is dead (its requeue would bring the job back if it died
+-- waiting; a job requeued past a dead parent before version 24 did not), or more parents are
+-- left than there are parents not done: a parent the job waits on is gone (deleted before it
+-- was done; a done parent pruned since was counted off). Rows: (id, queue, the lowest dead
+-- parent or NULL, parents left, parents not done found, total).
+WITH stranded AS (
+  SELECT w.id, w.queue, x.dead_parent, w.parents_left, x.not_done
+    FROM {schema}.jobs w
+   CROSS JOIN LATERAL (
+     SELECT pg_catalog.min(p.id) FILTER (WHERE p.status = 'dead') AS dead_parent,
+            pg_catalog.count(p.id) FILTER (WHERE p.status <> 'done') AS not_done
+       FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
+      WHERE d.child = w.id
+   ) x
+   WHERE w.status = 'waiting'
+     AND (x.dead_parent IS NOT NULL OR w.parents_left > x.not_done)
+)
+SELECT id, queue, dead_parent, parents_left, not_done, count(*) OVER ()
+  FROM stranded
+ ORDER BY id
+ LIMIT %(limit)s;
+
 -- name: health_tables
 -- Live and dead tuples, last (auto)vacuum and analyze, sizes of the queue's two big tables.
 -- job_events is partitioned: its figures are the sums over its partitions, its times the

@@ -7,8 +7,9 @@
 -- fragment: requeued_status
 -- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
 -- stays on a job that died waiting): then it waits again on its parents not done, counted
--- afresh (a dead parent included: requeue that one and both run in order; a deleted one too:
--- it never succeeded, so its children wait on it for good, as on a dead one never requeued).
+-- afresh (a dead parent included when it is requeued in the same statement: then both run in
+-- order; a requeue leaves a job whose parent is dead, or gone before it was done, dead:
+-- `orphaned`, migration 24).
 parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
            (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
              WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) ELSE 0 END,
@@ -20,9 +21,22 @@ parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
 -- fragment: requeue_dead
 -- The requeue of the dead jobs in a CTE `dead` (id, unique_key), after it: a job whose unique
 -- key a ready or running job holds stays dead ('key_held'); of several sharing a key only the
--- newest goes back. Rows: ('requeued' | 'key_held', id).
-chosen AS (
-  SELECT id FROM dead WHERE unique_key IS NULL
+-- newest goes back. A job with a parent dead, or gone while the job still counted it (it never
+-- succeeded), that is not requeued with it stays dead ('parent_dead' | 'parent_gone', naming
+-- the lowest such parent): it would wait for ever.
+-- Rows: ('requeued' | 'key_held' | 'parent_dead' | 'parent_gone', id, that parent or NULL).
+orphaned AS (
+  SELECT DISTINCT ON (x.child) x.child AS id, x.parent,
+         CASE WHEN p.id IS NULL THEN 'parent_gone' ELSE 'parent_dead' END AS why
+    FROM {schema}.job_deps x
+    JOIN {schema}.jobs c ON c.id = x.child
+    LEFT JOIN {schema}.jobs p ON p.id = x.parent
+   WHERE x.child IN (SELECT id FROM dead)
+     AND (p.status = 'dead' OR (p.id IS NULL AND c.parents_left > 0))
+     AND x.parent NOT IN (SELECT id FROM dead)
+   ORDER BY x.child, x.parent
+), chosen AS (
+  SELECT id FROM dead WHERE unique_key IS NULL AND id NOT IN (SELECT id FROM orphaned)
   UNION ALL
   (SELECT DISTINCT ON (unique_key) id FROM dead d
     WHERE unique_key IS NOT NULL
@@ -38,9 +52,12 @@ chosen AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker)
   SELECT id, 'requeued', fence, %(actor)s FROM requeued
 )
-SELECT 'requeued', id FROM requeued
+SELECT 'requeued', id, NULL::bigint FROM requeued
 UNION ALL
-SELECT 'key_held', id FROM dead WHERE id NOT IN (SELECT id FROM chosen)
+SELECT 'key_held', id, NULL FROM dead
+ WHERE id NOT IN (SELECT id FROM chosen) AND id NOT IN (SELECT id FROM orphaned)
+UNION ALL
+SELECT why, id, parent FROM orphaned
 ORDER BY 2
 
 -- name: requeue_ids
@@ -62,7 +79,8 @@ WITH dead AS (
 
 -- name: kill
 -- Operator: waiting, ready or running jobs to dead (a job's waiting dependents die with it:
--- migration 18's trigger). fence + 1, so a worker still running the job fails
+-- migration 18's trigger). Final: an ancestor's requeue brings back only jobs that died of a
+-- parent (migration 24), so only the job's own requeue brings it back. fence + 1, so a worker still running the job fails
 -- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
 -- (the kill's own row names the operator and the next fence).
 WITH victims AS (
@@ -121,7 +139,9 @@ SELECT (SELECT max_running FROM was),
        pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
 
 -- name: requeue_filtered
--- Operator: dead jobs matching a filter back to ready with fresh attempts, one batch.
+-- Operator: dead jobs matching a filter back to ready with fresh attempts, one batch. A job
+-- with a parent dead, or gone while it still counted it, stays dead (it would wait for ever),
+-- unless it died of that parent and the parent is requeued too: the trigger brings it back.
 WITH victims AS (
   SELECT j.id FROM {schema}.jobs j
    WHERE j.status = 'dead' AND j.id > %(after)s AND {where}
@@ -133,6 +153,9 @@ WITH victims AS (
      SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
     FROM victims v
    WHERE j.id = v.id AND j.status = 'dead'
+     AND NOT EXISTS (SELECT FROM {schema}.job_deps x LEFT JOIN {schema}.jobs p ON p.id = x.parent
+                      WHERE x.child = j.id
+                        AND (p.status = 'dead' OR (p.id IS NULL AND j.parents_left > 0)))
   RETURNING j.id, j.fence
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)

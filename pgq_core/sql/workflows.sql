@@ -8,9 +8,11 @@
 -- name: enqueue_after
 -- Insert jobs with dependencies in one round trip: `enqueue`'s arrays (`job_input`; unique
 -- keys are NULL: a job with dependencies has none) and `trace`, and the dependencies as pairs
--- (the job's 1-based position in the arrays, the parent's id). Each parent's row is locked (in
--- id order) and marked has_children, so a completion of it either committed before (then it
--- is done here, and not counted) or waits for this statement (then it counts this job off). A
+-- (the job's 1-based position in the arrays, the parent's id). `workflow_parents` (migration
+-- 24) marks each parent has_children (its row locked only by its first dependent), takes its
+-- key shared to this transaction's end and reads its status afresh, so a settling of it either
+-- committed before (then it is done or dead here) or waits for this commit (then it counts
+-- this job off, or kills it); a claim of the parent never waits for this. A
 -- job waits on its parents not done; a job with a dead parent is inserted dead, naming it (a
 -- requeue of the parent brings it back); a job whose parents are all done is ready. If any
 -- parent does not exist, nothing is inserted.
@@ -19,14 +21,9 @@ WITH {job_input}, deps AS (
   SELECT DISTINCT n, parent
     FROM ROWS FROM (pg_catalog.unnest(%(dep_ns)s::bigint[]),
                     pg_catalog.unnest(%(dep_parents)s::bigint[])) AS t(n, parent)
-), locked AS (
-  SELECT id FROM {schema}.jobs WHERE id IN (SELECT parent FROM deps)
-   ORDER BY id
-     FOR NO KEY UPDATE
 ), parents AS (
-  UPDATE {schema}.jobs p SET has_children = true
-   WHERE p.id IN (SELECT id FROM locked)
-  RETURNING p.id, p.status
+  SELECT parent_id AS id, parent_status AS status
+    FROM {schema}.workflow_parents(ARRAY(SELECT DISTINCT parent FROM deps))
 ), missing AS (
   SELECT DISTINCT parent FROM deps WHERE parent NOT IN (SELECT id FROM parents)
 ), counted AS (
