@@ -72,7 +72,21 @@ async def install_and_fill(dsn: str, schema: str, payloads: list[bytes]) -> None
     try:
         q = queries(conn, schema)
         await q.install(create_schema=False)
-        await q.enqueue([ENTRYPOINT] * len(payloads), list(payloads), [0] * len(payloads))
+        if payloads:
+            await q.enqueue([ENTRYPOINT] * len(payloads), list(payloads), [0] * len(payloads))
+    finally:
+        await conn.close()
+
+
+async def enqueue_batches(dsn: str, schema: str, payloads: list[bytes], size: int) -> None:
+    """One job per payload, `size` per `Queries.enqueue` call (PgQueuer's batch enqueue), on
+    one connection opened first (its connecting is not the enqueue's)."""
+    conn = await connect(dsn)
+    try:
+        q = queries(conn, schema)
+        for i in range(0, len(payloads), size):
+            chunk: list[bytes | None] = list(payloads[i : i + size])
+            await q.enqueue([ENTRYPOINT] * len(chunk), chunk, [0] * len(chunk))
     finally:
         await conn.close()
 

@@ -1,6 +1,10 @@
 """`pgq bench --producers N`: many producers, each committing one job per transaction (the
 web-request pattern), pgq's `Queue.enqueue` under each `notify` mode against the seed's plain
-INSERT, same threads, same run, same server.
+INSERT, same threads, same run, same server; then the same from N asyncio tasks sharing a pool
+of N connections (`AsyncQueue.enqueue` against the seed's INSERT), and batches: BATCH_JOBS jobs
+in batches of BATCH_SIZE on one connection (the seed's batch INSERT, `Queue.enqueue_many`,
+`Queue.enqueue_copy`, PgQueuer's batch enqueue on asyncpg), `pgq enqueue --file` of them (a
+process, its start counted), and BULK_JOBS in one `enqueue_copy`.
 
 Each producer is a thread with its own connection, connected before the clock starts; all start
 together and each enqueues its share one job per transaction. A LISTENing connection consumes
@@ -11,38 +15,55 @@ run in rounds, interleaved, so a noisy neighbour hits every side alike; each rep
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.table import Table
 
-from pgq_core import Queue, listen_statement
+from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
 from pgq_core.ops import NOTIFY_MODES
 
 from .common import (
     QUEUE_NAME,
+    cpu_ticks,
     load_average,
     machine,
     payload,
     percentile,
     server_version,
+    steal_percent,
     throwaway_schema,
 )
-from .seed import SEED_ENQUEUE, seed_connection, setup_seed
+from .seed import SEED_ENQUEUE, SEED_ENQUEUE_BATCH, seed_connection, setup_seed
 
 # The bench's own bookkeeping.
 QUEUE_USAGE = "SELECT pg_notification_queue_usage()"
 TRUNCATE_SEED = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
 SAMPLE_EVERY = 0.05
+TRUNCATE_PEER = "TRUNCATE {s}.pgqueuer"
+#: The batch sides: jobs per round, jobs per call; the bulk side's jobs, in one call.
+BATCH_JOBS = 20_000
+BATCH_SIZE = 1_000
+BULK_JOBS = 100_000
+#: The async sides: pgq's, under these notify modes.
+ASYNC_MODES = ("edge", "always")
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,7 @@ class Run:
     p99_ms: float
     notifications: int = 0
     max_queue_usage: float = 0.0
+    steal_percent: float | None = None
 
     @property
     def rate(self) -> float:
@@ -105,6 +127,42 @@ def _produce(
     if errors:
         raise errors[0]
     return seconds, [x for own in latencies for x in own]
+
+
+def _produce_async(
+    dsn: str, tasks: int, enqueue_one: Callable[[Any, int], Any], jobs: int
+) -> tuple[float, list[float]]:
+    """`tasks` asyncio tasks in this thread's new event loop, sharing a pool of `tasks`
+    autocommit connections (opened before the clock starts), each enqueueing its share one
+    job per transaction: (seconds from the start to the last commit, each enqueue's seconds)."""
+
+    async def main() -> tuple[float, list[float]]:
+        conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(tasks)]
+        pool: asyncio.Queue[Any] = asyncio.Queue()
+        for c in conns:
+            pool.put_nowait(c)
+        share = [jobs // tasks + (i < jobs % tasks) for i in range(tasks)]
+        latencies: list[float] = []
+
+        async def produce(count: int) -> None:
+            for n in range(count):
+                t0 = time.perf_counter()
+                conn = await pool.get()
+                try:
+                    await enqueue_one(conn, n)
+                finally:
+                    pool.put_nowait(conn)
+                latencies.append(time.perf_counter() - t0)
+
+        try:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(produce(n) for n in share))
+            return time.perf_counter() - t0, latencies
+        finally:
+            for c in conns:
+                await c.close()
+
+    return asyncio.run(main())
 
 
 class _Ears:
@@ -153,11 +211,30 @@ class _Ears:
         self._sample.close()
 
 
+def _summary(runs: dict[str, list[Run]], seed: str) -> dict[str, Any]:
+    """Each side's medians over its rounds, and its rate's ratio to `seed`'s."""
+    medians = {s: statistics.median(run.rate for run in rs) for s, rs in runs.items()}
+    return {
+        s: {
+            "rate": medians[s],
+            "ratio_to_seed": medians[s] / medians[seed] if medians[seed] else None,
+            "p50_ms": statistics.median(run.p50_ms for run in rs),
+            "p99_ms": statistics.median(run.p99_ms for run in rs),
+            "notifications": statistics.median(run.notifications for run in rs),
+            "max_queue_usage": max(run.max_queue_usage for run in rs),
+            "steal_percent": [run.steal_percent for run in rs],
+        }
+        for s, rs in runs.items()
+    }
+
+
 def run_producers(
     dsn: str, embedded: bool, opts: ProducersOptions, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Every figure of one producers run, as plain data (see the module's docstring)."""
-    sides = ["seed", *(f"pgq_{mode}" for mode in NOTIFY_MODES)]
+    sync_sides = ["seed", *(f"pgq_{mode}" for mode in NOTIFY_MODES)]
+    async_sides = ["seed_async", *(f"pgq_async_{mode}" for mode in ASYNC_MODES)]
+    sides = [*sync_sides, *async_sides]
     runs: dict[str, list[Run]] = {s: [] for s in sides}
     result: dict[str, Any] = {"params": asdict(opts), "machine": machine()}
     with (
@@ -178,24 +255,44 @@ def run_producers(
         def pgq_one(q: Queue, n: int) -> None:
             q.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
 
+        async def seed_one_async(conn: psycopg.AsyncConnection[Any], n: int) -> None:
+            params = {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
+            await conn.execute(SEED_ENQUEUE, params)
+
+        aqueues: dict[int, AsyncQueue] = {}  # one per pooled connection, as an application keeps
+
+        async def pgq_one_async(conn: psycopg.AsyncConnection[Any], n: int) -> None:
+            aq = aqueues.get(id(conn)) or aqueues.setdefault(id(conn), AsyncQueue(conn, pgq_schema))
+            await aq.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
+
         try:
             for r in range(opts.rounds):
                 for side in sides:
-                    schema = seed_schema if side == "seed" else pgq_schema
-                    truncate = TRUNCATE_SEED if side == "seed" else TRUNCATE_PGQ
+                    seeded = side.startswith("seed")
+                    schema = seed_schema if seeded else pgq_schema
+                    truncate = TRUNCATE_SEED if seeded else TRUNCATE_PGQ
                     admin.execute(sql.SQL(truncate).format(s=sql.Identifier(schema)))
                     admin.execute(sql.SQL("VACUUM {}.jobs").format(sql.Identifier(schema)))
-                    if side != "seed":
-                        queues[0].set_notify(side.removeprefix("pgq_"))
+                    if not seeded:
+                        queues[0].set_notify(side.rsplit("_", 1)[1])
                     ears.reset()
                     say(
                         f"round {r + 1}/{opts.rounds}: {side}, {opts.producers} producers, "
                         f"{opts.jobs} jobs one per transaction"
                     )
+                    ticks = cpu_ticks()
                     if side == "seed":
                         seconds, lat = _produce(seed_conns, seed_one, opts.jobs)
-                    else:
+                    elif side in sync_sides:
                         seconds, lat = _produce(queues, pgq_one, opts.jobs)
+                    elif side == "seed_async":
+                        seconds, lat = _produce_async(
+                            _path_dsn(dsn, seed_schema), opts.producers, seed_one_async, opts.jobs
+                        )
+                    else:
+                        aqueues.clear()
+                        seconds, lat = _produce_async(dsn, opts.producers, pgq_one_async, opts.jobs)
+                    steal = steal_percent(ticks, cpu_ticks())
                     heard, usage = ears.settle()
                     runs[side].append(
                         Run(
@@ -205,8 +302,11 @@ def run_producers(
                             percentile(lat, 99) * 1000,
                             heard,
                             usage,
+                            steal,
                         )
                     )
+            queues[0].set_notify("edge")
+            result["batches"] = _batches(dsn, admin, seed_schema, queues[0], opts, say)
         finally:
             ears.close()
             for c in seed_conns:
@@ -215,38 +315,149 @@ def run_producers(
                 q.close()
     result["load_at_end"] = load_average()
     result["rounds"] = {s: [run.to_dict() for run in rs] for s, rs in runs.items()}
-    medians = {s: statistics.median(run.rate for run in rs) for s, rs in runs.items()}
-    result["sides"] = {
-        s: {
-            "rate": medians[s],
-            "ratio_to_seed": medians[s] / medians["seed"] if medians["seed"] else None,
-            "p50_ms": statistics.median(run.p50_ms for run in rs),
-            "p99_ms": statistics.median(run.p99_ms for run in rs),
-            "notifications": statistics.median(run.notifications for run in rs),
-            "max_queue_usage": max(run.max_queue_usage for run in rs),
-        }
-        for s, rs in runs.items()
-    }
+    result["sides"] = _summary({s: runs[s] for s in sync_sides}, "seed")
+    result["async_sides"] = _summary({s: runs[s] for s in async_sides}, "seed_async")
     return result
+
+
+def _path_dsn(dsn: str, schema: str) -> str:
+    """`dsn` whose sessions start with `schema` on their search_path (the seed's statements
+    are unqualified)."""
+    return make_conninfo(dsn, options=f"-c search_path={schema}")
+
+
+def _batches(
+    dsn: str,
+    admin: psycopg.Connection[Any],
+    seed_schema: str,
+    q: Queue,
+    opts: ProducersOptions,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds alternated;
+    `pgq enqueue --file` of them all; BULK_JOBS in one `enqueue_copy`. Jobs/s per side
+    (median) and its ratio to the seed's batch INSERT and to PgQueuer's batch enqueue."""
+    from . import pgqueuer_side
+
+    pgq_ident = sql.Identifier(q.schema)
+    bodies = [payload(opts.payload_bytes, n) for n in range(BATCH_JOBS)]
+    chunks = [bodies[i : i + BATCH_SIZE] for i in range(0, BATCH_JOBS, BATCH_SIZE)]
+    seed = seed_connection(dsn, seed_schema)
+    rates: dict[str, list[float]] = {}
+    steal: dict[str, list[float | None]] = {}
+    with (
+        throwaway_schema(dsn, "bench_peer", pgq=False) as peer_schema,
+        tempfile.TemporaryDirectory(prefix="pgq-bench-file-") as home,
+    ):
+        lines = Path(home) / "jobs.jsonl"
+        lines.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+        peer_payloads = [json.dumps(b).encode() for b in bodies]
+        asyncio.run(pgqueuer_side.install_and_fill(dsn, peer_schema, []))
+        env = {**os.environ, "PGQ_DSN": dsn, "PGQ_SCHEMA": q.schema}
+
+        def seed_batch() -> None:
+            for chunk in chunks:
+                seed.execute(
+                    SEED_ENQUEUE_BATCH,
+                    {"queue": QUEUE_NAME, "payloads": [Jsonb(b) for b in chunk]},
+                )
+
+        def pgq_many() -> None:
+            for chunk in chunks:
+                q.enqueue_many([JobSpec(QUEUE_NAME, b) for b in chunk])
+
+        def pgq_copy() -> None:
+            for chunk in chunks:
+                q.enqueue_copy([JobSpec(QUEUE_NAME, b) for b in chunk])
+
+        def pgq_file() -> None:
+            command = [sys.executable, "-m", "pgq_cli", "enqueue", QUEUE_NAME, "--file", str(lines)]
+            subprocess.run(command, env=env, check=True, capture_output=True)
+
+        def peer_batch() -> None:
+            asyncio.run(pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE))
+
+        def pgq_bulk() -> None:
+            q.enqueue_copy([JobSpec(QUEUE_NAME, b) for b in bulk])
+
+        bulk = [payload(opts.payload_bytes, n) for n in range(BULK_JOBS)]
+        batch_sides: dict[str, tuple[Callable[[], None], int]] = {
+            "seed_batch": (seed_batch, BATCH_JOBS),
+            "pgqueuer_batch": (peer_batch, BATCH_JOBS),
+            "pgq_enqueue_many": (pgq_many, BATCH_JOBS),
+            "pgq_enqueue_copy": (pgq_copy, BATCH_JOBS),
+            "pgq_enqueue_file": (pgq_file, BATCH_JOBS),
+            "pgq_copy_bulk": (pgq_bulk, BULK_JOBS),
+        }
+        try:
+            for r in range(opts.rounds):
+                for side, (call, jobs) in batch_sides.items():
+                    admin.execute(sql.SQL(TRUNCATE_SEED).format(s=sql.Identifier(seed_schema)))
+                    admin.execute(sql.SQL(TRUNCATE_PGQ).format(s=pgq_ident))
+                    admin.execute(sql.SQL(TRUNCATE_PEER).format(s=sql.Identifier(peer_schema)))
+                    say(f"round {r + 1}/{opts.rounds}: {side}, {jobs} jobs")
+                    ticks = cpu_ticks()
+                    t0 = time.perf_counter()
+                    call()
+                    rates.setdefault(side, []).append(jobs / (time.perf_counter() - t0))
+                    steal.setdefault(side, []).append(steal_percent(ticks, cpu_ticks()))
+        finally:
+            seed.close()
+    medians = {side: statistics.median(rs) for side, rs in rates.items()}
+    return {
+        "batch_size": BATCH_SIZE,
+        "sides": {
+            side: {
+                "rate": rate,
+                "rounds": rates[side],
+                "ratio_to_seed_batch": rate / medians["seed_batch"],
+                "ratio_to_pgqueuer": rate / medians["pgqueuer_batch"],
+                "steal_percent": steal[side],
+            }
+            for side, rate in medians.items()
+        },
+    }
 
 
 def print_producers(result: dict[str, Any], console: Console) -> None:
     params = result["params"]
+    for key, how in (("sides", "threads"), ("async_sides", "asyncio tasks on one pool")):
+        table = Table(
+            title=f"{params['producers']} {how}, {params['jobs']:,} jobs one per transaction, "
+            f"median of {params['rounds']} round(s)"
+        )
+        columns = ("side", "jobs/s", "x seed", "p50 ms", "x seed p50", "p99 ms", "notifications",
+                   "steal %")  # fmt: skip
+        for column in columns:
+            table.add_column(column, justify="left" if column == "side" else "right")
+        sides = result[key]
+        seed_p50 = next(iter(sides.values()))["p50_ms"]
+        for side, s in sides.items():
+            ratio = s["ratio_to_seed"]
+            table.add_row(
+                side,
+                f"{s['rate']:,.0f}",
+                f"{ratio:.2f}x" if ratio is not None else "-",
+                f"{s['p50_ms']:.2f}",
+                f"{s['p50_ms'] / seed_p50:.2f}x" if seed_p50 else "-",
+                f"{s['p99_ms']:.2f}",
+                "-" if side.startswith("seed") else f"{s['notifications']:,.0f}",
+                " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
+            )
+        console.print(table)
+    batches = result["batches"]
     table = Table(
-        title=f"{params['producers']} producers, {params['jobs']:,} jobs one per transaction, "
-        f"median of {params['rounds']} round(s)"
+        title=f"batches of {batches['batch_size']:,} on one connection (the bulk side: one "
+        f"enqueue_copy), median of {params['rounds']} round(s)"
     )
-    for column in ("side", "jobs/s", "x seed", "p50 ms", "p99 ms", "notifications", "max usage"):
+    for column in ("side", "jobs/s", "x seed batch", "x PgQueuer", "steal %"):
         table.add_column(column, justify="left" if column == "side" else "right")
-    for side, s in result["sides"].items():
-        ratio = s["ratio_to_seed"]
+    for side, s in batches["sides"].items():
         table.add_row(
             side,
             f"{s['rate']:,.0f}",
-            f"{ratio:.2f}x" if ratio is not None else "-",
-            f"{s['p50_ms']:.2f}",
-            f"{s['p99_ms']:.2f}",
-            "-" if side == "seed" else f"{s['notifications']:,.0f}",
-            "-" if side == "seed" else f"{s['max_queue_usage']:.6f}",
+            f"{s['ratio_to_seed_batch']:.2f}x",
+            f"{s['ratio_to_pgqueuer']:.2f}x",
+            " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
         )
     console.print(table)
