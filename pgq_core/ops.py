@@ -235,8 +235,10 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
     )
 
 
-def _first_id(rows: Rows) -> int:
-    return int(rows[0][0])
+def _id_and_wake(rows: Rows) -> tuple[int, str | None]:
+    """(the new id, the queue to notify after the commit, if the statement left it to us)."""
+    row = rows[0]
+    return int(row[0]), (str(row[1]) if len(row) > 1 and row[1] is not None else None)
 
 
 def enqueue_job(
@@ -248,29 +250,36 @@ def enqueue_job(
     priority: int,
     backoff_base: float | None,
     backoff_cap: float | None,
-) -> Op[int]:
+    alone: bool = False,
+) -> Op[tuple[int, str | None]]:
     """`enqueue_one` for one job without a unique key or dependencies, checked as `JobSpec`s
     are (ValueError): what `Queue.enqueue` sends, without a spec, a flow or its arrays (they
-    cost a one-job enqueue ~30 us of Python)."""
+    cost a one-job enqueue ~30 us of Python). `alone`: the statement is its own transaction
+    (autocommit), so `enqueue_one_then_notify` leaves an `always` NOTIFY to the caller, who
+    sends `notify_committed` for the queue it answers once the statement has returned."""
     check_new_queue_name(queue)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     carrier = tracing.current()
-    return Op(
-        "enqueue_one",
-        {
-            "queue": queue,
-            "payload": Jsonb(payload),
-            "run_at": run_at,
-            "delay": delay,
-            "max_attempts": max_attempts,
-            "priority": priority,
-            "backoff_base": check_backoff(backoff_base, "backoff_base"),
-            "backoff_cap": check_backoff(backoff_cap, "backoff_cap"),
-            "trace": None if carrier is None else Jsonb(carrier),
-        },
-        _first_id,
-    )
+    params = {
+        "queue": queue,
+        "payload": Jsonb(payload),
+        "run_at": run_at,
+        "delay": delay,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "backoff_base": check_backoff(backoff_base, "backoff_base"),
+        "backoff_cap": check_backoff(backoff_cap, "backoff_cap"),
+        "trace": None if carrier is None else Jsonb(carrier),
+    }
+    if alone:
+        return Op("enqueue_one_then_notify", params, _id_and_wake)
+    return Op("enqueue_one", params, _id_and_wake)
+
+
+def notify_committed(channel: str, queue: str) -> Op[None]:
+    """The NOTIFY an `enqueue_one_then_notify` left to its caller, sent after its commit."""
+    return Op("notify_committed", {"channel": channel, "queue": queue}, _nothing)
 
 
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:

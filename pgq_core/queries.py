@@ -1,5 +1,6 @@
 """Loads the named statements of `sql/*.sql`, the one home of the queue's SQL: `protocol.sql`
-(what every producer and worker runs), `api.sql` (the public batch API an application holding
+(what every producer and worker runs), `enqueue.sql` (the producer's bulk path and its
+enqueue that notifies after its commit), `api.sql` (the public batch API an application holding
 its own claims runs), `workflows.sql`, `operator.sql`, `observer.sql` and `session.sql` (a
 session's bounds, its server process, the schema's version).
 
@@ -17,6 +18,7 @@ from psycopg import sql
 
 FILES = (
     "protocol.sql",
+    "enqueue.sql",
     "api.sql",
     "workflows.sql",
     "operator.sql",

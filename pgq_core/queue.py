@@ -141,6 +141,11 @@ def _health(
     return health
 
 
+def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a statement on `conn` is a transaction of its own (autocommit, none open)."""
+    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def _chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:
     for start in range(0, len(specs), ENQUEUE_CHUNK):
         yield specs[start : start + ENQUEUE_CHUNK]
@@ -271,10 +276,18 @@ class Queue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
+            target = conn or self.conn
             job = ops.enqueue_job(
-                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap
-            )
-            return self.run(job, conn)
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
+                alone=_alone(target),
+            )  # fmt: skip
+            job_id, wake = self.run(job, target)
+            if wake is not None:
+                try:
+                    self.run(ops.notify_committed(channel(self.schema), wake), target)
+                except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
+                    log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
+            return job_id
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -709,10 +722,18 @@ class AsyncQueue:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         if unique_key is None and not depends_on:  # the common case: one INSERT
+            target = conn or self.conn
             job = ops.enqueue_job(
-                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap
-            )
-            return await self.run(job, conn)
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
+                alone=_alone(target),
+            )  # fmt: skip
+            job_id, wake = await self.run(job, target)
+            if wake is not None:
+                try:
+                    await self.run(ops.notify_committed(channel(self.schema), wake), target)
+                except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
+                    log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
+            return job_id
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,

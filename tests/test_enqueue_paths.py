@@ -137,3 +137,33 @@ def test_edge_batch_onto_a_queue_with_one_due_job_is_silent(queue: Queue, dsn: s
         queue.enqueue_copy([JobSpec("e", {"n": n}) for n in range(300)])
         queue.enqueue("e", {})
         assert [n.payload for n in ears.notifies(timeout=0.4)] == [], "300 were due already"
+
+
+def test_always_on_an_autocommit_connection_notifies_after_the_commit(
+    queue: Queue, dsn: str
+) -> None:
+    """`Queue.enqueue` alone in its transaction sends the NOTIFY itself once its INSERT has
+    committed; the setting that tells the trigger so ends with that transaction: a plain INSERT
+    on the same connection next is notified by the trigger, and a scheduled job by nobody."""
+    insert = sql.SQL("INSERT INTO {}.jobs (queue, payload) VALUES ('p', '{{}}')").format(
+        sql.Identifier(queue.schema)
+    )
+    with heard(dsn, queue.schema) as ears:
+        first = queue.enqueue("a", {})
+        queue.enqueue("a", {}, delay=timedelta(hours=1))
+        queue.conn.execute(insert)
+        with psycopg.connect(dsn) as own:  # in the caller's transaction: the trigger's NOTIFY
+            queue.enqueue("t", {}, conn=own)
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == ["a", "p", "t"]
+        queue.set_notify("edge")
+        queue.enqueue("e", {})
+        queue.enqueue("e", {})
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == ["e"]
+    assert rows(queue, [first])[0][3] == "ready"
+
+
+async def test_async_always_notifies_after_the_commit(aqueue: AsyncQueue, dsn: str) -> None:
+    with heard(dsn, aqueue.schema) as ears:
+        await aqueue.enqueue("a", {})
+        await aqueue.enqueue("b", {})
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == ["a", "b"]

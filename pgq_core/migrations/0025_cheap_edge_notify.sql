@@ -6,6 +6,12 @@
 -- 300. Now, per queue, it counts the due ready jobs visible to it, at most n + 1 of them (n: the
 -- statement's own, which an AFTER trigger sees), through jobs_ready_idx by (queue, run_at): a
 -- one-job enqueue onto a busy queue reads two entries. Any more than n means another was due.
+-- And `always` leaves the NOTIFY to the producer when a statement set pgq.notify_after_commit
+-- for its transaction (`enqueue_one_then_notify`, run alone in its own transaction): the
+-- producer sends it once that transaction has committed, in a transaction of its own that
+-- waits for no WAL flush. A notifying commit holds PostgreSQL's instance-wide notify lock
+-- through its WAL flush, so 16 producers committing one job each queued on it, one flush at a
+-- time; a NOTIFY alone holds it for microseconds.
 CREATE OR REPLACE FUNCTION {schema}.jobs_after_change() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, {schema}, pg_temp AS $fn$
 DECLARE
@@ -22,9 +28,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'ready' AND run_at <= now()) THEN
       SELECT value INTO mode FROM {schema}.settings WHERE name = 'notify';
       IF coalesce(mode, 'always') = 'always' THEN
-        PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)
-          FROM (SELECT DISTINCT queue FROM new_rows
-                 WHERE status = 'ready' AND run_at <= now()) q;
+        IF current_setting('pgq.notify_after_commit', true) IS DISTINCT FROM 'on' THEN
+          PERFORM pg_notify(TG_TABLE_SCHEMA || '_jobs', q.queue)
+            FROM (SELECT DISTINCT queue FROM new_rows
+                   WHERE status = 'ready' AND run_at <= now()) q;
+        END IF;
       ELSIF mode = 'edge' THEN
         -- only queues that had no due ready job before this statement: the statement's own
         -- rows (n per queue) are all the queue has due, so a burst onto a queue with work

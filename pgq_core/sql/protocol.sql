@@ -136,23 +136,6 @@ VALUES (%(queue)s::text, %(payload)s::jsonb,
         %(backoff_cap)s::float8, %(trace)s::jsonb)
 RETURNING id;
 
--- name: enqueue_copy_ids
--- The bulk path's first statement (`Queue.enqueue_copy`): `n` new job ids, and the run_at of
--- each of `delays` from the transaction's now() (as an enqueue computes it; the first is 0:
--- due now, as the column's default would set it).
-SELECT pg_catalog.array_agg(pg_catalog.nextval(s.seq)),
-       ARRAY(SELECT now() + d FROM pg_catalog.unnest(%(delays)s::interval[]) WITH ORDINALITY
-                                AS t(d, k) ORDER BY k)
-  FROM (SELECT pg_catalog.pg_get_serial_sequence(%(jobs)s, 'id')::regclass AS seq) s,
-       pg_catalog.generate_series(1, %(n)s::int) i
- GROUP BY s.seq;
-
--- name: enqueue_copy
--- The bulk path's second: the jobs themselves, their ids and run_at given, through COPY (no
--- unique key, no dependencies; the jobs trigger fires once for the whole copy).
-COPY {schema}.jobs (id, queue, payload, run_at, max_attempts, priority, backoff_base,
-                    backoff_cap, trace) FROM STDIN;
-
 -- name: unique_holders
 -- The ready or running job holding each of `keys` (a key no job holds has no row).
 SELECT unique_key, id FROM {schema}.jobs

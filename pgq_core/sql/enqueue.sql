@@ -1,0 +1,45 @@
+-- The producer's paths beside the protocol's `enqueue` and `enqueue_one` (protocol.sql): a
+-- one-job enqueue that is a transaction of its own and leaves its NOTIFY until after its
+-- commit (`Queue.enqueue` on an autocommit connection), and the bulk path through COPY
+-- (`Queue.enqueue_copy`, `pgq enqueue --file`).
+-- {schema} is the quoted schema identifier; %(name)s are bound parameters.
+
+-- name: enqueue_one_then_notify
+-- `enqueue_one` as a transaction of its own (autocommit), leaving an `always` NOTIFY to the
+-- producer (pgq.notify_after_commit, read by the jobs trigger; migration 25). Rows: (id, the
+-- queue to notify once this commits, or NULL: not due, or the setting is not `always`).
+WITH later AS (SELECT pg_catalog.set_config('pgq.notify_after_commit', 'on', true))
+INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                           backoff_cap, trace)
+SELECT %(queue)s::text, %(payload)s::jsonb,
+       coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+       %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+       %(backoff_cap)s::float8, %(trace)s::jsonb
+  FROM later
+RETURNING id, CASE WHEN run_at <= now() AND coalesce((SELECT value FROM {schema}.settings
+                                                      WHERE name = 'notify'), 'always') = 'always'
+                   THEN queue END;
+
+-- name: notify_committed
+-- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
+-- commit waits for no WAL flush (lost in a crash, workers poll), and holds the notify lock only
+-- for that short commit.
+SELECT pg_catalog.set_config('synchronous_commit', 'off', true),
+       pg_catalog.pg_notify(%(channel)s, %(queue)s);
+
+-- name: enqueue_copy_ids
+-- The bulk path's first statement (`Queue.enqueue_copy`): `n` new job ids, and the run_at of
+-- each of `delays` from the transaction's now() (as an enqueue computes it; the first is 0:
+-- due now, as the column's default would set it).
+SELECT pg_catalog.array_agg(pg_catalog.nextval(s.seq)),
+       ARRAY(SELECT now() + d FROM pg_catalog.unnest(%(delays)s::interval[]) WITH ORDINALITY
+                                AS t(d, k) ORDER BY k)
+  FROM (SELECT pg_catalog.pg_get_serial_sequence(%(jobs)s, 'id')::regclass AS seq) s,
+       pg_catalog.generate_series(1, %(n)s::int) i
+ GROUP BY s.seq;
+
+-- name: enqueue_copy
+-- The bulk path's second: the jobs themselves, their ids and run_at given, through COPY (no
+-- unique key, no dependencies; the jobs trigger fires once for the whole copy).
+COPY {schema}.jobs (id, queue, payload, run_at, max_attempts, priority, backoff_base,
+                    backoff_cap, trace) FROM STDIN;
