@@ -4,7 +4,7 @@ INSERT, same threads, same run, same server; then the same from N asyncio tasks 
 of N connections (`AsyncQueue.enqueue` against the seed's INSERT), and batches: BATCH_JOBS jobs
 in batches of BATCH_SIZE on one connection (the seed's batch INSERT, `Queue.enqueue_many`,
 `Queue.enqueue_copy`, PgQueuer's batch enqueue on asyncpg), `pgq enqueue --file` of them (a
-process, its start counted), and BULK_JOBS in one `enqueue_copy`.
+process, its start counted), and 5x as many in one `enqueue_copy`.
 
 Each producer is a thread with its own connection, connected before the clock starts; all start
 together and each enqueues its share one job per transaction. A LISTENing connection consumes
@@ -58,10 +58,11 @@ TRUNCATE_SEED = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
 SAMPLE_EVERY = 0.05
 TRUNCATE_PEER = "TRUNCATE {s}.pgqueuer"
-#: The batch sides: jobs per round, jobs per call; the bulk side's jobs, in one call.
+#: The batch sides: at most BATCH_JOBS jobs per round (5x --jobs), BATCH_SIZE per call; the
+#: bulk side 5x as many, in one call.
 BATCH_JOBS = 20_000
 BATCH_SIZE = 1_000
-BULK_JOBS = 100_000
+BULK_FACTOR = 5
 #: The async sides: pgq's, under these notify modes.
 ASYNC_MODES = ("edge", "always")
 
@@ -334,14 +335,15 @@ def _batches(
     opts: ProducersOptions,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds alternated;
-    `pgq enqueue --file` of them all; BULK_JOBS in one `enqueue_copy`. Jobs/s per side
+    """Up to BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds
+    alternated; `pgq enqueue --file` of them all; 5x as many in one `enqueue_copy`. Jobs/s per side
     (median) and its ratio to the seed's batch INSERT and to PgQueuer's batch enqueue."""
     from . import pgqueuer_side
 
     pgq_ident = sql.Identifier(q.schema)
-    bodies = [payload(opts.payload_bytes, n) for n in range(BATCH_JOBS)]
-    chunks = [bodies[i : i + BATCH_SIZE] for i in range(0, BATCH_JOBS, BATCH_SIZE)]
+    batch_jobs = max(BATCH_SIZE, min(BATCH_JOBS, opts.jobs * 5))
+    bodies = [payload(opts.payload_bytes, n) for n in range(batch_jobs)]
+    chunks = [bodies[i : i + BATCH_SIZE] for i in range(0, batch_jobs, BATCH_SIZE)]
     seed = seed_connection(dsn, seed_schema)
     rates: dict[str, list[float]] = {}
     steal: dict[str, list[float | None]] = {}
@@ -380,14 +382,14 @@ def _batches(
         def pgq_bulk() -> None:
             q.enqueue_copy([JobSpec(QUEUE_NAME, b) for b in bulk])
 
-        bulk = [payload(opts.payload_bytes, n) for n in range(BULK_JOBS)]
+        bulk = [payload(opts.payload_bytes, n) for n in range(batch_jobs * BULK_FACTOR)]
         batch_sides: dict[str, tuple[Callable[[], None], int]] = {
-            "seed_batch": (seed_batch, BATCH_JOBS),
-            "pgqueuer_batch": (peer_batch, BATCH_JOBS),
-            "pgq_enqueue_many": (pgq_many, BATCH_JOBS),
-            "pgq_enqueue_copy": (pgq_copy, BATCH_JOBS),
-            "pgq_enqueue_file": (pgq_file, BATCH_JOBS),
-            "pgq_copy_bulk": (pgq_bulk, BULK_JOBS),
+            "seed_batch": (seed_batch, batch_jobs),
+            "pgqueuer_batch": (peer_batch, batch_jobs),
+            "pgq_enqueue_many": (pgq_many, batch_jobs),
+            "pgq_enqueue_copy": (pgq_copy, batch_jobs),
+            "pgq_enqueue_file": (pgq_file, batch_jobs),
+            "pgq_copy_bulk": (pgq_bulk, len(bulk)),
         }
         try:
             for r in range(opts.rounds):
@@ -406,6 +408,7 @@ def _batches(
     medians = {side: statistics.median(rs) for side, rs in rates.items()}
     return {
         "batch_size": BATCH_SIZE,
+        "jobs": batch_jobs,
         "sides": {
             side: {
                 "rate": rate,

@@ -44,6 +44,16 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     assert 1 <= sides["pgq_edge"]["notifications"] < 200
     assert sides["pgq_off"]["notifications"] == 0
     assert 0 <= sides["pgq_always"]["max_queue_usage"] < 1
+    asynchronous = data["async_sides"]
+    assert set(asynchronous) == {"seed_async", "pgq_async_edge", "pgq_async_always"}
+    assert asynchronous["pgq_async_always"]["notifications"] == 200, "one per transaction"
+    batches = data["batches"]["sides"]
+    assert set(batches) == {
+        "seed_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
+        "pgq_enqueue_file", "pgq_copy_bulk",
+    }  # fmt: skip
+    assert all(b["rate"] > 0 for b in batches.values())
+    assert batches["seed_batch"]["ratio_to_seed_batch"] == 1
     assert _bench_schemas(dsn) == before, "throwaway schemas are dropped"
 
 
