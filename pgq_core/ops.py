@@ -260,6 +260,8 @@ def enqueue_job(
     check_new_queue_name(queue)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and run_at.tzinfo is None:
+        run_at = run_at.astimezone()  # the client's local time, as JobSpec reads it
     carrier = tracing.current()
     params = {
         "queue": queue,
