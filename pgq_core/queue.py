@@ -276,7 +276,7 @@ class Queue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            target = conn or self.conn
+            target = conn or self._own()
             job = ops.enqueue_job(
                 queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
                 alone=_alone(target),
@@ -341,7 +341,7 @@ class Queue:
         delays = ops.copy_delays(specs)
         if not specs:
             return []
-        target = conn or self.conn
+        target = conn or self._own()
         # a connection not in autocommit has (or begins) the caller's transaction: join it
         with target.transaction() if target.autocommit else contextlib.nullcontext():
             ids, run_ats = self.run(ops.copy_ids(self.schema, len(specs), delays), target)
@@ -722,7 +722,7 @@ class AsyncQueue:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            target = conn or self.conn
+            target = conn or await self._own()
             job = ops.enqueue_job(
                 queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
                 alone=_alone(target),
@@ -778,7 +778,7 @@ class AsyncQueue:
         delays = ops.copy_delays(specs)
         if not specs:
             return []
-        target = conn or self.conn
+        target = conn or await self._own()
         async with target.transaction() if target.autocommit else contextlib.nullcontext():
             ids, run_ats = await self.run(
                 ops.copy_ids(self.schema, len(specs), delays), target
