@@ -362,7 +362,11 @@ class DashboardApp(App[None]):
         leases_at = self.clock()  # `seconds_left` is the server's as the leases came back
         jobs = await self._jobs(jobs_query)
         server = await self.source.server()
-        return window, leases, leases_at, jobs, server, await self.source.workers()
+        try:
+            workers = await self.source.workers()
+        except PgqError:  # a schema before version 23 has no workers table: none shown
+            workers = []
+        return window, leases, leases_at, jobs, server, workers
 
     def move_queues_window(self, offset: int) -> None:
         """The Queues view shows the queues from the `offset`th by name from the next poll

@@ -3,6 +3,7 @@ its row), and `o` on a lease opens its worker there."""
 
 from __future__ import annotations
 
+from psycopg import sql
 from support import dashboard
 from textual.widgets import TabbedContent
 
@@ -50,3 +51,17 @@ async def test_a_worker_of_another_process_shows_in_the_workers_view(
         queue.run(ops.worker_gone("far:99:abcdef"))
         app.request_refresh()
         await wait_for(pilot, lambda: keys(table) == [], "gone once its row is")
+
+
+async def test_a_schema_without_the_workers_table_still_polls(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """A dashboard upgraded before `pgq migrate` ran: no live workers shown, the rest polled."""
+    queue.enqueue("emails", {})
+    queue.conn.execute(sql.SQL("DROP TABLE {}.workers").format(sql.Identifier(schema)))
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 1, "two polls")
+        data = app.dashboard.data
+        assert data is not None and data.workers == []
+        assert [s.queue for s in data.stats] == ["emails"]

@@ -10,6 +10,7 @@ import socket
 import time
 from typing import Any
 
+from psycopg import sql
 from support import TIMEOUT, make_worker, running, until
 
 from pgq_core import Queue, ops
@@ -76,7 +77,7 @@ def test_a_row_whose_beats_stopped_expires_and_the_next_beat_deletes_it(queue: Q
     assert [w.id for w in queue.workers()] == ["alive"]  # not shown once expired
     queue.run(ops.worker_beat("alive", "h", 2, ["q"], 1, "0", 60, (0, 5, 0)))
     rows = queue.conn.execute(
-        f'SELECT id FROM "{queue.schema}".workers ORDER BY id'
+        sql.SQL("SELECT id FROM {}.workers ORDER BY id").format(sql.Identifier(queue.schema))
     ).fetchall()
     assert rows == [("alive",)]  # the beat deleted the expired row
     assert queue.workers()[0].done == 5
