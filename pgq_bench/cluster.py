@@ -191,6 +191,20 @@ def _own_children() -> list[int]:
     return found if listed else _children(me)
 
 
+#: /dev/shm holds the cluster when it has this much room: etcd's and PostgreSQL's fsyncs cost
+#: nothing there, so a busy disk cannot stall Patroni's leader key into a failover of its own.
+SCRATCH_MIN_FREE = 2 << 30
+
+
+def _scratch() -> str | None:
+    """Where the cluster's directory goes: /dev/shm when it has room, else the temp dir."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if st.f_bavail * st.f_frsize >= SCRATCH_MIN_FREE else None
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -323,10 +337,7 @@ class Cluster:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="pgq-reaper")
         self._reaper.start()
-        shm = Path("/dev/shm")
-        self.base = Path(
-            tempfile.mkdtemp(prefix="pgq-cluster-", dir=shm if shm.is_dir() else None)
-        ).resolve()
+        self.base = Path(tempfile.mkdtemp(prefix="pgq-cluster-", dir=_scratch())).resolve()
         self._watchdog = subprocess.Popen(
             [sys.executable, "-c", _WATCHDOG, str(self.base)],
             stdin=subprocess.PIPE,
