@@ -127,10 +127,14 @@ class JobSpec:
     backoff_cap: float | None = None
 
     def __post_init__(self) -> None:
-        """A naive `run_at` is the client's local time, as the CLI's --run-at reads one, never
-        the server's TimeZone."""
         if self.run_at is not None and self.run_at.tzinfo is None:
-            object.__setattr__(self, "run_at", self.run_at.astimezone())
+            object.__setattr__(self, "run_at", client_time(self.run_at))
+
+
+def client_time(at: datetime | None) -> datetime | None:
+    """A naive datetime is the client's local time, as the CLI's --run-at reads one, never the
+    server's TimeZone: made aware here, before any statement sees it."""
+    return at if at is None or at.tzinfo is not None else at.astimezone()
 
 
 def _ids(rows: Rows) -> list[int]:

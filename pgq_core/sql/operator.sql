@@ -304,3 +304,35 @@ SELECT name, value FROM {schema}.settings ORDER BY name;
 INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
     ON CONFLICT (name) DO UPDATE SET value = excluded.value
 RETURNING value;
+
+-- The workers' schedulers (pgq_core/worker/scheduler.py): periodic jobs' due slots.
+-- name: schedule_slots
+-- A scheduler pass reads each schedule's name, cron, created_at and last_slot (no payload).
+SELECT name, cron, created_at, last_slot FROM {schema}.schedules ORDER BY name;
+
+-- name: enqueue_due_slots
+-- Each (name, slot) due: `last_slot` advances to it and its job is inserted, in one statement,
+-- so a slot is enqueued once whatever the workers (a row another holds is skipped: a later
+-- pass sees it). A slot before its schedule or past the clock is refused; the unique key
+-- `schedule:<name>:<slot>` guards it too. Rows: (name, slot, new id or NULL) per slot advanced.
+WITH due AS (
+  SELECT name, i.slot, i.key FROM {schema}.schedules s
+    JOIN ROWS FROM (pg_catalog.unnest(%(names)s::text[]), pg_catalog.unnest(%(slots)s::timestamptz[]),
+                    pg_catalog.unnest(%(keys)s::text[])) AS i (name, slot, key) USING (name)
+   WHERE (s.last_slot IS NULL OR s.last_slot < i.slot)
+     AND i.slot >= s.created_at AND i.slot <= pg_catalog.now() FOR UPDATE OF s SKIP LOCKED
+), advanced AS (
+  UPDATE {schema}.schedules s SET last_slot = due.slot FROM due WHERE s.name = due.name
+  RETURNING s.name, s.queue, s.payload, s.max_attempts, due.slot, due.key
+), new_jobs AS (
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key)
+  SELECT queue, payload, max_attempts, key FROM advanced
+  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+  DO NOTHING RETURNING id, fence, unique_key
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT n.id, 'enqueued', n.fence, %(worker)s::text,
+         'schedule ' || a.name || ' slot ' || a.slot::text
+    FROM new_jobs n JOIN advanced a ON a.key = n.unique_key
+)
+SELECT a.name, a.slot, n.id FROM advanced a LEFT JOIN new_jobs n ON n.unique_key = a.key;
