@@ -64,12 +64,7 @@ def test_fastapi_recipe(dsn: str, schema: str, queue: Queue) -> None:
 def test_flask_recipe(dsn: str, schema: str, queue: Queue, conn: Any) -> None:
     from flask_thumbs.app import create_app, tasks
 
-    conn.execute(
-        sql.SQL("CREATE TABLE {}.uploads (id bigserial PRIMARY KEY, image text NOT NULL)").format(
-            sql.Identifier(schema)
-        )
-    )
-    client = create_app(in_schema(dsn, schema), schema).test_client()
+    client = create_app(in_schema(dsn, schema), schema).test_client()  # it makes its table
     made = client.post("/uploads", json={"image": "cat.jpg"}).get_json()
     refused = client.post("/uploads", json={"image": "notes.txt"}).get_json()
     uploads = conn.execute(
@@ -144,3 +139,19 @@ def test_a_django_connection_on_another_database_is_refused() -> None:
         driver_connection(SQLiteConnection())
     with pytest.raises(PgqError, match="cannot enqueue through a object"):
         driver_connection(object())
+
+
+def test_flask_recipe_runs_as_its_docstring_says(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flask --app flask_thumbs.app run` with only the environment: no KeyError for a missing
+    setting, no table to create by hand (it returned 500: relation "uploads" does not exist)."""
+    from flask_thumbs.app import create_app
+
+    monkeypatch.setenv("PGQ_DSN", in_schema(dsn, schema))
+    monkeypatch.setenv("PGQ_SCHEMA", schema)
+    client = create_app().test_client()
+    made = client.post("/uploads", json={"image": "dog.png"})
+    assert made.status_code == 200, made.get_data(as_text=True)
+    job = made.get_json()["job"]
+    assert client.get(f"/jobs/{job}").get_json()["status"] == "ready"

@@ -1,9 +1,9 @@
 """Flask with pgq: a job enqueued in the request's own database transaction.
 
-Run it (PGQ_DSN and PGQ_SCHEMA name the database and the queue's schema, migrated with
-`pgq migrate`):
+Run it from `examples/` (with no PGQ_DSN, on the embedded PostgreSQL, migrated for you; with
+PGQ_DSN and PGQ_SCHEMA, on that database's schema, migrated with `pgq migrate`):
 
-    flask --app flask_thumbs.app run             # the web app
+    flask --app flask_thumbs.app run             # the web app (it creates its uploads table)
     pgq worker --tasks flask_thumbs.app:tasks     # a worker for its tasks
 
 `POST /uploads` (JSON `{"image": "cat.jpg"}`) records the upload and enqueues its thumbnail in
@@ -12,13 +12,12 @@ one transaction: both are written, or neither. `GET /jobs/<id>` tells how the jo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import psycopg
 from flask import Flask, abort, current_app, request
 
-from pgq_core import JobNotFound, Queue, Tasks
+from pgq_core import JobNotFound, Queue, Tasks, find_target
 
 tasks = Tasks(queue="thumbnails")
 
@@ -33,8 +32,14 @@ def make_thumbnail(upload_id: int, image: str, width: int = 320) -> dict[str, An
 
 def create_app(dsn: str | None = None, schema: str | None = None) -> Flask:
     app = Flask(__name__)
-    app.config["PGQ_DSN"] = dsn or os.environ["PGQ_DSN"]
-    app.config["PGQ_SCHEMA"] = schema or os.environ.get("PGQ_SCHEMA", "pgq")
+    target = find_target(dsn, schema)  # PGQ_DSN / PGQ_SCHEMA, else the embedded server
+    app.config["PGQ_DSN"] = target.dsn
+    app.config["PGQ_SCHEMA"] = target.schema
+    tasks.use_database(target.dsn, target.schema)
+    with psycopg.connect(target.dsn, autocommit=True) as conn:  # the app's own table
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS uploads (id bigserial PRIMARY KEY, image text NOT NULL)"
+        )
 
     @app.post("/uploads")
     def upload() -> dict[str, Any]:
