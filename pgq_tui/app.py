@@ -745,6 +745,7 @@ class DashboardApp(App[None]):
         self._act(
             self.source.requeue([job_id]),
             lambda ids: f"requeued job {job_id}" if ids else f"job {job_id} was no longer dead",
+            "ready",
         )
 
     def action_requeue_queue(self) -> None:
@@ -771,6 +772,7 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''} of {queue}"
                     ),
+                    "ready",
                 )
             else:
                 self.dashboard.say("requeue cancelled", "grey62")
@@ -812,6 +814,7 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"killed job {job_id}" if ids else f"job {job_id} had already settled"
                     ),
+                    "dead",
                 )
             else:
                 self.dashboard.say("kill cancelled", "grey62")
@@ -877,6 +880,7 @@ class DashboardApp(App[None]):
                         f"{'requeued' if action == 'requeue' else 'killed'} {len(ids):,} "
                         f"job{'' if len(ids) == 1 else 's'} {what}"
                     ),
+                    "ready" if action == "requeue" else "dead",
                 )
             elif answer == "one" and single is not None:
                 job_id = single[0]
@@ -885,6 +889,7 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"killed job {job_id}" if ids else f"job {job_id} had already settled"
                     ),
+                    "dead",
                 )
             else:
                 self.dashboard.say(f"{action} cancelled", "grey62")
@@ -930,18 +935,30 @@ class DashboardApp(App[None]):
             )
         self.push_screen(ConfirmScreen(title, body), answered)
 
-    def _act(self, call: Awaitable[list[int]], describe: Callable[[list[int]], str]) -> None:
-        self._run_action(call, describe)
+    def _act(
+        self,
+        call: Awaitable[list[int]],
+        describe: Callable[[list[int]], str],
+        became: str | None = None,
+    ) -> None:
+        """Run an action; the jobs it changed show `became` (their new status) at once, before
+        the refresh it asks for brings the rest."""
+        self._run_action(call, describe, became)
 
     @work(group="actions", exit_on_error=False)
     async def _run_action(
-        self, call: Awaitable[list[int]], describe: Callable[[list[int]], str]
+        self,
+        call: Awaitable[list[int]],
+        describe: Callable[[list[int]], str],
+        became: str | None = None,
     ) -> None:
         try:
             ids = await call
         except (Disconnected, PgqError, ValueError) as exc:  # ValueError: a name refused
             self.alert(str(exc), title="action failed", severity="error")
             return
+        if became is not None and ids:
+            self.dashboard.jobs_became(ids, became)
         text = describe(ids)
         self.alert(text)
         self.dashboard.say(text, "bold")

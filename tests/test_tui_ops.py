@@ -158,3 +158,27 @@ async def test_health_view_shows_a_held_open_transaction_as_the_xmin_holder(
             console.print(health_renderable(dash.health, app.clock(), 200))
             text = console.export_text()
             assert f"xmin holder pid {pid}" in text and "idle in transaction" in text
+
+
+async def test_an_actions_jobs_show_their_new_status_before_any_poll(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """`r` on a dead job: the row says ready as soon as the requeue committed, not at the next
+    poll (live updates paused here, so no poll comes)."""
+    [job_id] = queue.enqueue_many([JobSpec("emails", {}, max_attempts=1)])
+    [job] = queue.claim("emails", 1, worker="w")
+    queue.fail(job.id, job.fence, "boom")
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+        await pilot.press("2")
+        table = app.dashboard.query_one(JobsTable)
+        await wait_for(pilot, lambda: table.selected_key == str(job_id), "the dead job")
+        await pilot.press("space")  # paused: no poll from now on
+        polls = app.polls
+        await pilot.press("r")
+        await wait_for(pilot, lambda: queue.job(job_id).status == "ready", "the requeue")
+        await wait_for(
+            pilot, lambda: "ready" in str(table.get_row(str(job_id))[2]), "the row says so"
+        )
+        assert app.polls == polls

@@ -65,3 +65,4 @@ async def test_a_schema_without_the_workers_table_still_polls(
         data = app.dashboard.data
         assert data is not None and data.workers == []
         assert [s.queue for s in data.stats] == ["emails"]
+

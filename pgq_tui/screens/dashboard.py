@@ -229,6 +229,17 @@ class DashboardScreen(Screen[None]):
         self._render_tab_labels()
         self._render_jobs_bar()
 
+    def jobs_became(self, ids: list[int], status: str) -> None:
+        """An action changed these jobs: the Jobs view shows their new status at once (the
+        refresh the action asked for brings the rest)."""
+        data = self.data
+        if data is None:
+            return
+        changed = set(ids)
+        jobs = [replace(j, status=status) if j.id in changed else j for j in data.jobs]
+        self.data = replace(data, jobs=jobs)
+        self.query_one(JobsTable).show(jobs, self.host.clock(), self.data)
+
     def show_errors(self, groups: list[ErrorGroup], now: float) -> None:
         self.errors = groups
         self.query_one(ErrorsTable).show(groups, now)
