@@ -28,6 +28,7 @@ from pgq_core import (
     JobRow,
     LatencyReport,
     Lease,
+    PgqError,
     QueueStats,
     QueueWindow,
     WorkerInfo,
@@ -226,6 +227,10 @@ class PgSource:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self._forget(queue)
             raise self._disconnected(exc) from None
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            # a standby (or a primary since demoted): the next call looks for the writable host
+            await self._forget(queue)
+            raise PgqError(str(self._disconnected(exc))) from None
         except psycopg.Error as exc:
             if not is_pooler_error(exc):
                 raise

@@ -127,9 +127,9 @@ async def test_a_listen_the_standby_refuses_is_said_once(pair: Pair) -> None:
     said: list[str] = []
     alert = app.alert
 
-    def record(message: str, **kwargs: Any) -> None:
-        said.append(message)
-        alert(message, **kwargs)
+    def record(message: str, *, title: str = "", **kwargs: Any) -> None:
+        said.append(f"{title}: {message}" if title else message)
+        alert(message, title=title, **kwargs)
 
     app.alert = record  # type: ignore[method-assign]
     source = app.source
@@ -149,6 +149,16 @@ async def test_a_listen_the_standby_refuses_is_said_once(pair: Pair) -> None:
         await until(pilot, lambda: tries >= 3, "LISTEN tried three times")
         off = [line for line in said if line.startswith("live updates off")]
         assert off == ["live updates off: the server is a standby; polling every 0.2 s"], said
+
+        # an action there says in plain words why it did not happen
+        app._act(source.pause_queue("mail", "from the test"), lambda _: "paused")
+        await until(pilot, lambda: any("action failed" in line for line in said), "a refusal")
+        (failed,) = [line for line in said if "action failed" in line]
+        assert failed == (
+            f"action failed: the server ({standby}) takes no writes (a standby, or read-only "
+            "sessions): name the primary, or every host of the cluster with "
+            "target_session_attrs=read-write"
+        ), failed
 
 
 def test_the_header_text_names_a_standby_its_lag_and_a_change() -> None:
