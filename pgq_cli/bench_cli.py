@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .context import at_most, duration, fail, lease_duration, settings
+from .context import FiniteFloatRange, at_most, duration, fail, lease_duration, settings
 
 
 def load_bench() -> ModuleType:
@@ -184,7 +184,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "idle_seconds",
     default=20.0,
     show_default=True,
-    type=click.FloatRange(1, 3600),
+    type=FiniteFloatRange(1, 3600),
     help="--queues/--big-errors: seconds the dashboard idles while measured.",
 )
 @click.option(
@@ -253,7 +253,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 )
 @click.option(
     "--rate",
-    type=click.FloatRange(0.1, 100_000),
+    type=FiniteFloatRange(0.1, 100_000),
     default=None,
     help="--soak, --fleet: jobs per second the producer enqueues (default 200; --fleet 100).",
 )

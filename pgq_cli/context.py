@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import shlex
 import shutil
@@ -51,6 +52,17 @@ EXIT_USAGE = 2
 INT4_MAX = 2**31 - 1
 INT4 = click.IntRange(1, INT4_MAX)
 JOB_ID = click.IntRange(1, 2**63 - 1)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing nan and the infinities (which its bounds let through: a
+    comparison with nan is false) as a usage error."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 @dataclass

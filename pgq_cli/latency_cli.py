@@ -140,6 +140,17 @@ def latency_command(
         console.print("no done jobs yet: latency is measured on completed jobs")
         return
     console.print(table)
+    for entry in report.queues:
+        skewed = [(label, w) for label, w in entry.windows.items() if w.skewed]
+        if skewed:
+            label, w = skewed[-1]
+            console.print(
+                f"clock skew: {output.plural(w.skewed, 'done job')} of queue "
+                f"{output.escaped(entry.queue)} ({label}) had a negative wait or run, down to "
+                f"-{w.skew_seconds:,.1f}s, counted as 0: the clocks that wrote its times "
+                "disagree",
+                highlight=False,
+            )
     if report.total > len(report.queues):
         more = report.total - len(report.queues)
         console.print(

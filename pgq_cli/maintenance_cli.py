@@ -16,13 +16,21 @@ from rich.text import Text
 from pgq_core import migrate as run_migrate
 from pgq_core.cluster import standby_refusal
 from pgq_core.models import Health, PruneReport, StrandedJobs, StuckJobs
-from pgq_core.ops import NOTIFY_MODES, PRUNE_BATCH, REAP_BATCH, STUCK_FACTOR, STUCK_FLOOR
+from pgq_core.ops import (
+    NOTIFY_MODES,
+    PRUNE_BATCH,
+    REAP_BATCH,
+    STUCK_FACTOR,
+    STUCK_FLOOR,
+    STUCK_MIN_DONE,
+)
 from pgq_core.text import printable
 
 from . import output
 from .context import (
     INT4,
     DocstringCommand,
+    FiniteFloatRange,
     duration,
     echo_json,
     fail,
@@ -137,7 +145,7 @@ def prune_command(ctx: click.Context, older_than: timedelta, batch: int, as_json
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (with warnings).")
 @click.option(
     "--stuck-factor",
-    type=click.FloatRange(min=0, min_open=True, max=1_000_000),
+    type=FiniteFloatRange(min=0, min_open=True, max=1_000_000),
     default=STUCK_FACTOR,
     show_default=True,
     help="A running job is stuck past this many times its queue's p99 run time (last hour).",
@@ -223,7 +231,8 @@ def _print_stuck(console: Console, stuck: StuckJobs | None) -> None:
     if stuck is None:
         return
     rule = (
-        f"running past {stuck.factor:g}x their queue's p99 run time and "
+        f"running past {stuck.factor:g}x their queue's p99 run time (with fewer than "
+        f"{STUCK_MIN_DONE} done jobs: its longest), its longest done run and "
         f"{stuck.floor_seconds:g}s, lease still renewed"
     )
     if not stuck.total:
@@ -232,18 +241,27 @@ def _print_stuck(console: Console, stuck: StuckJobs | None) -> None:
     shown = f", the {len(stuck.jobs):,} longest shown" if len(stuck.jobs) < stuck.total else ""
     console.print(f"stuck jobs: {stuck.total:,} ({rule}{shown})", highlight=False)
     table = Table()
-    for col in ("job", "queue", "running for", "p99", "stuck past", "worker"):
+    for col in ("job", "queue", "running for", "p99", "longest", "stuck past", "worker"):
         table.add_column(col, justify="left" if col in ("queue", "worker") else "right")
     for j in stuck.jobs:
+        if j.p99_seconds is None:
+            p99 = "no history"
+        elif not j.trusted:
+            p99 = f"({_seconds(j.p99_seconds)}, {j.done_jobs} jobs)"
+        else:
+            p99 = _seconds(j.p99_seconds)
         table.add_row(
             str(j.id),
             output.text(j.queue),
             _seconds(j.running_seconds),
-            "no history" if j.p99_seconds is None else _seconds(j.p99_seconds),
+            p99,
+            "—" if j.longest_seconds is None else _seconds(j.longest_seconds),
             _seconds(j.threshold_seconds),
             output.text(j.worker),
         )
     console.print(table)
+    for j in stuck.jobs[:10]:
+        console.print(f"job {j.id}: {output.escaped(j.reason)}", highlight=False)
 
 
 def _print_stranded(console: Console, stranded: StrandedJobs | None) -> None:

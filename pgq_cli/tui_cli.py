@@ -18,7 +18,14 @@ from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
 from pgq_core.extras import require
 from pgq_core.worker import load_handler
 
-from .context import OneLineUsageError, command_name, fail, lease_duration, settings
+from .context import (
+    FiniteFloatRange,
+    OneLineUsageError,
+    command_name,
+    fail,
+    lease_duration,
+    settings,
+)
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp
@@ -55,7 +62,7 @@ def leave_stuck_handlers(
 )
 @click.option(
     "--refresh",
-    type=click.FloatRange(min=0.1, max=3600),
+    type=FiniteFloatRange(min=0.1, max=3600),
     default=2.0,
     show_default=True,
     help="Seconds between polls (NOTIFY also refreshes at once).",
@@ -244,7 +251,7 @@ def demo_exit_hint(schema: str) -> str:
 @click.command("demo")
 @click.option(
     "--refresh",
-    type=click.FloatRange(min=0.1, max=3600),
+    type=FiniteFloatRange(min=0.1, max=3600),
     default=1.0,
     show_default=True,
     help="Seconds between polls.",

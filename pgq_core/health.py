@@ -52,15 +52,14 @@ def assess(health: Health) -> list[str]:
     if stuck is not None and stuck.total:
         longest = stuck.jobs[0] if stuck.jobs else None
         which = (
-            f": the longest, job {longest.id} on {longest.queue!r}, for "
-            f"{duration_label(timedelta(seconds=longest.running_seconds))}"
+            f": the longest, job {longest.id} on {longest.queue!r}, {longest.reason}"
             if longest
             else ""
         )
         floor = duration_label(timedelta(seconds=stuck.floor_seconds))
         found.append(
             f"{stuck.total:,} running job{'' if stuck.total == 1 else 's'} stuck (past "
-            f"{stuck.factor:g}x the queue's p99 run time and {floor}, "
+            f"{stuck.factor:g}x the queue's p99 run time, the longest done run and {floor}, "
             f"lease still renewed){which}"
         )
     stranded = health.stranded

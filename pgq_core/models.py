@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 #: `waiting`: a job with dependencies (`JobSpec.depends_on`) whose parents are not all done.
@@ -344,9 +344,10 @@ class LockWait:
 @dataclass(frozen=True)
 class StuckJob:
     """A running job whose lease is still renewed (its worker is alive) but whose run so far,
-    `running_seconds` (since claimed_at), is past `threshold_seconds`: `factor` times its
-    queue's p99 run time (`p99_seconds`, over `done_jobs` done jobs of the window), or the
-    floor when that is more or when the queue has no done job in the window (p99 None)."""
+    `running_seconds` (since claimed_at), is past `threshold_seconds`: the greatest of `factor`
+    times its queue's p99 run time (`p99_seconds`, over `done_jobs` done jobs of the window,
+    when `trusted`: enough of them; else `factor` times the longest), the longest of those runs
+    and the floor."""
 
     id: int
     queue: str
@@ -357,6 +358,36 @@ class StuckJob:
     p99_seconds: float | None
     done_jobs: int
     threshold_seconds: float
+    #: the longest run of those done jobs (None: none)
+    longest_seconds: float | None = None
+    #: the factor applied to the p99
+    factor: float = 3.0
+    #: whether `done_jobs` were enough to trust the p99 (`ops.STUCK_MIN_DONE`; fewer: `factor`
+    #: times the longest run stands for it)
+    trusted: bool = True
+
+    @property
+    def reason(self) -> str:
+        """Why it is flagged: the largest of the limits it ran past, in words."""
+        from .durations import duration_label
+
+        def span(seconds: float) -> str:
+            return duration_label(timedelta(seconds=round(seconds, 1)))
+
+        parts = []
+        if self.p99_seconds is not None and self.trusted:
+            parts.append(f"{self.factor:g}x the p99 of {self.done_jobs:,} done jobs "
+                         f"({span(self.p99_seconds)})")
+        elif self.longest_seconds is not None:
+            parts.append(f"{self.factor:g}x the longest of {self.done_jobs:,} done jobs "
+                         f"({span(self.longest_seconds)}; too few for a p99)")
+        else:
+            parts.append("no done job in the window")
+        if self.longest_seconds is not None and self.trusted:
+            parts.append(f"the longest done run ({span(self.longest_seconds)})")
+        parts.append("the floor")
+        return (f"running {span(self.running_seconds)}, past "
+                + ", ".join(parts) + f": stuck past {span(self.threshold_seconds)}")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ neither holds SQL or decides anything on its own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -1454,6 +1455,10 @@ class LatencyWindow:
     capped: bool
     wait: Percentiles
     run: Percentiles
+    #: jobs whose wait or run was negative (clocks that disagree): counted as 0 above
+    skewed: int = 0
+    #: the most negative of those, as seconds (0 when none)
+    skew_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         def pct(p: Percentiles) -> dict[str, float | None]:
@@ -1465,6 +1470,8 @@ class LatencyWindow:
             "capped": self.capped,
             "wait": pct(self.wait),
             "run": pct(self.run),
+            "skewed": self.skewed,
+            "skew_seconds": self.skew_seconds,
         }
 
 
@@ -1534,22 +1541,33 @@ def latency(
         else (duration_label(short), duration_label(since))
     )
 
-    def window(seconds: float, jobs: Any, wait: Any, run: Any) -> LatencyWindow:
+    def window(
+        seconds: float, jobs: Any, wait: Any, run: Any, skewed: Any, skew: Any
+    ) -> LatencyWindow:
         def pct(values: Any) -> Percentiles:
             if values is None:
                 return Percentiles(None, None, None)
             p50, p95, p99 = (None if v is None else float(v) for v in values)
             return Percentiles(p50, p95, p99)
 
-        return LatencyWindow(seconds, int(jobs), int(jobs) >= cap, pct(wait), pct(run))
+        return LatencyWindow(
+            seconds, int(jobs), int(jobs) >= cap, pct(wait), pct(run), int(skewed),
+            float(skew or 0.0),
+        )
 
     def read(rows: Rows) -> LatencyReport:
         found = []
-        for queue, _total, n_short, n_long, w_short, w_long, r_short, r_long in rows:
-            windows = {labels[-1]: window(since.total_seconds(), n_long, w_long, r_long)}
+        for row in rows:
+            queue, _total, n_short, n_long, w_short, w_long, r_short, r_long = row[:8]
+            k_short, k_long, s_short, s_long = row[8:12]
+            windows = {
+                labels[-1]: window(since.total_seconds(), n_long, w_long, r_long, k_long, s_long)
+            }
             if len(labels) == 2:
                 windows = {
-                    labels[0]: window(short.total_seconds(), n_short, w_short, r_short),
+                    labels[0]: window(
+                        short.total_seconds(), n_short, w_short, r_short, k_short, s_short
+                    ),
                     **windows,
                 }
             found.append(QueueLatency(str(queue), windows))
@@ -1572,11 +1590,14 @@ def latency(
 STUCK_FACTOR = 3.0
 STUCK_FLOOR = timedelta(seconds=60)
 STUCK_LIMIT = 100
+#: a queue's p99 counts only over at least this many done jobs (fewer: its longest run and
+#: the floor decide alone)
+STUCK_MIN_DONE = 100
 
 
 def check_stuck(factor: float, floor: timedelta) -> None:
     """ValueError unless `factor` is a positive number and `floor` is not negative."""
-    if not factor > 0 or factor == float("inf"):
+    if not (factor > 0 and math.isfinite(factor)):
         raise ValueError(f"the stuck factor must be a number over 0, got {factor}")
     if floor < timedelta(0):
         raise ValueError(f"the stuck floor must not be negative, got {floor}")
@@ -1595,6 +1616,7 @@ def _stuck_params(
         "floor": floor.total_seconds(),
         "window": window,
         "cap": cap,
+        "min_done": STUCK_MIN_DONE,
     }
 
 
@@ -1624,6 +1646,9 @@ def health_stuck(
                 p99_seconds=None if r[6] is None else float(r[6]),
                 done_jobs=int(r[7]),
                 threshold_seconds=float(r[8]),
+                longest_seconds=None if r[10] is None else float(r[10]),
+                factor=float(factor),
+                trusted=int(r[7]) >= STUCK_MIN_DONE,
             )
             for r in rows
         ]

@@ -115,7 +115,7 @@ def is_loopback(host: str) -> bool:
 def parse_listen(text: str) -> Listen:
     """HOST:PORT, [IPV6]:PORT; the port 1 to 65535."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()) or len(port) > 5:
         raise WebError(f"--listen takes HOST:PORT, e.g. {DEFAULT_LISTEN}; got {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -72,6 +72,8 @@ def expected(seconds: float, waits: Sequence[float], runs: Sequence[float]) -> d
         "capped": False,
         "wait": {f"p{round(p * 100)}": cont(waits, p) for p in QUANTILES},
         "run": {f"p{round(p * 100)}": cont(runs, p) for p in QUANTILES},
+        "skewed": 0,
+        "skew_seconds": 0.0,
     }
 
 
@@ -304,3 +306,21 @@ def test_exporter_exposes_latency_quantiles(dsn: str, queue: Queue) -> None:
     assert got[("pgq_job_latency_jobs", (("queue", "b"), ("window", "5m")))] == 0
     b_recent = (("quantile", "0.5"), ("queue", "b"), ("window", "5m"))
     assert ("pgq_job_wait_seconds", b_recent) not in got
+
+
+def test_negative_durations_count_as_zero_and_the_skew_is_said(pgq: Pgq, queue: Queue) -> None:
+    """Clocks that disagree (a wait of -20 s, a run of -5 s): the percentiles count them as 0
+    (before: a wait p99 of -20 s, shown as -20000ms), and the window says how many jobs had one
+    and the most negative, in JSON and in one line of the table."""
+    waits, runs = [1.0, -20.0, 2.0, 3.0], [0.5, 1.0, -5.0, 2.0]
+    finished(queue, "skew", 60, waits, runs)
+    window = queue.latency(queues=["skew"]).queues[0].to_dict()["5m"]
+    clamped = expected(300.0, [max(w, 0.0) for w in waits], [max(r, 0.0) for r in runs])
+    assert window == {**clamped, "skewed": 2, "skew_seconds": 20.0}
+    assert min(window["wait"].values()) >= 0 and min(window["run"].values()) >= 0
+    human = ok(pgq("latency", "--queue", "skew"))
+    assert "-20000" not in human and "-20s" not in human
+    assert (
+        "clock skew: 2 done jobs of queue skew (1h) had a negative wait or run, down to -20.0s,"
+        " counted as 0" in " ".join(human.split())
+    )

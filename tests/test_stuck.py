@@ -6,6 +6,7 @@ are made real (enqueue, claim, complete) and their times set by SQL; read throug
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
@@ -107,7 +108,9 @@ def test_stuck_jobs_past_p99_times_factor_or_the_floor_with_a_live_lease(queue: 
         assert job.threshold_seconds == 60.0
     warnings = [w for w in queue.health().warnings if "stuck" in w]
     assert len(warnings) == 1
-    assert warnings[0].startswith("3 running jobs stuck (past 3x the queue's p99 run time and 1m,")
+    assert warnings[0].startswith(
+        "3 running jobs stuck (past 3x the queue's p99 run time, the longest done run and 1m,"
+    )
     assert f"job {scene.flagged} on 'steady'" in warnings[0]
 
 
@@ -195,12 +198,16 @@ def test_cli_health_json_adds_stuck_jobs_and_keeps_its_keys(pgq: Pgq, queue: Que
 def test_cli_health_human_lists_stuck_jobs_escaped(pgq: Pgq, queue: Queue) -> None:
     scene = make_scene(queue)
     human = ok(pgq("health"))
-    assert "stuck jobs: 3 (running past 3x their queue's p99 run time and 60s" in human
+    assert "stuck jobs: 3 (running past 3x their queue's p99 run time (with fewer" in human
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in human.splitlines()]
     rows = {int(c[0]): c for c in cells if c and c[0].isdigit()}
     assert list(rows) == [scene.flagged, scene.fresh, scene.stale_history]
-    assert rows[scene.flagged][1:5] == ["steady", "2m", "30s", "1m30s"]
-    assert rows[scene.fresh][1:5] == ["fresh", "1m10s", "no history", "1m"]
+    assert rows[scene.flagged][1:6] == ["steady", "2m", "(30s, 20 jobs)", "30s", "1m30s"]
+    assert rows[scene.fresh][1:6] == ["fresh", "1m10s", "no history", "—", "1m"]
+    assert (
+        f"job {scene.flagged}: running 2m, past 3x the longest of 20 done jobs (30s; too few "
+        "for a p99), the floor: stuck past 1m30s" in " ".join(human.split())
+    )
     assert "\x1b" not in human and "\\x1b[31m[bold]x" in human
     assert "warning:" in human
     none = ok(pgq("health", "--stuck-floor", "1h"))
@@ -363,3 +370,61 @@ async def test_dashboard_stuck_list_goes_when_the_job_is_no_longer_stuck(
         await wait_for(pilot, lambda: not table.display, "the list hidden", timeout=30)
         panel = dash.query_one(HealthPanel)
         await wait_for(pilot, lambda: app.focused is panel, "the cursor back on the health panel")
+
+
+def _history(queue: Queue, name: str, runs: list[float]) -> None:
+    """Done jobs of `name` that ran `runs` seconds, finished over the last 10 minutes."""
+    queue.conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, payload, status, run_at, claimed_at, finished_at)"
+            " SELECT %(queue)s, jsonb_build_object(), 'done', f - make_interval(secs => t.r),"
+            "        f - make_interval(secs => t.r), f"
+            "   FROM unnest(%(runs)s::float8[]) WITH ORDINALITY AS t(r, i),"
+            "        LATERAL (SELECT now() - t.i * interval '500 milliseconds' AS f) x"
+        ).format(sql.Identifier(queue.schema)),
+        {"queue": name, "runs": runs},
+    )
+
+
+def test_a_rare_long_tail_does_not_make_its_jobs_stuck(pgq: Pgq, queue: Queue) -> None:
+    """1,000 done jobs of 1 s and 8 of 10 minutes (0.8%: the p99 is 1 s): a job running 5
+    minutes is not stuck (before: flagged, 300 s past 3 x 1 s and the floor); one running 11
+    minutes is, and `pgq health` says why (past the longest done run). With fewer than
+    STUCK_MIN_DONE done jobs, 3x the longest of them stands for the p99."""
+    _history(queue, "tail", [1.0] * 1000 + [600.0] * 8)
+    _history(queue, "few", [10.0] * 5)
+    _running(queue, "tail", 300, 30, "w")  # 5 minutes: not stuck (the list below)
+    eleven = _running(queue, "tail", 660, 30, "w")
+    short_history = _running(queue, "few", 25, 30, "w")
+    stuck = queue.health().stuck_jobs
+    assert stuck is not None
+    assert [j.id for j in stuck.jobs] == [eleven]
+    [job] = stuck.jobs
+    assert (job.p99_seconds, job.done_jobs, job.trusted) == (pytest.approx(1.0), 1008, True)
+    assert job.longest_seconds == pytest.approx(600.0)
+    assert job.threshold_seconds == pytest.approx(600.0)
+    assert re.fullmatch(
+        r"running 11m[0-9.]*s?, past 3x the p99 of 1,008 done jobs \(1s\), the longest done "
+        r"run \(10m\), the floor: stuck past 10m",
+        job.reason,
+    ), job.reason
+    # 5 done jobs of 10 s: 3x their longest (30 s) stands for the p99
+    low_floor = queue.health(stuck_floor=timedelta(seconds=1)).stuck_jobs
+    assert low_floor is not None and short_history not in [j.id for j in low_floor.jobs]
+    looser = queue.health(stuck_factor=2.0, stuck_floor=timedelta(seconds=1)).stuck_jobs
+    assert looser is not None
+    [few] = [j for j in looser.jobs if j.id == short_history]
+    assert (few.trusted, few.threshold_seconds) == (False, pytest.approx(20.0))
+    assert "2x the longest of 5 done jobs (10s; too few for a p99)" in few.reason
+    said = " ".join(ok(pgq("health")).split())
+    assert re.search(rf"job {eleven}: running 11m[0-9.]*s?, past 3x the p99 of 1,008", said)
+    assert re.search(rf"job {eleven} on 'tail', running 11m[0-9.]*s?, past", said)  # warning
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "0", "-1"])
+def test_a_bad_stuck_factor_is_a_usage_error(pgq: Pgq, value: str) -> None:
+    """`--stuck-factor nan` said 'unexpected ValueError' and exited 1."""
+    result = pgq("health", "--stuck-factor", value)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--stuck-factor'" in error_line(result, 2)
+    assert "unexpected" not in result.output

@@ -299,6 +299,9 @@ def test_on_loopback_another_host_name_or_origin_gets_nothing(server_factory: An
         (["--web", "--listen", "nowhere"], "--listen takes HOST:PORT"),
         (["--web", "--listen", "127.0.0.1:70000"], "the port must be 1 to 65535"),
         (["--web", "--listen", "::1:8080"], "put an IPv6 address in brackets"),
+        (["--web", "--listen", "127.0.0.1:²"], "--listen takes HOST:PORT"),
+        (["--web", "--listen", "127.0.0.1:٨٠٨٠"], "--listen takes HOST:PORT"),
+        (["--refresh", "nan"], "is not a finite number"),
         (["--web", "--read-only", "--allow-actions"], "contradict"),
     ],
 )
