@@ -266,3 +266,17 @@ def test_settlements_come_due_after_the_flush_delay_or_when_a_busy_hold_off_ends
     now = book.clock.now
     assert book.ledger.settle_deadlines(now, 0.005) == [now + 0.2]
     assert book.ledger.counts == (0, 0, 0)
+
+
+def test_a_failure_settled_with_its_jobs_next_claim_counts_once(book: Book) -> None:
+    """A retry due at once is claimed by the step that records the failure: the new claim is
+    held before the step is recorded; the failure still counts (and is said) once."""
+    first = book.start(book.claim(1, fence=1))
+    book.ledger.finished(first, FAILED)
+    book.ledger.take(book.ledger.due(book.clock.now))
+    again = book.claim(1, fence=2)  # claimed by the same step
+    recorded = book.ledger.record(StepResult(failed=[first]))
+    assert recorded.failed == [first] and book.ledger.failed == 1
+    assert book.ledger.holds(again) and book.released == []
+    book.ledger.record(StepResult(failed=[first]))  # reported again: nothing more
+    assert book.ledger.failed == 1 and book.ledger.holds(again)

@@ -57,6 +57,8 @@ class Held:
     not_before: float = 0.0
     #: how many settlements in a row found its row locked by another session
     busy: int = 0
+    #: its settlement was counted after a newer claim of its job took its place (`record`)
+    counted: bool = False
 
 
 @dataclass
@@ -212,6 +214,15 @@ class Ledger:
         self.lost += 1
         return True
 
+    def _superseded(self, h: Held) -> bool:
+        """The step that settled `h` also claimed its job again (a retry due at once): the
+        newer claim is held, and `h`'s settlement still counts once."""
+        newer = self.held.get(h.job.id)
+        if h.counted or newer is None or newer is h or newer.job.fence <= h.job.fence:
+            return False
+        h.counted = True
+        return True
+
     def release(self, h: Held) -> bool:
         """Forget a job; False if it was no longer held."""
         if not self.holds(h):
@@ -262,10 +273,10 @@ class Ledger:
         now = self.clock()
         recorded = Recorded()
         for h in result.done:
-            if self.release(h):
+            if self.release(h) or self._superseded(h):
                 self.done += 1
         for h in result.failed:
-            if self.release(h):
+            if self.release(h) or self._superseded(h):
                 self.failed += 1
                 recorded.failed.append(h)
         for h in result.released:
