@@ -416,12 +416,13 @@ def test_a_flooded_session_ends_with_its_tab(server_factory: Any, flood: int | s
                 for _ in range(16):
                     await ws.send_json(["stdin", "j" * INPUT_BURST])
                     await asyncio.sleep(0.5)
-            else:  # over the message size limit: the server closes the session (1009)
+            else:  # over the message size limit: the server closes the session (1009; 1006
+                # when it cut the connection while the message was still coming in)
                 await ws.send_json(["stdin", "j" * int(flood)])
                 deadline = time.monotonic() + 10
                 while not ws.closed and time.monotonic() < deadline:
                     await asyncio.wait_for(ws.receive(), 10)
-                assert ws.close_code == 1009
+                assert ws.closed and ws.close_code in (1009, 1006), ws.close_code
             await ws.close()
         return sessions
 
