@@ -6,6 +6,7 @@ transactions always conflict still ends (the bound)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import timedelta
@@ -234,3 +235,50 @@ async def test_a_result_over_the_bound_is_the_jobs_own_failure_not_a_lost_lease(
         assert q.job(fits).status == "done"
         assert len(q.job(fits).result["blob"]) == RESULT_MAX_BYTES - len('{"blob": ""}')
         assert "lease lost" not in caplog.text
+
+
+async def test_a_read_only_outage_is_one_line_when_it_begins_and_one_when_it_ends(
+    own_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database turns read-only for a few seconds under a running worker: its statements
+    fail with 25006 and its reconnects land on read-only sessions again. It says the outage
+    began once, that it waits for writes once, and that it ended once, not a line per
+    reconnect; then it runs the queue to the end."""
+    _prepare(own_database)
+    name = str(conninfo_to_dict(own_database)["dbname"])
+
+    def read_only(on: bool) -> None:
+        with psycopg.connect(own_database, autocommit=True) as admin:
+            admin.execute("SET default_transaction_read_only = off")
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = {}").format(
+                    sql.Identifier(name), sql.Literal("on" if on else "off")
+                )
+            )
+            if on:  # end the worker's sessions: they keep the setting they began with
+                admin.execute(
+                    "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_catalog.pg_backend_pid()",
+                    [name],
+                )
+
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+    with Queue.connect(own_database) as q:
+        async with running(make_worker(own_database, "pgq", lambda job: None)):
+            first = q.enqueue("q", {})
+            await until(lambda: q.job(first).status == "done", what="the first job")
+            read_only(True)
+            await asyncio.sleep(4)  # several reconnects' worth of backoff
+            read_only(False)
+            with Queue.connect(own_database) as fresh:
+                last = fresh.enqueue("q", {})
+                await until(lambda: fresh.job(last).status == "done", what="a job after it")
+            await until(
+                lambda: any("reachable again" in r.getMessage() for r in caplog.records),
+                what="the main connection back",
+            )
+    lines = [r.getMessage() for r in caplog.records if r.name == "pgq.worker"]
+    down = [line for line in lines if "database unavailable" in line]
+    waiting = [line for line in lines if "takes no writes" in line]
+    back = [line for line in lines if "database reachable again" in line]
+    assert (len(down), len(waiting), len(back)) == (1, 1, 1), lines

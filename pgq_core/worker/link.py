@@ -178,6 +178,17 @@ def run_sync(conn: psycopg.Connection[Any], schema: str, timeouts: Timeouts, op:
     return result
 
 
+def _unwritable(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """Why a fresh session would refuse every write, from what the server reports at connect
+    (PostgreSQL 14+): a hot standby, or sessions read-only by the database's or role's default
+    (a read-only flip); None when it takes writes, or does not say."""
+    if conn.info.parameter_status("in_hot_standby") == "on":
+        return "server is in hot standby mode"
+    if conn.info.parameter_status("default_transaction_read_only") == "on":
+        return "cannot execute statements in a read-only transaction"
+    return None
+
+
 class Link:
     """The worker's statement connection: one statement at a time, reconnecting on loss."""
 
@@ -189,8 +200,13 @@ class Link:
         on_down: Callable[[str], None],
         on_up: Callable[[], None],
         app: str = "pgq",
+        *,
+        says_outages: bool = True,
     ) -> None:
         self._app = app
+        #: whether this link logs that it waits for a writable server (the main link does; a
+        #: second link of the same worker would say it again)
+        self._says_outages = says_outages
         self._dsn = dsn
         self._schema = schema
         self._timeouts = timeouts
@@ -279,17 +295,18 @@ class Link:
                 fresh = await self._connect()
             except psycopg.Error as exc:
                 waiting = no_primary(str(exc), self._dsn)
-                if waiting is not None and not said:  # once per outage
+                if waiting is not None and not said and self._says_outages:  # once per outage
                     said = True
                     log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
                 continue
-            if fresh.info.parameter_status("in_hot_standby") == "on":  # PostgreSQL 14+
-                # up, but no statement of a worker's runs there: still waiting for a primary
+            unwritable = _unwritable(fresh)
+            if unwritable is not None:
+                # up, but no statement of a worker's runs there: still waiting for writes
                 with contextlib.suppress(psycopg.Error):
                     await fresh.close()
-                if not said:
+                if not said and self._says_outages:
                     said = True
-                    waiting = no_primary("server is in hot standby mode", self._dsn) or ""
+                    waiting = no_primary(unwritable, self._dsn) or ""
                     log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
                 continue
             if self._closed:

@@ -366,6 +366,7 @@ class Worker:
             self._on_second_down,
             self._wakeup,
             application_name("step", self.id),
+            says_outages=False,  # the main link says it
         )
         return Throttled(link, self.id)
 
