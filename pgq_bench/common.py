@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgq_core import embedded, migrate
+from pgq_core.text import printable
 
 #: Committed transactions of this database and the WAL position of the server, in one read.
 METER_READ = """
@@ -243,3 +244,33 @@ def server_version(conn: psycopg.Connection[Any]) -> str:
 def payload(payload_bytes: int, n: int) -> dict[str, Any]:
     """Job n's payload: its number and `payload_bytes` of padding."""
     return {"n": n, "pad": "x" * payload_bytes}
+
+
+def log_tail(path: Path, lines: int = 5) -> list[str]:
+    """The last `lines` lines of a worker's log, printable and cut to 300 characters."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [printable(line)[:300] for line in text.strip().splitlines()[-lines:]]
+
+
+def scan_logs(paths: Sequence[Path], marks: Sequence[str]) -> dict[str, Any]:
+    """Counts of the lines of the workers' logs holding each of `marks`, and a few of each."""
+    counts = dict.fromkeys(marks, 0)
+    samples: dict[str, list[str]] = {mark: [] for mark in marks}
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            for mark in marks:
+                if mark in line:
+                    counts[mark] += 1
+                    if len(samples[mark]) < 3:
+                        samples[mark].append(f"{path.name}: {printable(line)[:300]}")
+    return {
+        "counts": {mark.strip(): n for mark, n in counts.items()},
+        "samples": {mark.strip(): s for mark, s in samples.items() if s},
+    }

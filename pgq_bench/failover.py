@@ -54,7 +54,7 @@ from pgq_core import JobSpec, Queue, migrate
 from pgq_core.text import printable
 
 from .cluster import Cluster
-from .common import load_average, machine, server_version
+from .common import load_average, log_tail, machine, scan_logs, server_version
 from .handlers import FAILOVER_EFFECT_SPEC, FAILOVER_RUNS_ENV, FAILOVER_TABLES
 
 QUEUE = "failover"
@@ -166,11 +166,11 @@ class Workers:
         for proc, log in zip(self.procs, self.logs, strict=True):
             while STARTED_MARK not in log.read_bytes():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{log.name}: the worker did not start: {_tail(log)}")
+                    raise RuntimeError(f"{log.name}: the worker did not start: {log_tail(log)}")
                 time.sleep(0.05)
 
     def exited(self) -> list[dict[str, Any]]:
-        return [{"worker": log.stem, "exit_code": p.returncode, "log_tail": _tail(log)}
+        return [{"worker": log.stem, "exit_code": p.returncode, "log_tail": log_tail(log)}
                 for p, log in zip(self.procs, self.logs, strict=True)
                 if p.poll() is not None]  # fmt: skip
 
@@ -188,35 +188,6 @@ class Workers:
                 proc.wait(10)
                 codes.append(None)
         return codes
-
-
-def _tail(path: Path, lines: int = 5) -> list[str]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    return [printable(line)[:300] for line in text.strip().splitlines()[-lines:]]
-
-
-def scan_logs(paths: Sequence[Path]) -> dict[str, Any]:
-    """Counts of the lines that matter in the workers' logs, and a few of each kind."""
-    counts = dict.fromkeys(LOG_MARKS, 0)
-    samples: dict[str, list[str]] = {mark: [] for mark in LOG_MARKS}
-    for path in paths:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            for mark in LOG_MARKS:
-                if mark in line:
-                    counts[mark] += 1
-                    if len(samples[mark]) < 3:
-                        samples[mark].append(f"{path.name}: {printable(line)[:300]}")
-    return {
-        "counts": {mark.strip(): n for mark, n in counts.items()},
-        "samples": {mark.strip(): s for mark, s in samples.items() if s},
-    }
 
 
 @contextlib.contextmanager
@@ -375,7 +346,7 @@ def run_failover(opts: FailoverOptions, say: Callable[[str], None]) -> dict[str,
                 "seconds": None if drained_in is None else round(drained_in, 1),
                 "total_s": round(time.monotonic() - began, 1),
             },
-            "workers": {"logs": scan_logs(workers.logs)},
+            "workers": {"logs": scan_logs(workers.logs, LOG_MARKS)},
             "load_at_end": load_average(),
             **verdict,
         }

@@ -57,7 +57,15 @@ from pgq_core.config import scrub
 from pgq_core.text import printable
 
 from .bouncer import POOL_SETTINGS, Bouncer, pgbouncer
-from .common import QUEUE_NAME, load_average, machine, server_version, throwaway_schema
+from .common import (
+    QUEUE_NAME,
+    load_average,
+    log_tail,
+    machine,
+    scan_logs,
+    server_version,
+    throwaway_schema,
+)
 from .handlers import EFFECTS_TABLE, FENCED_EFFECT_SPEC
 
 #: Each job's work: the handler sleeps a random time up to this long before its transaction.
@@ -322,7 +330,7 @@ class Fleet:
                 self.unexpected.append(
                     {"at_s": round(elapsed, 1), "worker": slot.worker_id,
                      "exit_code": slot.proc.returncode, "log": slot.logs[-1].name,
-                     "log_tail": _tail(slot.logs[-1])}
+                     "log_tail": log_tail(slot.logs[-1])}
                 )  # fmt: skip
                 self.start(slot)
 
@@ -359,35 +367,6 @@ class Fleet:
                 slot.proc.wait(10)
                 codes.append(None)
         return codes
-
-
-def _tail(path: Path, lines: int = 5) -> list[str]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    return [printable(line)[:300] for line in text.strip().splitlines()[-lines:]]
-
-
-def scan_logs(paths: Sequence[Path]) -> dict[str, Any]:
-    """Counts of the lines that matter in the workers' logs, and a few of each kind."""
-    counts = dict.fromkeys(LOG_MARKS, 0)
-    samples: dict[str, list[str]] = {mark: [] for mark in LOG_MARKS}
-    for path in paths:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            for mark in LOG_MARKS:
-                if mark in line:
-                    counts[mark] += 1
-                    if len(samples[mark]) < 3:
-                        samples[mark].append(f"{path.name}: {printable(line)[:300]}")
-    return {
-        "counts": {mark.strip(): n for mark, n in counts.items()},
-        "samples": {mark.strip(): s for mark, s in samples.items() if s},
-    }
 
 
 def check(conn: psycopg.Connection[Any], schema: str, acked: Sequence[int]) -> dict[str, Any]:
@@ -688,7 +667,7 @@ def run_fleet(
             "workers": {
                 "ids": [s.worker_id for s in fleet.slots],
                 "starts": {s.worker_id: s.starts for s in fleet.slots},
-                "logs": scan_logs([p for s in fleet.slots for p in s.logs]),
+                "logs": scan_logs([p for s in fleet.slots for p in s.logs], LOG_MARKS),
             },
             "figures": figures(mon, schema, (window_start, window_end)),
             "load_at_end": load_average(),
