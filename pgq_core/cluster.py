@@ -47,8 +47,9 @@ def hosts(dsn: str) -> list[str]:
     return [f"{h}:{p}" if p else h for h, p in zip(names, ports, strict=False)]
 
 
-def writer_options(dsn: str) -> dict[str, Any]:
-    """Keyword arguments that send a connection of a several-host DSN to the writable host."""
+def _asking(dsn: str, attrs: str) -> dict[str, Any]:
+    """`target_session_attrs=attrs` for a DSN naming several hosts, unless the DSN or
+    PGTARGETSESSIONATTRS already says which host to take."""
     if len(hosts(dsn)) < 2 or os.environ.get("PGTARGETSESSIONATTRS"):
         return {}
     try:
@@ -56,20 +57,18 @@ def writer_options(dsn: str) -> dict[str, Any]:
             return {}
     except Exception:  # noqa: BLE001 - unparseable: connect reports it
         return {}
-    return {"target_session_attrs": "read-write"}
+    return {"target_session_attrs": attrs}
+
+
+def writer_options(dsn: str) -> dict[str, Any]:
+    """Keyword arguments that send a connection of a several-host DSN to the writable host."""
+    return _asking(dsn, "read-write")
 
 
 def reader_options(dsn: str) -> dict[str, Any]:
     """Keyword arguments for a reader's connection: of several hosts, a standby if one is up
     (`prefer-standby`), unless the DSN or PGTARGETSESSIONATTRS says otherwise."""
-    if len(hosts(dsn)) < 2 or os.environ.get("PGTARGETSESSIONATTRS"):
-        return {}
-    try:
-        if conninfo_to_dict(dsn).get("target_session_attrs"):
-            return {}
-    except Exception:  # noqa: BLE001 - unparseable: connect reports it
-        return {}
-    return {"target_session_attrs": "prefer-standby"}
+    return _asking(dsn, "prefer-standby")
 
 
 def lag(seconds: float | None) -> str:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from pgq_core import PgqError
-from pgq_core.config import check_schema, describe, mask, resolve, scrub
+from pgq_core.config import check_schema, connect_options, describe, mask, resolve, scrub
 from pgq_core.durations import parse_duration
 
 
@@ -66,3 +66,45 @@ def test_durations_stop_at_a_hundred_years() -> None:
 def test_bad_durations_raise_a_clear_error(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+def test_a_dsn_naming_several_hosts_asks_for_the_writable_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pgq_core.cluster import hosts, reader_options, writer_options
+
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    several = "postgresql://app@db1:5432,db2:5433/app"
+    assert hosts(several) == ["db1:5432", "db2:5433"]
+    assert hosts("host=a,b port=7 dbname=x") == ["a:7", "b:7"]
+    assert writer_options(several) == {"target_session_attrs": "read-write"}
+    assert connect_options(several)["target_session_attrs"] == "read-write"
+    assert reader_options(several) == {"target_session_attrs": "prefer-standby"}
+    assert writer_options("postgresql://app@db1/app") == {}  # one host: nothing to choose
+    assert writer_options(several + "?target_session_attrs=any") == {}  # the DSN says
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "primary")
+    assert writer_options(several) == {}  # so does the environment
+
+
+def test_no_writable_primary_is_said_in_plain_words() -> None:
+    """psycopg's report of a failed multi-host connect (as it words it) becomes one line with
+    each host's state; a single standby is named; other errors are left alone."""
+    from pgq_core.cluster import no_primary
+
+    report = (
+        'connection failed: connection to server at "10.0.0.2", port 5433 failed: session is '
+        "read-only\nMultiple connection attempts failed. All failures were:\n"
+        "- host: '10.0.0.1', port: '5432', hostaddr: '10.0.0.1': connection failed: connection "
+        'to server at "10.0.0.1", port 5432 failed: Connection refused\n\tIs the server '
+        "running on that host and accepting TCP/IP connections?\n"
+        "- host: '10.0.0.2', port: '5433', hostaddr: '10.0.0.2': connection failed: connection "
+        'to server at "10.0.0.2", port 5433 failed: session is read-only'
+    )
+    dsn = "postgresql://u:secret@10.0.0.1:5432,10.0.0.2:5433/db"
+    assert no_primary(report, dsn) == (
+        "no writable primary among 2 hosts (10.0.0.1:5432 refused; 10.0.0.2:5433 read-only "
+        "standby): waiting for a failover"
+    )
+    alone = no_primary("server is in hot standby mode", "postgresql://u@10.0.0.2:5433/db")
+    assert alone is not None and alone.startswith("the server (10.0.0.2:5433) is a read-only")
+    assert no_primary("Connection refused", dsn) is None
