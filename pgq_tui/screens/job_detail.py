@@ -129,18 +129,24 @@ def last_error(job: JobDetail) -> Text:
     return text
 
 
-def payload(job: JobDetail) -> Text:
-    """Indented, highlighted JSON; past PAYLOAD_CHARS cut, with the whole size said."""
-    shown = json.dumps(job.payload, default=str, indent=2, ensure_ascii=False)
-    cut = len(shown) > PAYLOAD_CHARS
-    text = humanize.db_text(shown[:PAYLOAD_CHARS] if cut else shown, multiline=True)
+def _json(value: object, limit: int, whole: str) -> Text:
+    """`value` as indented, highlighted JSON; past `limit` characters cut, the whole size said
+    and where to read it all (`whole`)."""
+    shown = json.dumps(value, default=str, indent=2, ensure_ascii=False)
+    cut = len(shown) > limit
+    text = humanize.db_text(shown[:limit] if cut else shown, multiline=True)
     JSONHighlighter().highlight(text)
     if cut:
         text.append(
-            f"\n… cut: {humanize.count(len(shown))} characters in all (pgq show --full)",
+            f"\n… cut: {humanize.count(len(shown))} characters in all ({whole})",
             style="bold yellow",
         )
     return text
+
+
+def payload(job: JobDetail) -> Text:
+    """Indented, highlighted JSON; past PAYLOAD_CHARS cut, with the whole size said."""
+    return _json(job.payload, PAYLOAD_CHARS, "pgq show --full")
 
 
 def last_traceback(job: JobDetail) -> JobEvent | None:
@@ -150,16 +156,7 @@ def last_traceback(job: JobDetail) -> JobEvent | None:
 
 def result(job: JobDetail) -> Text:
     """What the handler returned, as highlighted JSON; past RESULT_CHARS cut, size said."""
-    shown = json.dumps(job.result, default=str, indent=2, ensure_ascii=False)
-    cut = len(shown) > RESULT_CHARS
-    text = humanize.db_text(shown[:RESULT_CHARS] if cut else shown, multiline=True)
-    JSONHighlighter().highlight(text)
-    if cut:
-        text.append(
-            f"\n… cut: {humanize.count(len(shown))} characters in all (pgq show {job.id} --json)",
-            style="bold yellow",
-        )
-    return text
+    return _json(job.result, RESULT_CHARS, f"pgq show {job.id} --json")
 
 
 def details(job: JobDetail) -> tuple[str, Text]:
