@@ -1,7 +1,7 @@
 """`pgq`: the command line over pgq_core (queue operations) and pgq_tui (the dashboard).
 
 This module is the group, its global options and the table of commands; each command lives in
-the module of its family (enqueue_cli, jobs_cli, queue_cli, app_cli for schedules,
+the module of its family (enqueue_cli, jobs_cli, queue_cli, schedule_cli,
 latency_cli, maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli) and is
 imported only when run, so `pgq --help` stays fast and loads no heavy module. What they print
 for humans goes through `output`; parameters and errors shared by several families are in
@@ -117,7 +117,7 @@ class LazyGroup(PgqGroup):
             "Wait and run-time p50/p95/p99 per queue over 5m and --since, from done jobs.",
         ),
         "schedule": (
-            "pgq_cli.app_cli",
+            "pgq_cli.schedule_cli",
             "schedule_group",
             "Periodic jobs: add, list, remove or run a cron schedule.",
         ),
@@ -179,7 +179,7 @@ class LazyGroup(PgqGroup):
         "bench": (
             "pgq_cli.bench_cli",
             "bench_command",
-            "Benchmark pgq against the seed's plain SQL on a throwaway server.",
+            "Benchmark pgq against a plain-SQL baseline on a throwaway server.",
         ),
         "psql": (
             "pgq_cli.db_cli",

@@ -19,7 +19,7 @@ from pgq_core import JobSpec, Queue
 from pgq_core.worker import JobContext
 from pgq_core.worker.lanes import Lanes
 from pgq_core.worker.ledger import Ledger
-from pgq_core.worker.link import Link, Throttled, Timeouts
+from pgq_core.worker.link import Lane, Link, Timeouts
 
 
 def _completions(queue: Queue) -> dict[int, int]:
@@ -136,9 +136,9 @@ async def test_without_a_second_connection_steps_take_turns_on_the_main_one(
     def nothing(*_: Any) -> None:
         return None
 
-    main = Throttled(Link(dsn, schema, timeouts, nothing, nothing), "w")
+    main = Lane(Link(dsn, schema, timeouts, nothing, nothing), "w")
     dead = "host=127.0.0.1 port=1 dbname=none user=none connect_timeout=2"
-    lanes = Lanes(main, lambda: Throttled(Link(dead, schema, timeouts, nothing, nothing), "w"))
+    lanes = Lanes(main, lambda: Lane(Link(dead, schema, timeouts, nothing, nothing), "w"))
     woken = asyncio.Event()
     await main.link.open()
     try:
@@ -169,7 +169,7 @@ async def test_without_a_second_connection_steps_take_turns_on_the_main_one(
 
 async def test_a_step_that_raises_is_raised_in_the_main_loop(dsn: str, schema: str) -> None:
     timeouts = Timeouts(statement=5.0, lock=1.0)
-    main = Throttled(Link(dsn, schema, timeouts, print, print), "w")
+    main = Lane(Link(dsn, schema, timeouts, print, print), "w")
     lanes = Lanes(main, None)
 
     async def broken() -> None:

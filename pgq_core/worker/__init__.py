@@ -18,9 +18,9 @@
   (no I/O, its clock given);
 - `dispatch`: claimed jobs onto handler slots, endings and settlements into the ledger, the
   room for the next claim;
-- `producer`: one settle-and-claim step (River's producer);
+- `step`: one settle-and-claim step (River's producer);
 - `handback`: what the worker holds and will not run, given back at once;
-- `beside`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
+- `background`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
 - `registry`: the worker's own row in `workers`, beaten every few seconds, gone when it stops;
 - `context`: `JobContext`, what a handler gets: its job, fence, progress, lost lease;
 - `snapshot`: what a worker reports of itself (`Worker.snapshot()`);

@@ -1,11 +1,11 @@
 """The lanes: the worker's statement connections for steps, so two steps' commits overlap.
 
-A step (producer.py) is one transaction and one round trip. On one connection the next step
-waits for the last one's commit, and the worker's slots wait with it once the buffer runs dry;
-the seed's C connections commit side by side. So while a step is in flight on the main lane
-(the worker's link, which the orphan check, the hand-backs and the chores use too), the next
-one may run on a second lane: one settles and claims while the other does the same for the
-handlers that ended meanwhile.
+A step (step.py) is one transaction and one round trip. On one connection the next step waits
+for the last one's commit, and the worker's slots wait with it once the buffer runs dry; the
+plain-SQL baseline's C connections commit side by side. So while a step is in flight on the
+main lane (the worker's link, which the orphan check, the hand-backs and the chores use too),
+the next one may run on a second lane: one settles and claims while the other does the same for
+the handlers that ended meanwhile.
 
 Invariants:
 - At most one step per lane in flight. The second lane is opened only when a step is wanted
@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from .link import Throttled
+from .link import Lane
 
 log = logging.getLogger("pgq.worker")
 
@@ -41,17 +41,17 @@ class Lanes:
     """The main lane (`main`) and up to `extra` more made by `make_second` when needed."""
 
     def __init__(
-        self, main: Throttled, make_second: Callable[[], Throttled] | None, extra: int = 1
+        self, main: Lane, make_second: Callable[[], Lane] | None, extra: int = 1
     ) -> None:
         """`make_second`: None keeps every step on the main lane. A third lane measured no
         faster than two on a 2-core machine (C = 10, no-op jobs), hence `extra` = 1."""
         self.main = main
         self._make_second = make_second
         self._extra = extra
-        self._others: list[Throttled] = []
+        self._others: list[Lane] = []
         self._opening: asyncio.Task[None] | None = None
         self._reopen_at = 0.0
-        self._busy: dict[Throttled, asyncio.Task[Any]] = {}
+        self._busy: dict[Lane, asyncio.Task[Any]] = {}
         #: steps started so far
         self.started = 0
         self._failure: BaseException | None = None
@@ -81,7 +81,7 @@ class Lanes:
     def statements(self) -> int:
         return self.main.statements + sum(lane.statements for lane in self._others)
 
-    def free(self, now: float, wake: Callable[[], None]) -> Throttled | None:
+    def free(self, now: float, wake: Callable[[], None]) -> Lane | None:
         """A lane that may take a step now: the main one first; else the second, opened in
         the background (`wake` called once it is) if it is not yet."""
         self._wake = wake
@@ -94,7 +94,7 @@ class Lanes:
             self._open_second(now)
         return None
 
-    def start(self, lane: Throttled, step: Coroutine[Any, Any, Any]) -> None:
+    def start(self, lane: Lane, step: Coroutine[Any, Any, Any]) -> None:
         """Run `step` on `lane` (free, from `free`) as a task of its own."""
         task = asyncio.get_running_loop().create_task(step)
         self.started += 1
@@ -120,7 +120,7 @@ class Lanes:
         for lane in self._others:
             await lane.link.close()
 
-    def _ended(self, lane: Throttled, task: asyncio.Task[Any]) -> None:
+    def _ended(self, lane: Lane, task: asyncio.Task[Any]) -> None:
         if self._busy.get(lane) is task:
             del self._busy[lane]
         if not task.cancelled() and (exc := task.exception()) is not None:

@@ -22,7 +22,7 @@ Invariants:
 - Error texts never carry the DSN's password.
 - Reading a reply never raises for one job's payload: JSON that Python cannot load arrives as
   `UnreadablePayload` (the statement, a claim, has committed by then).
-- The worker's main loop runs its statements `Throttled`: after a `Transient` failure none
+- The worker's main loop runs its statements on a `Lane`: after a `Transient` failure none
   is sent before a backoff (0.1 s doubling to 5 s, reset by a success).
 """
 
@@ -326,7 +326,7 @@ class Link:
                 await conn.close()
 
 
-class Throttled:
+class Lane:
     """The worker's statements on `link`: a transient failure holds off the next ones with
     backoff (`ready` is False until then), and `statements` counts the ones run."""
 

@@ -36,7 +36,7 @@ from ..errors import PgqError, SchemaMissing
 from ..migrate import latest_version
 from ..queue import make_worker_id
 from ..text import printable
-from .beside import Beside
+from .background import Background
 from .dispatch import Dispatcher
 from .handback import hand_back_orphans, record_stale, return_buffered, wind_down
 from .heartbeater import Heartbeater
@@ -45,20 +45,20 @@ from .ledger import Ledger
 from .link import (
     DataFault,
     Disconnected,
+    Lane,
     Link,
     Refused,
-    Throttled,
     Timeouts,
     Transient,
     application_name,
 )
 from .listener import listen
 from .policy import ClaimRound, FlushPolicy, PrefetchPolicy
-from .producer import Producer, Step
 from .registry import beat_forever, say_gone
 from .runner import Handler
 from .settler import Settler
 from .snapshot import RunningJob, WorkerSnapshot, take_snapshot
+from .step import Step, Stepper
 
 __all__ = ["RunningJob", "Worker", "WorkerSnapshot"]
 
@@ -150,14 +150,14 @@ class Worker:
             self._on_link_up,
             application_name("main", self.id),
         )
-        self._statements = Throttled(link, self.id)
-        self._call = self._statements.call
-        self._lanes = Lanes(self._statements, self._second_lane)
+        self._main_lane = Lane(link, self.id)
+        self._call = self._main_lane.call
+        self._lanes = Lanes(self._main_lane, self._second_lane)
         self._drained = False
-        self._jobs: Dispatcher | None = None
-        self._producer: Producer | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._stepper: Stepper | None = None
         self._heart: Heartbeater | None = None
-        self._beside = Beside()
+        self._background = Background()
         self._registered = False
         self.metrics = metrics
         if metrics is not None:
@@ -211,7 +211,7 @@ class Worker:
 
     def handlers_still_running(self) -> int:
         """Handlers executing now; after `run()` returned, those told to stop that did not."""
-        return self._jobs.runner.still_running() if self._jobs is not None else 0
+        return self._dispatcher.runner.still_running() if self._dispatcher is not None else 0
 
     async def run(self) -> None:
         """Work until stopped (or drained, with `burst`). Raises if the first connect fails.
@@ -222,7 +222,7 @@ class Worker:
             raise PgqError(f"worker {self.id} has already run")
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._jobs = jobs = Dispatcher(
+        self._dispatcher = dispatcher = Dispatcher(
             self.handler,
             self.concurrency,
             self.id,
@@ -231,11 +231,11 @@ class Worker:
             self._ledger,
             self._prefetch,
             self._nudge,
-            lambda lost: self._beside.chore(record_stale(self._call, lost, self.id)),
+            lambda lost: self._background.chore(record_stale(self._call, lost, self.id)),
         )
-        self._producer = Producer(
+        self._stepper = Stepper(
             Settler(self._call, self.id, self.lease, self.retry_base),
-            jobs,
+            dispatcher,
             self._claims,
             self._prefetch,
             self.metrics,
@@ -249,11 +249,11 @@ class Worker:
             self.heartbeat_interval,
             self.id,
             self._loop,
-            jobs.heartbeat_lost,
+            dispatcher.heartbeat_lost,
             on_renewing=self._wakeup,
         )
         self._ledger.on_hold = self._track
-        link = self._statements.link
+        link = self._main_lane.link
         try:
             try:
                 await link.open()
@@ -290,7 +290,7 @@ class Worker:
             beat = beat_forever(
                 link.call, self.id, self.queues, self.concurrency, self._beat_counts
             )
-            self._beside.start(self._heart, hints, link.call, self.reap_interval, self.id, beat)
+            self._background.start(self._heart, hints, link.call, self.reap_interval, self.id, beat)
             self._registered = True
             try:
                 await self._pump()
@@ -309,13 +309,13 @@ class Worker:
             if self._burst_refused is not None:
                 raise PgqError(f"stopped before the queues drained: {self._burst_refused}")
         finally:
-            await self._beside.stop(HAND_BACK_TIMEOUT)
+            await self._background.stop(HAND_BACK_TIMEOUT)
             if self._registered:
                 await say_gone(link.call, self.id)
             await asyncio.to_thread(self._heart.stop)
             await self._lanes.close()
             await link.close()
-            jobs.runner.shutdown()
+            dispatcher.runner.shutdown()
             was = self._state
             self._set_state("stopped", quiet=True)
             if was != "starting":
@@ -358,7 +358,7 @@ class Worker:
             self._heart.untrack(job_id)
         self._nudge()
 
-    def _second_lane(self) -> Throttled:
+    def _second_lane(self) -> Lane:
         link = Link(
             self.dsn,
             self.schema,
@@ -368,7 +368,7 @@ class Worker:
             application_name("step", self.id),
             says_outages=False,  # the main link says it
         )
-        return Throttled(link, self.id)
+        return Lane(link, self.id)
 
     def _on_second_down(self, reason: str) -> None:
         """A step on the second lane may have claimed unseen: look for orphans (on the main
@@ -386,8 +386,8 @@ class Worker:
         self._wakeup()
 
     def _request_stop(self, immediately: bool) -> None:
-        if self._jobs is not None:
-            self._jobs.stop(keep=0 if immediately else self.concurrency)
+        if self._dispatcher is not None:
+            self._dispatcher.stop(keep=0 if immediately else self.concurrency)
         now = time.monotonic()
         if not self._stopping:
             self._stopping = True
@@ -437,14 +437,14 @@ class Worker:
     async def _pump(self) -> None:
         """One step per round trip and lane: settle what finished and claim for the free
         slots."""
-        assert self._jobs is not None and self._producer is not None
+        assert self._dispatcher is not None and self._stepper is not None
         lanes = self._lanes
         while True:
             lanes.check()
             if self._drained:
                 log.info("worker %s: queues drained (burst)", self.id)
                 return
-            self._jobs.fill()
+            self._dispatcher.fill()
             now = time.monotonic()
             ledger = self._ledger
             recover = self._recover_orphans or self._check_failover
@@ -452,7 +452,7 @@ class Worker:
                 if not lanes.quiet:  # a claim in flight is not held yet
                     await self._sleep(self._next_timeout(now))
                     continue
-                can_talk = self._statements.ready(now)
+                can_talk = self._main_lane.ready(now)
                 if can_talk and recover:
                     timeline = await hand_back_orphans(
                         self._call, ledger, self.id, self._timeline, self._recover_orphans
@@ -474,19 +474,19 @@ class Worker:
             )
             claim = (
                 not self._stopping
-                and now >= self._producer.paused_until
+                and now >= self._stepper.paused_until
                 and (self._claims.due(now) or (self.burst and not ledger.held and lanes.quiet))
                 and self._can_renew(now)
             )
             wanted = False
             if claim:
-                self._jobs.size_buffer()
-                wanted = self._jobs.wanted(len(due) if self._jobs.target else 0)
-            self._jobs.starved()
+                self._dispatcher.size_buffer()
+                wanted = self._dispatcher.wanted(len(due) if self._dispatcher.target else 0)
+            self._dispatcher.starved()
             if flush or wanted:
                 lane = lanes.free(now, self._wakeup)
                 if lane is not None:
-                    step = self._producer.begin(due, claim)
+                    step = self._stepper.begin(due, claim)
                     alone = lanes.started + 1 if lanes.quiet else None
                     lanes.start(lane, self._step(step, lane, claim, alone))
                     continue
@@ -494,7 +494,7 @@ class Worker:
                 return
             await self._sleep(self._next_timeout(now))
 
-    async def _step(self, step: Step, lane: Throttled, claim: bool, alone: int | None) -> None:
+    async def _step(self, step: Step, lane: Lane, claim: bool, alone: int | None) -> None:
         """Run `step` on `lane`; `alone`: its number among the steps started if no other step
         was in flight when it began (else None).
 
@@ -503,10 +503,10 @@ class Worker:
         may make others ready (a workflow's dependents) that a claim in the same statement
         cannot see, and so may a step settling beside it; one begun beside it may still
         claim."""
-        assert self._jobs is not None and self._producer is not None
-        claimed = await self._producer.run(step, lane.call)
+        assert self._dispatcher is not None and self._stepper is not None
+        claimed = await self._stepper.run(step, lane.call)
         drained = (
-            claimed == 0 and not step.batch and not self._claims.mid_round and self._jobs.idle
+            claimed == 0 and not step.batch and not self._claims.mid_round and self._dispatcher.idle
         )
         only = alone is not None and self._lanes.started == alone
         if self.burst and claim and self._burst_refused is None and drained and only:
@@ -528,16 +528,16 @@ class Worker:
             deadlines.append(self._grace_deadline)
             if ledger.buffer:
                 deadlines.append(ledger.buffer_retry_at)
-        ready_at = self._statements.ready_at
-        if not self._statements.link.up:
+        ready_at = self._main_lane.ready_at
+        if not self._main_lane.link.up:
             pass  # woken when the link is back
         elif ready_at > now:
             deadlines.append(ready_at)
         else:
             deadlines += ledger.settle_deadlines(now, self._flush.delay)
-            assert self._jobs is not None and self._producer is not None
-            if not self._stopping and self._jobs.wanted(0) and self._can_renew(now):
-                deadlines.append(max(self._claims.next_poll, self._producer.paused_until))
+            assert self._dispatcher is not None and self._stepper is not None
+            if not self._stopping and self._dispatcher.wanted(0) and self._can_renew(now):
+                deadlines.append(max(self._claims.next_poll, self._stepper.paused_until))
         return max(0.0, min(deadlines) - now)
 
     async def _sleep(self, timeout: float) -> None:
@@ -564,7 +564,7 @@ class Worker:
 
     async def _wind_down(self) -> None:
         """Settle every finished job, then hand back the jobs still running."""
-        assert self._jobs is not None and self._producer is not None
-        settle = functools.partial(self._producer.step, claim=False)
-        ready = self._statements.ready
-        await wind_down(self._call, self._jobs, ready, settle, self.id, HAND_BACK_TIMEOUT)
+        assert self._dispatcher is not None and self._stepper is not None
+        settle = functools.partial(self._stepper.step, claim=False)
+        ready = self._main_lane.ready
+        await wind_down(self._call, self._dispatcher, ready, settle, self.id, HAND_BACK_TIMEOUT)

@@ -1,4 +1,4 @@
-"""The tasks beside a worker's main loop: the listener, the reaper, the scheduler and the
+"""The background tasks of a worker's main loop: the listener, the reaper, the scheduler and the
 worker's beat in `workers`, started
 once the worker runs, and the chores it starts on the way (stale writes recorded).
 
@@ -19,7 +19,7 @@ from .reaper import reap_forever
 from .scheduler import schedule_forever
 
 
-class Beside:
+class Background:
     """The background tasks and chores of one running worker."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The producer: one step of the worker's main loop, settle and claim in one round trip.
+"""The step: one turn of the worker's main loop, settle and claim in one round trip.
 
 A step takes the due settlements out of the ledger's pending list, settles them (settler.py)
 together with a claim for the slots they free, from the queue the claim round picks, and then
@@ -49,13 +49,13 @@ class Step:
     free: int
 
 
-class Producer:
+class Stepper:
     """Runs the steps of one worker (`worker_id`)."""
 
     def __init__(
         self,
         settler: Settler,
-        jobs: Dispatcher,
+        dispatcher: Dispatcher,
         claims: ClaimRound,
         prefetch: PrefetchPolicy,
         metrics: WorkerMetrics | None,
@@ -64,8 +64,8 @@ class Producer:
     ) -> None:
         """`on_refused`: the burst worker's stop (None: not in burst mode)."""
         self._settler = settler
-        self._ledger = jobs.ledger
-        self._jobs = jobs
+        self._ledger = dispatcher.ledger
+        self._dispatcher = dispatcher
         self._claims = claims
         self._prefetch = prefetch
         self._metrics = metrics
@@ -78,7 +78,7 @@ class Producer:
         """Take `batch` out of pending and reserve the room its claim may fill (made before
         the step's statement runs, so a step begun beside it claims only what is left)."""
         self._ledger.take(batch)
-        free = self._jobs.room(len(batch))
+        free = self._dispatcher.room(len(batch))
         queue = self._claims.next_queue() if claim and free > 0 else None
         step = Step(batch, queue, free if queue is not None else 0)
         self._ledger.claiming += step.free
@@ -99,7 +99,7 @@ class Producer:
 
     async def _run(self, step: Step, call: Call) -> int:
         batch, queue, free = step.batch, step.queue, step.free
-        jobs = self._jobs
+        dispatcher = self._dispatcher
         started = time.monotonic()
         try:
             result = await self._settler.step(batch, queue, free, call)
@@ -122,10 +122,10 @@ class Producer:
         claimed = len(result.claimed)
         if queue is not None:
             for job in result.claimed:
-                jobs.hold(job)
+                dispatcher.hold(job)
             self._claims.claimed(queue, claimed, time.monotonic())
-        jobs.settled(result)
-        jobs.fill()
+        dispatcher.settled(result)
+        dispatcher.fill()
         if self._metrics is not None:
             took, claiming = time.monotonic() - started, queue is not None
             self._metrics.observe_step(
