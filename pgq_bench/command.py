@@ -90,7 +90,7 @@ def run_command(
     failovers: int = 10,
     synchronous: bool = False,
     lag: timedelta | None = None,
-    seed: int | None = None,
+    random_state: int | None = None,
     view_queues: int = 0,
     big_errors: int = 0,
     error_bytes: int = 1_000_000,
@@ -148,7 +148,7 @@ def run_command(
             synchronous=synchronous,
             lag=(lag if lag is not None else timedelta(milliseconds=200)).total_seconds(),
             lease=(lease or timedelta(seconds=30)).total_seconds(),
-            seed=seed,
+            seed=random_state,
         )
         result = run_failover(failover_opts, say)
         if as_json:
@@ -171,7 +171,7 @@ def run_command(
                 kill_every=(kill_every or timedelta(seconds=5)).total_seconds(),
                 lease=(lease or timedelta(seconds=30)).total_seconds(),
                 pool_size=pool_size,
-                seed=seed,
+                seed=random_state,
             )
             result = run_fleet(target, embedded, fleet_opts, say)
         elif soak is not None:

@@ -74,7 +74,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     default=10,
     show_default=True,
     type=click.IntRange(1, 1000),
-    help="The seed's LIMIT: jobs per seed claim (10 as the seed writes it). The "
+    help="The baseline's LIMIT: jobs per baseline claim (10 as the baseline writes it). The "
     "pgq_same_batch side runs pgq's worker with this concurrency, so the same claim size.",
 )
 @click.option(
@@ -198,8 +198,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option(
     "--same-resources",
     is_flag=True,
-    help="Instead: the seed (C threads, one process) against one `pgq worker --concurrency C` "
-    "process, for each C of --concurrency-levels.",
+    help="Instead: the plain-SQL baseline (C threads, one process) against one "
+    "`pgq worker --concurrency C` process, for each C of --concurrency-levels.",
 )
 @click.option(
     "--concurrency-levels",
@@ -241,7 +241,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     type=click.IntRange(1, 256),
     default=None,
     help="Instead: N producer threads (own connections) enqueueing one job per transaction, "
-    "the seed's INSERT against Queue.enqueue under each notify mode (--jobs per side, "
+    "the baseline's INSERT against Queue.enqueue under each notify mode (--jobs per side, "
     "default 8,000; --rounds).",
 )
 @click.option(
@@ -328,25 +328,25 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="--failover: how far behind the standby is when the leader dies (its WAL senders "
     "stop this long before the kill): a network's replication lag, which loopback lacks.",
 )
-@click.option("--seed", type=int, default=None, hidden=True)
+@click.option("--random-state", type=int, default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every figure.")
 @click.pass_context
 def bench_command(ctx: click.Context, /, **options: Any) -> None:
-    """Benchmark pgq against the seed's plain SQL on a throwaway server (embedded, or --dsn
+    """Benchmark pgq against a plain-SQL baseline on a throwaway server (embedded, or --dsn
     with throwaway schemas that are dropped afterwards).
 
     \b
     Drain sides, same server, same run, same number of processes:
-      seed            the seed's SQL as written, claim --batch (LIMIT 10)
-      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the seed
+      baseline        the plain-SQL baseline as written, claim --batch (LIMIT 10)
+      pgq_same_batch  pgq's worker, concurrency --batch: same claim size as the baseline
       pgq             pgq's worker, concurrency --concurrency (its claim size)
-    ratio = pgq drain / seed drain; ratio_same_batch = pgq_same_batch / seed.
+    ratio = pgq drain / baseline drain; ratio_same_batch = pgq_same_batch / baseline.
 
     \b
     --same-resources: for each C, each side gets one process and C-way concurrency:
-      seed  the seed's SQL, C threads in one process, claim LIMIT 10
-      pgq   one `pgq worker --concurrency C --burst` process, no-op sync / async handler
-    ratio = pgq drain / seed drain at the same C, per handler.
+      baseline  the plain-SQL baseline, C threads in one process, claim LIMIT 10
+      pgq       one `pgq worker --concurrency C --burst` process, no-op sync / async handler
+    ratio = pgq drain / baseline drain at the same C, per handler.
       --peers    adds PgQueuer: one process, C consumers on asyncpg, batch 10
       --db-work  adds each drain's statement time and WAL per job
 

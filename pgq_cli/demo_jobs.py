@@ -176,7 +176,7 @@ class DemoProducer:
         self,
         dsn: str,
         schema: str,
-        seed: int = 7,
+        random_state: int = 7,
         *,
         tick: float = 1.0,
         freeze_every: int = 15,
@@ -187,7 +187,7 @@ class DemoProducer:
         and writes `wake_after` seconds later (longer than the lease plus a reaper pass)."""
         self.dsn = dsn
         self.schema = schema
-        self.rng = random.Random(seed)
+        self.rng = random.Random(random_state)
         self.tick = tick
         self.freeze_every = freeze_every
         self.freeze_lease = freeze_lease

@@ -1,9 +1,9 @@
 """Fenced writes to the user's own tables: only a newer fence may overwrite a row.
 
-The seed's `reports` example, generalised: a row keyed by `key` carries the fence of the claim
-that wrote it, and a write with an older or equal fence changes nothing. Call it inside the
-same transaction as `Queue.complete(..., conn=...)` so the effect and the completion commit
-together, and both are rejected if the fence is stale.
+The plain-SQL baseline's `reports` example, generalised: a row keyed by `key` carries the fence
+of the claim that wrote it, and a write with an older or equal fence changes nothing. Call it
+inside the same transaction as `Queue.complete(..., conn=...)` so the effect and the completion
+commit together, and both are rejected if the fence is stale.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def test_bench_help_names_both_claim_sizes() -> None:
     result = CliRunner().invoke(main, ["bench", "--help"])
     assert result.exit_code == 0, result.output
     assert "--batch" in result.output and "--concurrency" in result.output
-    assert "seed's LIMIT" in result.output
+    assert "baseline's LIMIT" in result.output
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def test_fleet_short_run_passes_its_checks(dsn: str) -> None:
         pytest.skip("pgbouncer is not installed")
     args = [
         "--dsn", dsn, "bench", "--fleet", "25s", "--workers", "3", "--concurrency", "5",
-        "--rate", "50", "--kill-every", "2s", "--lease", "2s", "--seed", "3", "--json",
+        "--rate", "50", "--kill-every", "2s", "--lease", "2s", "--random-state", "3", "--json",
     ]  # fmt: skip
     result = CliRunner().invoke(main, args)
     data: dict[str, Any] = json.loads(result.stdout)

@@ -1,8 +1,8 @@
 -- pgq schema, version 1.
 -- {schema} is replaced by the quoted schema identifier (psycopg.sql); nothing else is templated.
 --
--- `jobs` keeps the seed's columns, names, types, defaults and status values exactly, so an
--- operator can follow the seed's SQL in psql. The extra columns are:
+-- `jobs` keeps the plain-SQL baseline's columns, names, types, defaults and status values exactly, so an
+-- operator can follow that baseline's SQL in psql. The extra columns are:
 --   queued_at     when the job was enqueued
 --   worker        who holds (or last held) the lease
 --   claimed_at    when the current lease was taken
@@ -29,7 +29,7 @@ CREATE TABLE {schema}.jobs (
   CONSTRAINT jobs_max_attempts_check CHECK (max_attempts >= 1)
 );
 
--- The seed's two partial indexes: claiming, and the lease check.
+-- The baseline's two partial indexes: claiming, and the lease check.
 CREATE INDEX jobs_ready_idx ON {schema}.jobs (queue, run_at) WHERE status = 'ready';
 CREATE INDEX jobs_lease_idx ON {schema}.jobs (lease_until) WHERE status = 'running';
 -- Stats count dead jobs per queue, and operators list them newest first, without touching

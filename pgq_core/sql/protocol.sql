@@ -142,7 +142,7 @@ SELECT unique_key, id FROM {schema}.jobs
  WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
 
 -- name: claim
--- The seed's claim: a short transaction, SKIP LOCKED, lease, fence + 1 (above the timeline's
+-- The baseline claim: a short transaction, SKIP LOCKED, lease, fence + 1 (above the timeline's
 -- floor), attempts + 1, under
 -- queue control (`claim_ready`).
 WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
@@ -354,7 +354,7 @@ SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
                          pg_catalog.unnest(%(details)s::text[]));
 
 -- name: reap
--- The seed's reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
+-- The baseline reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
 -- concurrent reapers (and a worker settling its job) never wait on each other. A lease taken
 -- before a promotion (fence at or below the floor) goes back as `hand_back_failed_over` does:
 -- ready, the attempt not counted.
