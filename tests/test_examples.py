@@ -1,24 +1,45 @@
-"""The recipes under examples/, run as their users would: a request through the framework's
-own test client enqueues a job, and a worker finishes it (Django's through its management
-command)."""
+"""The recipes under examples/, run as their users would.
+
+Each recipe's README is run as written (`run_readme`): its `sh` blocks, command by command, as
+real processes on the suite's server and this test's schema (PGQ_DSN, PGQ_SCHEMA, and the
+schema first on every connection's search path through PGOPTIONS), so a README cannot drift
+from what works. Beside that, each recipe's finer points go through its framework's own test
+client, with a worker finishing the job (Django's through its management command).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
 import sys
+import time
+import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from support import TIMEOUT, make_worker
+from support import TIMEOUT, free_port, make_worker
 
 from pgq_core import Queue, Tasks
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+BIN = Path(sys.executable).parent
+EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+    "optional-dependencies"
+]
+FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +59,211 @@ def drain(dsn: str, schema: str, tasks: Tasks) -> None:
 def in_schema(dsn: str, schema: str) -> str:
     """`dsn` with the schema first on the search path (the recipes' own tables go there)."""
     return make_conninfo(dsn, options=f"-c search_path={schema}")
+
+
+# ------------------------------------------------------------------ each README, run as written
+
+
+def readme_commands(readme: Path) -> list[str]:
+    """The commands of the README's `sh` blocks, in order: lines joined at a trailing
+    backslash, comments dropped. A block in another language fails: every block is run."""
+    found = []
+    for match in FENCE.finditer(readme.read_text()):
+        assert match.group(1) == "sh", f"{readme}: a ```{match.group(1)} block: nothing runs it"
+        for line in match.group(2).replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                found.append(shlex.join(words))
+    return found
+
+
+#: the program a README's command starts -> the distribution that installs it
+PROGRAMS = {"flask": "flask", "uvicorn": "uvicorn", "manage.py": "django", "curl": None}
+
+
+def extra_distributions(extras: list[str]) -> set[str]:
+    """The distributions these extras of pgq-fence require (and pgq-fence's own)."""
+    names = {"pgq-fence"}
+    for extra in extras:
+        assert extra in EXTRAS, f"pyproject has no extra {extra!r}"
+        for requirement in map(Requirement, EXTRAS[extra]):
+            if requirement.name == "pgq-fence":
+                names |= extra_distributions(sorted(requirement.extras))
+            else:
+                names.add(requirement.name.lower())
+    return names
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if proc.poll() is not None:
+            pytest.fail(f"exited {proc.returncode} before listening:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"not listening on {port} after {TIMEOUT}s:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Started:
+    command: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    server: bool
+
+
+@dataclass
+class ReadmeRun:
+    """What running a README left: each HTTP answer (by curl command) and each process's log."""
+
+    answers: list[tuple[str, Any]] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+def run_readme(readme: Path, dsn: str, schema: str, tmp_path: Path) -> ReadmeRun:
+    """Run `readme`'s commands as a user would, from the repository's root:
+
+    - `pip install -e '.[EXTRAS]'` is checked, not run: every program a later command starts
+      (flask, uvicorn, Django's manage.py) is in one of those extras;
+    - `cd` moves on; a web server (`flask ... run`, `uvicorn`, `manage.py runserver`) and a
+      worker (`pgq worker`, `manage.py pgq_worker`) start in the background, the server on a
+      free port of 127.0.0.1 in place of the one it names; any other command runs to its end;
+    - `curl` runs against that port; in its URL `/jobs/N` becomes the job the last answer
+      named, and such a status request is repeated until the job is done (or dead);
+    - at the end each worker gets SIGTERM and must exit 0, each server is stopped.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGQ_", "FLASK_", "DJANGO_"))}
+    env.pop("PYTHONPATH", None)
+    env.update(
+        PGQ_DSN=dsn,
+        PGQ_SCHEMA=schema,
+        PGQ_HOME=str(tmp_path / "pgq-home-unused"),
+        PGOPTIONS=f"-c search_path={schema}",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+    )
+    cwd, port, installed = ROOT, free_port(), {"pgq-fence"}
+    run, started = ReadmeRun(), list[Started]()
+    try:
+        for command in readme_commands(readme):
+            words = shlex.split(command)
+            program = Path(words[1] if words[0] == "python" else words[0]).name
+            if program in PROGRAMS and PROGRAMS[program] is not None:
+                assert PROGRAMS[program] in installed, f"{command}: not in the extras installed"
+            if words[:2] == ["pip", "install"]:
+                extras = re.fullmatch(r"\.\[([\w,]+)\]", words[-1])
+                assert words[2] == "-e" and extras, f"{command}: not an install of this clone"
+                installed |= extra_distributions(extras.group(1).split(","))
+            elif words[0] == "cd":
+                cwd = (cwd / words[1]).resolve()
+                assert cwd.is_dir(), command
+            elif words[0] == "curl":
+                run.answers.append((command, curl(words, port, run.answers, cwd, env)))
+            else:
+                server = program in ("flask", "uvicorn") or words[1:3] == ["manage.py", "runserver"]
+                worker = words[:2] == ["pgq", "worker"] or words[1:3] == ["manage.py", "pgq_worker"]
+                if server:
+                    words = on_port(words, port)
+                if not (server or worker):
+                    done = subprocess.run(
+                        words, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+                        check=False,
+                    )
+                    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stderr}"
+                    run.logs[command] = done.stdout + done.stderr
+                    continue
+                log = tmp_path / f"process-{len(started)}.log"
+                with log.open("wb") as out:
+                    proc = subprocess.Popen(
+                        words, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                started.append(Started(command, proc, log, server))
+                if server:
+                    wait_for_port(port, proc, log)
+    finally:
+        for each in started:
+            if each.proc.poll() is None:
+                os.killpg(each.proc.pid, signal.SIGTERM)
+        for each in started:
+            try:
+                code = each.proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(each.proc.pid, signal.SIGKILL)
+                code = each.proc.wait(TIMEOUT)
+            run.logs[each.command] = each.log.read_text()
+            if not each.server:
+                assert code == 0, f"{each.command}: exit {code}\n{run.logs[each.command]}"
+    return run
+
+
+def on_port(words: list[str], port: int) -> list[str]:
+    """A web server's command with `port` of 127.0.0.1 in place of the one it names."""
+    if words[1:3] == ["manage.py", "runserver"]:
+        return [*words[:3], *[w for w in words[3:] if w.startswith("-")], f"127.0.0.1:{port}"]
+    if "--port" in words:
+        at = words.index("--port") + 1
+        return [*words[:at], str(port), *words[at + 1 :]]
+    return [*words, "--port", str(port)]
+
+
+def curl(
+    words: list[str], port: int, answers: list[tuple[str, Any]], cwd: Path, env: dict[str, str]
+) -> Any:
+    """Run the README's curl command on the server's port: its JSON answer. A request for a
+    job's status is repeated until the job is done or dead."""
+    words = [re.sub(r"^(https?://)?localhost:\d+", f"http://127.0.0.1:{port}", w) for w in words]
+    status = any(re.search(r"/jobs/\d+", w) for w in words)
+    if status:
+        named = next((a["job"] for _, a in reversed(answers) if "job" in a), None)
+        assert named is not None, f"{shlex.join(words)}: no answer before named a job"
+        words = [re.sub(r"/jobs/\d+", f"/jobs/{named}", w) for w in words]
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        done = subprocess.run(
+            [*words, "--max-time", "10"], cwd=cwd, env=env, capture_output=True, text=True,
+            timeout=30, check=False,
+        )
+        assert done.returncode == 0, f"{shlex.join(words)}: exit {done.returncode}\n{done.stderr}"
+        try:
+            answer = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"{shlex.join(words)}: not JSON:\n{done.stdout}")
+        if not status or answer.get("status") in ("done", "dead"):
+            return answer
+        if time.monotonic() > deadline:
+            pytest.fail(f"{shlex.join(words)}: the job is still {answer.get('status')}")
+        time.sleep(0.05)
+
+
+def test_the_flask_readme_runs_as_written(dsn: str, schema: str, tmp_path: Path) -> None:
+    run = run_readme(EXAMPLES / "flask_thumbs" / "README.md", dsn, schema, tmp_path)
+    (_, made), (_, status) = run.answers
+    assert status == {
+        "id": made["job"],
+        "status": "done",
+        "result": {"upload": made["upload"], "thumbnail": "thumbs/320/cat.jpg"},
+        "error": None,
+    }
+    worker_log = run.logs["pgq worker --tasks flask_thumbs.app:tasks"]
+    assert " started: queues thumbnails" in worker_log, worker_log
+    assert " stopped: 1 done, 0 failed" in worker_log, worker_log
+
+
+def test_the_fastapi_readme_runs_as_written(dsn: str, schema: str, tmp_path: Path) -> None:
+    run = run_readme(EXAMPLES / "fastapi_reports" / "README.md", dsn, schema, tmp_path)
+    (_, made), (_, status) = run.answers
+    assert status == {
+        "id": made["job"],
+        "status": "done",
+        "attempts": 1,
+        "result": {"account": 42, "period": "week", "rows": 3},
+    }
+    worker_log = run.logs["pgq worker --tasks fastapi_reports.main:tasks"]
+    assert " stopped: 1 done, 0 failed" in worker_log, worker_log
 
 
 def test_fastapi_recipe(dsn: str, schema: str, queue: Queue) -> None:

@@ -1,9 +1,9 @@
 """FastAPI with pgq: one `AsyncQueue` opened in the app's lifespan, a job enqueued in a request.
 
-Run it (PGQ_DSN and PGQ_SCHEMA name the queue's database and schema, migrated with
-`pgq migrate`):
+Run it from `examples/` as its README says: with no PGQ_DSN on the embedded PostgreSQL, with
+PGQ_DSN (and PGQ_SCHEMA) on that database; the app migrates pgq's schema as it starts.
 
-    uvicorn fastapi_reports.main:app          # the web app
+    uvicorn fastapi_reports.main:app                # the web app
     pgq worker --tasks fastapi_reports.main:tasks   # a worker for its tasks
 
 `POST /reports/{account}` enqueues a report (one at a time per account: the unique key) and
@@ -13,14 +13,14 @@ answers its job id; `GET /jobs/{id}` tells how the job is doing.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, HTTPException, Request
 
-from pgq_core import AsyncQueue, JobNotFound, Tasks
+from pgq_core import AsyncQueue, JobNotFound, Tasks, find_target, migrate
 
 tasks = Tasks(queue="reports")
 
@@ -38,15 +38,23 @@ async def build_report(account: int, period: str = "month") -> dict[str, Any]:
     return {"account": account, "period": period, "rows": 3}
 
 
+def prepare(dsn: str | None, schema: str | None) -> tuple[str, str]:
+    """The queue's database (`dsn`, else PGQ_DSN, else the embedded server) and schema (`schema`,
+    else PGQ_SCHEMA, else pgq), that schema migrated: nothing to set up by hand."""
+    target = find_target(dsn, schema)
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        migrate(conn, target.schema)  # a no-op once up to date
+    return target.dsn, target.schema
+
+
 def create_app(dsn: str | None = None, schema: str | None = None) -> FastAPI:
-    """The app; `dsn` and `schema` default to PGQ_DSN and PGQ_SCHEMA, read at startup."""
+    """The app; the database is found (and migrated) when it starts, not when it is imported."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """One queue client for the app's life (a pool suits many concurrent requests)."""
-        app.state.queue = await AsyncQueue.connect(
-            dsn or os.environ["PGQ_DSN"], schema or os.environ.get("PGQ_SCHEMA", "pgq")
-        )
+        found_dsn, found_schema = await asyncio.to_thread(prepare, dsn, schema)
+        app.state.queue = await AsyncQueue.connect(found_dsn, found_schema)
         try:
             yield
         finally:

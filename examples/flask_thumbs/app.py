@@ -1,10 +1,11 @@
 """Flask with pgq: a job enqueued in the request's own database transaction.
 
-Run it from `examples/` (with no PGQ_DSN, on the embedded PostgreSQL, migrated for you; with
-PGQ_DSN and PGQ_SCHEMA, on that database's schema, migrated with `pgq migrate`):
+Run it from `examples/` as its README says: with no PGQ_DSN on the embedded PostgreSQL, with
+PGQ_DSN (and PGQ_SCHEMA) on that database; the app migrates pgq's schema and creates its
+`uploads` table as it starts.
 
-    flask --app flask_thumbs.app run             # the web app (it creates its uploads table)
-    pgq worker --tasks flask_thumbs.app:tasks     # a worker for its tasks
+    flask --app flask_thumbs.app run             # the web app
+    pgq worker --tasks flask_thumbs.app:tasks    # a worker for its tasks
 
 `POST /uploads` (JSON `{"image": "cat.jpg"}`) records the upload and enqueues its thumbnail in
 one transaction: both are written, or neither. `GET /jobs/<id>` tells how the job is doing.
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 from flask import Flask, abort, current_app, request
 
-from pgq_core import JobNotFound, Queue, Tasks, find_target
+from pgq_core import JobNotFound, Queue, Tasks, find_target, migrate
 
 tasks = Tasks(queue="thumbnails")
 
@@ -36,8 +37,9 @@ def create_app(dsn: str | None = None, schema: str | None = None) -> Flask:
     app.config["PGQ_DSN"] = target.dsn
     app.config["PGQ_SCHEMA"] = target.schema
     tasks.use_database(target.dsn, target.schema)
-    with psycopg.connect(target.dsn, autocommit=True) as conn:  # the app's own table
-        conn.execute(
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        migrate(conn, target.schema)  # pgq's tables (a no-op once up to date)
+        conn.execute(  # the app's own table
             "CREATE TABLE IF NOT EXISTS uploads (id bigserial PRIMARY KEY, image text NOT NULL)"
         )
 
