@@ -310,7 +310,21 @@ def _after_readme(page: Page) -> None:
     assert rows == [("done", f"greeted {name}") for name in ("Ada", "Grace", "Edsger")]
 
 
-AFTER: dict[str, Callable[[Page], None]] = {"README.md": _after_readme}
+def _after_tutorial(page: Page) -> None:
+    """The bill that died was requeued after the fix, and both bills are done."""
+    with psycopg.connect(page.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT status, attempts, result FROM {}.jobs WHERE queue = 'bills' ORDER BY id"
+            ).format(sql.Identifier(page.schema))
+        ).fetchall()
+    assert rows == [("done", 1, "3 people pay 30.00 each"), ("done", 1, "nobody to pay")]
+
+
+AFTER: dict[str, Callable[[Page], None]] = {
+    "README.md": _after_readme,
+    "docs/tutorial.md": _after_tutorial,
+}
 
 
 #: The README runs in the default suite (its quick start and first worker are the promise made
