@@ -14,7 +14,7 @@ changes rows in bounded batches.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -570,7 +570,13 @@ def _filter_given(kw: dict[str, Any]) -> bool:
 def requeue_command(ctx: click.Context, /, **kw: Any) -> None:
     if not _filter_given(kw):
         _requeue_by_id_or_queue(
-            ctx, kw["job_ids"], kw["queue_name"], kw["all_queues"], kw["dead"], kw["as_json"]
+            ctx,
+            kw["job_ids"],
+            kw["queue_name"],
+            kw["all_queues"],
+            kw["dead"],
+            kw["as_json"],
+            kw["batch"],
         )
         return
     if kw["job_ids"]:
@@ -605,8 +611,10 @@ def _requeue_by_id_or_queue(
     all_queues: bool,
     dead: bool,
     as_json: bool,
+    batch: int,
 ) -> None:
-    """The plain `pgq requeue`: by id, or every dead job of a queue (or of all)."""
+    """The plain `pgq requeue`: by id, or every dead job of a queue (or of all), in batches of
+    `batch` (each its own statement and commit), each batch's progress on stderr."""
     by_queue = queue_name is not None or all_queues
     if job_ids and by_queue:
         raise click.UsageError("give job ids or --queue/--all-queues, not both")
@@ -619,7 +627,7 @@ def _requeue_by_id_or_queue(
 
     with settings(ctx).queue() as q:
         if by_queue:
-            requeued, key_held, parent_dead = q.requeue_dead_report(queue_name)
+            requeued, key_held, parent_dead = _requeue_dead(q, queue_name, batch)
             if as_json:
                 held = "dead: a ready or running job holds its unique key"
                 echo_json(
@@ -662,6 +670,21 @@ def _requeue_by_id_or_queue(
     if parent_dead:
         reasons.append("parent dead or gone")
     _report("requeued", requeued, skipped, ", or ".join(reasons), as_json)
+
+
+def _requeue_dead(q: Queue, queue_name: str | None, batch: int) -> ops.RequeueReport:
+    """Every dead job of the queue (of all when None) back, a batch at a time: a line on
+    stderr after each batch, so a long requeue shows it moves (and what is already done)."""
+
+    def reported() -> Iterator[ops.RequeueReport]:
+        so_far = 0
+        for n, report in enumerate(q.requeue_dead_batches(queue_name, batch), 1):
+            so_far += len(report[0])
+            line = f"batch {n:,}: requeued {output.plural(so_far, 'dead job')} so far"
+            click.echo(line, err=True)
+            yield report
+
+    return ops.summed(reported())
 
 
 def orphan_text(parent: int, state: str) -> str:

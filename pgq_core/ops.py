@@ -743,21 +743,48 @@ def _report(rows: Rows) -> RequeueReport:
 def requeue(ids: Sequence[int], actor: str | None) -> Op[list[int]]:
     """Dead jobs back to ready; a dead job whose unique key a live job holds, or whose parent
     is dead or gone (and not requeued with it), stays dead."""
-    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _requeued)
-
-
-def requeue_dead(queue: str | None, actor: str | None) -> Op[list[int]]:
-    return Op("requeue_queue", {"queue": queue, "actor": actor}, _requeued)
+    return Op("requeue_ids", {"ids": list(ids), "actor": actor, "detail": None}, _requeued)
 
 
 def requeue_report(ids: Sequence[int], actor: str | None) -> Op[RequeueReport]:
     """`requeue`, answering what was requeued and why the rest stayed dead (RequeueReport)."""
-    return Op("requeue_ids", {"ids": list(ids), "actor": actor}, _report)
+    return Op("requeue_ids", {"ids": list(ids), "actor": actor, "detail": None}, _report)
 
 
-def requeue_dead_report(queue: str | None, actor: str | None) -> Op[RequeueReport]:
-    """`requeue_dead`, answering as `requeue_report`."""
-    return Op("requeue_queue", {"queue": queue, "actor": actor}, _report)
+def summed(reports: Iterable[RequeueReport]) -> RequeueReport:
+    """Batches' requeue answers as one."""
+    requeued: list[int] = []
+    held: list[int] = []
+    orphaned: dict[int, tuple[int, str]] = {}
+    for batch_requeued, batch_held, batch_orphaned in reports:
+        requeued += batch_requeued
+        held += batch_held
+        orphaned.update(batch_orphaned)
+    return requeued, held, orphaned
+
+
+def dead_of(queue: str | None) -> JobFilter:
+    """The filter of `pgq requeue --queue Q --dead` (every queue when `queue` is None)."""
+    return JobFilter(queue=queue, statuses=("dead",))
+
+
+def requeue_batch(
+    where: JobFilter,
+    actor: str | None,
+    after: int,
+    batch: int,
+    detail: str | None = None,
+) -> Op[tuple[int | None, RequeueReport]]:
+    """One batch (one statement, one commit) of the requeue of the dead jobs `where` matches
+    with an id above `after`: (the last id looked at, None when none was left; what the batch
+    requeued and left dead, as `requeue_report`). Each batch is whole or nothing."""
+
+    def read(rows: Rows) -> tuple[int | None, RequeueReport]:
+        [last] = [r[1] for r in rows if r[0] == "last"]
+        return (None if last is None else int(last)), _report([r for r in rows if r[0] != "last"])
+
+    params = {"actor": actor, "after": after, "batch": batch, "detail": detail}
+    return Op("requeue_filtered", params, read, where.for_action("requeue"))
 
 
 def kill(
@@ -1229,6 +1256,10 @@ def _batch(rows: Rows) -> tuple[int | None, list[int]]:
     return (None if last is None else int(last)), [int(i) for i in changed]
 
 
+def _requeued_batch(batch: tuple[int | None, RequeueReport]) -> tuple[int | None, list[int]]:
+    return batch[0], batch[1][0]
+
+
 def bulk(
     action: str,
     where: JobFilter,
@@ -1246,7 +1277,8 @@ def bulk(
         params["reason"] = reason
         params["detail"] = f"{reason} ({text})"
     if action == "requeue":
-        return Op("requeue_filtered", params, _batch, where.for_action(action))
+        op = requeue_batch(where, actor, after, batch, text)
+        return Op(op.name, op.params, lambda rows: _requeued_batch(op.read(rows)), op.where)
     if action == "kill":
         return Op("kill_filtered", params, _batch, where.for_action(action))
     if action == "delete":

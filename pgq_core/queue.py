@@ -406,8 +406,8 @@ class Queue:
     def requeue(self, ids: Sequence[int]) -> list[int]:
         return self.run(ops.requeue(ids, operator_id()))
 
-    def requeue_dead(self, queue: str | None) -> list[int]:
-        return self.run(ops.requeue_dead(queue, operator_id()))
+    def requeue_dead(self, queue: str | None, batch: int = ops.BULK_BATCH) -> list[int]:
+        return self.requeue_dead_report(queue, batch)[0]
 
     def requeue_report(self, ids: Sequence[int]) -> ops.RequeueReport:
         """(requeued, left dead because a ready or running job holds their unique key,
@@ -415,8 +415,25 @@ class Queue:
         before it was done, and not requeued too)."""
         return self.run(ops.requeue_report(ids, operator_id()))
 
-    def requeue_dead_report(self, queue: str | None) -> ops.RequeueReport:
-        return self.run(ops.requeue_dead_report(queue, operator_id()))
+    def requeue_dead_batches(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> Iterator[ops.RequeueReport]:
+        """The dead jobs of `queue` (of every queue when None) back to ready, in batches of at
+        most `batch` (each one statement and one commit, whole or nothing), yielding each
+        batch's answer as `requeue_report`."""
+        after, actor, where = 0, operator_id(), ops.dead_of(queue)
+        while True:
+            last, report = self.run(ops.requeue_batch(where, actor, after, batch))
+            if last is None:
+                return
+            after = last
+            yield report
+
+    def requeue_dead_report(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> ops.RequeueReport:
+        """`requeue_dead_batches`, summed."""
+        return ops.summed(self.requeue_dead_batches(queue, batch))
 
     def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return self.run(ops.kill(ids, operator_id(), reason))
@@ -847,8 +864,8 @@ class AsyncQueue:
     async def requeue(self, ids: Sequence[int]) -> list[int]:
         return await self.run(ops.requeue(ids, operator_id()))
 
-    async def requeue_dead(self, queue: str | None) -> list[int]:
-        return await self.run(ops.requeue_dead(queue, operator_id()))
+    async def requeue_dead(self, queue: str | None, batch: int = ops.BULK_BATCH) -> list[int]:
+        return (await self.requeue_dead_report(queue, batch))[0]
 
     async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
         return await self.run(ops.kill(ids, operator_id(), reason))
@@ -857,8 +874,23 @@ class AsyncQueue:
         """As `Queue.requeue_report`."""
         return await self.run(ops.requeue_report(ids, operator_id()))
 
-    async def requeue_dead_report(self, queue: str | None) -> ops.RequeueReport:
-        return await self.run(ops.requeue_dead_report(queue, operator_id()))
+    async def requeue_dead_batches(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> AsyncIterator[ops.RequeueReport]:
+        """As `Queue.requeue_dead_batches`."""
+        after, actor, where = 0, operator_id(), ops.dead_of(queue)
+        while True:
+            last, report = await self.run(ops.requeue_batch(where, actor, after, batch))
+            if last is None:
+                return
+            after = last
+            yield report
+
+    async def requeue_dead_report(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> ops.RequeueReport:
+        """As `Queue.requeue_dead_report`."""
+        return ops.summed([r async for r in self.requeue_dead_batches(queue, batch)])
 
     async def prune_batches(
         self, older_than: timedelta, batch: int = ops.PRUNE_BATCH

@@ -336,6 +336,75 @@ def test_requeue_queue_dead_with_a_filter_and_dry_run(pgq: Pgq, queue: Queue) ->
     assert "would requeue 1 job" in ok(pgq("requeue", "--all-queues", "--dead", "--dry-run"))
 
 
+def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
+    pgq: Pgq, queue: Queue, dsn: str, schema: str
+) -> None:
+    """`requeue --queue Q --dead` was one statement over every dead job, and ignored --batch:
+    under a statement timeout it failed whole. Each batch is now its own statement and commit.
+    A trigger sleeping 5 ms per requeued row makes 600 rows take 3 s in one statement (over the
+    1 s timeout) and 20 rows 0.1 s."""
+    ids = queue.enqueue_many([ops.JobSpec("mail", {"n": n}) for n in range(600)])
+    other = queue.enqueue("sms", {})
+    assert sorted(queue.bulk("kill", JobFilter(queue=None, statuses=("ready",)))) == [*ids, other]
+    slow = sql.SQL(
+        "CREATE FUNCTION {s}.slow_requeue() RETURNS trigger LANGUAGE plpgsql"
+        " SET search_path = pg_catalog AS $$ BEGIN PERFORM pg_sleep(0.005); RETURN NEW; END $$;"
+        " CREATE TRIGGER slow_requeue BEFORE UPDATE ON {s}.jobs FOR EACH ROW"
+        " WHEN (OLD.status = 'dead' AND NEW.status <> 'dead') EXECUTE FUNCTION {s}.slow_requeue()"
+    ).format(s=sql.Identifier(schema))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(slow)
+    try:
+        whole = pgq(
+            "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "1000"
+        )
+        error_line(whole, 1, "statement timeout")
+        assert {queue.job(i).status for i in ids} == {"dead"}  # the batch wrote nothing
+
+        result = pgq(
+            "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "20"
+        )
+        assert ok(result) == "requeued 600 dead jobs of queue mail\n"
+        progress = result.stderr.splitlines()
+        assert len(progress) == 30, result.stderr
+        assert progress[0] == "batch 1: requeued 20 dead jobs so far"
+        assert progress[-1] == "batch 30: requeued 600 dead jobs so far"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP FUNCTION {}.slow_requeue() CASCADE").format(sql.Identifier(schema))
+            )
+    assert {queue.job(i).status for i in ids} == {"ready"}
+    assert queue.job(other).status == "dead"  # another queue's dead job stays
+    with psycopg.connect(dsn) as conn:
+        counts = conn.execute(
+            sql.SQL(
+                "SELECT count(*), count(DISTINCT job_id) FROM {}.job_events WHERE event = 'requeued'"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+    assert counts == (600, 600)  # each job requeued once, by one batch
+
+
+def test_requeue_queue_dead_across_batches_keeps_keys_and_parents(queue: Queue) -> None:
+    """Batches requeue as one statement did: of dead jobs sharing a unique key only the newest
+    comes back, even when an older one is in an earlier batch; a child whose dead parent is
+    requeued by an earlier batch waits for it again."""
+    old = queue.enqueue("q", {"n": 1}, unique_key="k")
+    parent = queue.enqueue("q", {"n": 2})
+    fillers = queue.enqueue_many([ops.JobSpec("q", {"f": n}) for n in range(5)])
+    child = queue.enqueue("q", {"n": 3}, depends_on=[parent])
+    queue.kill([old])
+    new = queue.enqueue("q", {"n": 4}, unique_key="k")
+    queue.kill([parent, *fillers, new])
+    assert queue.job(child).status == "dead"  # died of its parent
+    requeued, held, orphaned = queue.requeue_dead_report("q", batch=2)
+    assert held == [old] and orphaned == {}
+    assert sorted(requeued) == sorted([parent, *fillers, new])
+    assert queue.job(old).status == "dead" and queue.job(new).status == "ready"
+    assert queue.job(parent).status == "ready"
+    assert queue.job(child).status == "waiting"  # back with its parent, waiting on it
+
+
 def test_kill_over_a_filter_bumps_the_fence(pgq: Pgq, queue: Queue) -> None:
     running = queue.enqueue("busy", {"customer": {"id": 42}})
     [job] = queue.claim("busy", 1, LEASE, "w")

@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 
 from pgq_core import AsyncQueue, Enqueued, JobSpec, PgqError, Queue
+from pgq_core.filters import JobFilter
 
 
 def keyed_jobs(queue: Queue, key: str) -> list[tuple[int, str]]:
@@ -163,3 +164,15 @@ def test_a_key_inside_a_rolled_back_transaction_holds_nothing(
         raise PgqError("the app's own write failed")
     assert keyed_jobs(queue, "k") == []
     assert queue.enqueue("q", {}, unique_key="k") > 0
+
+
+def test_a_filtered_requeue_leaves_a_held_key_dead(queue: Queue) -> None:
+    """The filter form shares the requeue of `requeue_dead`: it failed on the unique index
+    when a live job held a dead one's key."""
+    dead = queue.enqueue("q", {"n": 1}, unique_key="k")
+    queue.kill([dead])
+    live = queue.enqueue("q", {"n": 2}, unique_key="k")
+    free = queue.enqueue("q", {"n": 3})
+    queue.kill([free])
+    assert queue.bulk("requeue", JobFilter(queue="q", statuses=("dead",))) == [free]
+    assert (queue.job(dead).status, queue.job(live).status) == ("dead", "ready")

@@ -4,27 +4,19 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters; {where} is a
 -- filter built with psycopg.sql (pgq_core/filters.py), its values bound.
 
--- fragment: requeued_status
+-- fragment: requeue_dead
+-- The requeue of the dead jobs in a CTE `dead` (id, unique_key, superseded), after it: a job
+-- whose unique key a ready or running job holds stays dead ('key_held'); of several sharing a
+-- key only the newest goes back (`superseded`: a newer one a later batch of the same requeue
+-- reaches). A job with a parent dead, or gone while the job still counted it (it never
+-- succeeded), that is not requeued with it stays dead ('parent_dead' | 'parent_gone', naming
+-- the lowest such parent): it would wait for ever. Ends with the CTE `history`; the rows
+-- (`requeue_rows`) follow it.
 -- A requeued job is ready, unless it depends on jobs (migration 18: `parents_left` > 0, as it
 -- stays on a job that died waiting): then it waits again on its parents not done, counted
 -- afresh (a dead parent included when it is requeued in the same statement: then both run in
 -- order; a requeue leaves a job whose parent is dead, or gone before it was done, dead:
 -- `orphaned`, migration 24).
-parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
-           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) ELSE 0 END,
-         status = CASE WHEN j.parents_left > 0 AND coalesce(
-           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
-             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) > 0
-           THEN 'waiting' ELSE 'ready' END
-
--- fragment: requeue_dead
--- The requeue of the dead jobs in a CTE `dead` (id, unique_key), after it: a job whose unique
--- key a ready or running job holds stays dead ('key_held'); of several sharing a key only the
--- newest goes back. A job with a parent dead, or gone while the job still counted it (it never
--- succeeded), that is not requeued with it stays dead ('parent_dead' | 'parent_gone', naming
--- the lowest such parent): it would wait for ever.
--- Rows: ('requeued' | 'key_held' | 'parent_dead' | 'parent_gone', id, that parent or NULL).
 orphaned AS (
   SELECT DISTINCT ON (x.child) x.child AS id, x.parent,
          CASE WHEN p.id IS NULL THEN 'parent_gone' ELSE 'parent_dead' END AS why
@@ -39,43 +31,46 @@ orphaned AS (
   SELECT id FROM dead WHERE unique_key IS NULL AND id NOT IN (SELECT id FROM orphaned)
   UNION ALL
   (SELECT DISTINCT ON (unique_key) id FROM dead d
-    WHERE unique_key IS NOT NULL
+    WHERE unique_key IS NOT NULL AND NOT superseded AND id NOT IN (SELECT id FROM orphaned)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs o
                        WHERE o.unique_key = d.unique_key AND o.status IN ('ready', 'running'))
     ORDER BY unique_key, id DESC)
 ), requeued AS (
   UPDATE {schema}.jobs j
-     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
+     SET parents_left = CASE WHEN j.parents_left > 0 THEN coalesce(
+           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) ELSE 0 END,
+         status = CASE WHEN j.parents_left > 0 AND coalesce(
+           (SELECT count(*) FROM {schema}.job_deps d LEFT JOIN {schema}.jobs p ON p.id = d.parent
+             WHERE d.child = j.id AND p.status IS DISTINCT FROM 'done'), 0) > 0
+           THEN 'waiting' ELSE 'ready' END,
+         run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
    WHERE id IN (SELECT id FROM chosen) AND status = 'dead'
   RETURNING id, fence
 ), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker)
-  SELECT id, 'requeued', fence, %(actor)s FROM requeued
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
+  SELECT id, 'requeued', fence, %(actor)s, %(detail)s::text FROM requeued
 )
+
+-- fragment: requeue_rows
+-- Rows: ('requeued' | 'key_held' | 'parent_dead' | 'parent_gone', id, that parent or NULL).
 SELECT 'requeued', id, NULL::bigint FROM requeued
 UNION ALL
 SELECT 'key_held', id, NULL FROM dead
  WHERE id NOT IN (SELECT id FROM chosen) AND id NOT IN (SELECT id FROM orphaned)
 UNION ALL
 SELECT why, id, parent FROM orphaned
-ORDER BY 2
 
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
 -- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
--- sharing a key only the newest is requeued. Rows: ('requeued' | 'key_held', id).
+-- sharing a key only the newest is requeued. Rows as `requeue_rows`.
 WITH dead AS (
-  SELECT id, unique_key FROM {schema}.jobs
+  SELECT id, unique_key, false AS superseded FROM {schema}.jobs
    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
-), {requeue_dead};
-
--- name: requeue_queue
--- Operator: every dead job of one queue (or of all queues when queue is NULL), one statement;
--- unique keys are respected as in `requeue_ids`.
-WITH dead AS (
-  SELECT id, unique_key FROM {schema}.jobs
-   WHERE status = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-), {requeue_dead};
+), {requeue_dead}
+{requeue_rows}
+ORDER BY 2;
 
 -- name: kill
 -- Operator: waiting, ready or running jobs to dead (a job's waiting dependents die with it:
@@ -139,29 +134,28 @@ SELECT (SELECT max_running FROM was),
        pg_catalog.pg_notify(%(channel)s::text, %(queue)s::text) IS NULL;
 
 -- name: requeue_filtered
--- Operator: dead jobs matching a filter back to ready with fresh attempts, one batch. A job
--- with a parent dead, or gone while it still counted it, stays dead (it would wait for ever),
--- unless it died of that parent and the parent is requeued too: the trigger brings it back.
-WITH victims AS (
-  SELECT j.id FROM {schema}.jobs j
+-- Operator: one batch of the dead jobs matching a filter (`pgq requeue --queue Q --dead` is the
+-- filter queue=Q status=dead) back to ready with fresh attempts, as `requeue_ids` (the
+-- `requeue_dead` fragment); the next batch starts after the last id looked at. Rows as
+-- `requeue_rows`, and ('last', the highest id looked at, NULL: NULL when none was left).
+WITH batch AS (
+  SELECT j.id, j.unique_key FROM {schema}.jobs j
    WHERE j.status = 'dead' AND j.id > %(after)s AND {where}
    ORDER BY j.id
    LIMIT %(batch)s
    FOR UPDATE SKIP LOCKED
-), requeued AS (
-  UPDATE {schema}.jobs j
-     SET {requeued_status}, run_at = now(), attempts = 0, lease_until = NULL, finished_at = NULL
-    FROM victims v
-   WHERE j.id = v.id AND j.status = 'dead'
-     AND NOT EXISTS (SELECT FROM {schema}.job_deps x LEFT JOIN {schema}.jobs p ON p.id = x.parent
-                      WHERE x.child = j.id
-                        AND (p.status = 'dead' OR (p.id IS NULL AND j.parents_left > 0)))
-  RETURNING j.id, j.fence
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-  SELECT id, 'requeued', fence, %(actor)s, %(detail)s FROM requeued
-)
-SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM requeued ORDER BY id);
+), dead AS (
+  SELECT b.id, b.unique_key,
+         b.unique_key IS NOT NULL AND EXISTS (
+           SELECT FROM {schema}.jobs j
+            WHERE j.unique_key = b.unique_key AND j.status = 'dead'
+              AND j.id > (SELECT pg_catalog.max(id) FROM batch) AND {where}) AS superseded
+    FROM batch b
+), {requeue_dead}
+SELECT 'last', (SELECT pg_catalog.max(id) FROM batch), NULL::bigint
+UNION ALL
+{requeue_rows}
+ORDER BY 2;
 
 -- name: kill_filtered
 -- Operator: waiting, ready or running jobs matching a filter to dead, fence + 1 (a worker still running
