@@ -379,7 +379,8 @@ def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
     with psycopg.connect(dsn) as conn:
         counts = conn.execute(
             sql.SQL(
-                "SELECT count(*), count(DISTINCT job_id) FROM {}.job_events WHERE event = 'requeued'"
+                "SELECT count(*), count(DISTINCT job_id) FROM {}.job_events"
+                " WHERE event = 'requeued'"
             ).format(sql.Identifier(schema))
         ).fetchone()
     assert counts == (600, 600)  # each job requeued once, by one batch
