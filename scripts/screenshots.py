@@ -17,6 +17,7 @@ import asyncio
 import io
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,11 @@ from pgq_cli.demo_jobs import DEMO_QUEUES, DemoProducer, handle
 from pgq_core import migrate, resolve
 from pgq_tui.app import DashboardApp
 from pgq_tui.launch import make_app
-from pgq_tui.testing import NARROW, VIEWS, Steps, settle
 from pgq_tui.widgets.queues_table import QueuesTable
+
+# the dashboard's test fixtures live with the tests (they are not in the wheel)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from tui_support.pilot import NARROW, VIEWS, Steps, settle
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
 LARGE = (132, 40)

@@ -27,7 +27,16 @@ from psycopg import sql
 
 from pgq_cli.demo_jobs import DEMO_QUEUES, DemoProducer
 from pgq_core import migrate, resolve
-from pgq_tui.web_testing import XTERM_HOOK, XTERM_INPUT, WebServer, shown_counts, wait_for_text
+
+# the dashboard's test fixtures live with the tests (they are not in the wheel)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from tui_support.web import (
+    XTERM_HOOK,
+    XTERM_INPUT,
+    WebServer,
+    shown_counts,
+    wait_for_text,
+)
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots" / "web-dashboard.png"
 

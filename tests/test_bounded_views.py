@@ -170,8 +170,9 @@ def test_window_offset_moves_only_near_an_end_with_more_beyond() -> None:
 async def test_the_dashboard_holds_a_window_of_the_queues_and_moves_it_with_the_cursor(
     dsn: str, conn: psycopg.Connection[Any], schema: str
 ) -> None:
+    from tui_support.pilot import wait_for
+
     from pgq_tui.launch import make_app
-    from pgq_tui.testing import wait_for
     from pgq_tui.widgets.queues_table import QueuesTable
 
     names = many_queues(conn, schema, 250)
@@ -233,10 +234,10 @@ async def test_the_dashboard_lists_and_opens_a_job_with_a_big_error_bounded(
     dsn: str, conn: psycopg.Connection[Any], schema: str
 ) -> None:
     from textual.widgets import Static
+    from tui_support.pilot import wait_for
 
     from pgq_tui.launch import make_app
     from pgq_tui.screens.job_detail import ERROR_CHARS, JobDetailScreen
-    from pgq_tui.testing import wait_for
     from pgq_tui.widgets.jobs_table import JobsTable
 
     big = dead_with(conn, schema, "mail", BIG_ERROR)

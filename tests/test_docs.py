@@ -270,7 +270,7 @@ def run_dashboard_headless(page: Page, args: list[str], where: str) -> None:
 def run_web_dashboard(page: Page, args: list[str], assignments: list[str], where: str) -> None:
     """`pgq dashboard --web ARGS` for real, on a free port (the host of --listen kept): its
     page answers, with the token it printed or was given, and only with it; then SIGTERM."""
-    from pgq_tui.web_testing import WebServer
+    from tui_support.web import WebServer
 
     args = list(args)
     port = free_port()

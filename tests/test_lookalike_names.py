@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from support import Pgq, error_line, ok
+from tui_support.pilot import wait_for
 
 from pgq_core import Queue
 from pgq_core.text import INVISIBLE, first_invisible, printable
 from pgq_tui.launch import make_app
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.queues_table import QueuesTable
 
 #: zero-width joiner, BOM, word joiner, soft hyphen, a bidi override, a tag, a variation

@@ -273,9 +273,9 @@ async def test_dashboard_health_view_lists_stuck_jobs_and_enter_opens_one(
     dsn: str, schema: str, queue: Queue
 ) -> None:
     from textual.widgets import Static
+    from tui_support.pilot import wait_for
 
     from pgq_tui.screens.job_detail import JobDetailScreen
-    from pgq_tui.testing import wait_for
     from pgq_tui.widgets.keyed_table import plain
     from pgq_tui.widgets.stuck_table import StuckTable
 
@@ -311,8 +311,8 @@ async def test_dashboard_health_view_without_stuck_jobs_hides_the_list(
     dsn: str, schema: str, queue: Queue
 ) -> None:
     from textual.widgets import Static
+    from tui_support.pilot import wait_for
 
-    from pgq_tui.testing import wait_for
     from pgq_tui.widgets.health_panel import HealthPanel
     from pgq_tui.widgets.stuck_table import StuckTable
 
@@ -353,7 +353,8 @@ def test_the_p99_is_computed_once_per_queue_not_per_running_job(queue: Queue, na
 async def test_dashboard_stuck_list_goes_when_the_job_is_no_longer_stuck(
     dsn: str, schema: str, queue: Queue
 ) -> None:
-    from pgq_tui.testing import wait_for
+    from tui_support.pilot import wait_for
+
     from pgq_tui.widgets.health_panel import HealthPanel
     from pgq_tui.widgets.stuck_table import StuckTable
 

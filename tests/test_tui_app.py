@@ -20,6 +20,7 @@ from psycopg import sql
 from support import dashboard
 from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
+from tui_support.pilot import wait_for
 
 from pgq_core import JobSpec, LeaseLost, Queue
 from pgq_tui.app import DashboardApp, Notified
@@ -27,7 +28,6 @@ from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
 from pgq_tui.source import PgSource
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.keyed_table import KeyedTable, plain
 from pgq_tui.widgets.leases_table import LeasesTable

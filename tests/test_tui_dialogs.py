@@ -5,9 +5,9 @@ confirmed with `a`."""
 from __future__ import annotations
 
 import pytest
+from tui_support.pilot import NARROW, SIZE, VIEWS, WIDE, sample_app, settle
 
 from pgq_tui.screens.confirm import BulkConfirmScreen, ConfirmScreen
-from pgq_tui.testing import NARROW, SIZE, VIEWS, WIDE, sample_app, settle
 
 
 @pytest.mark.parametrize("size", [NARROW, SIZE, WIDE])

@@ -12,13 +12,13 @@ from rich.console import Console
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Input
+from tui_support.pilot import wait_for
 
 from pgq_core import Queue
 from pgq_tui.app import DashboardApp
 from pgq_tui.launch import make_app
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.job_detail import JobDetailScreen
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.errors_table import ErrorsTable
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.leases_table import LeasesTable

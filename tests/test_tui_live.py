@@ -18,11 +18,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from support import dashboard
+from tui_support.pilot import wait_for
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
 from pgq_tui.pool import THREAD_NAME, WorkerPool
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.jobs_table import JobsTable
 from pgq_tui.widgets.keyed_table import KeyedTable, plain
 from pgq_tui.widgets.leases_table import LeasesTable

@@ -10,11 +10,11 @@ import psycopg
 from rich.console import Console
 from support import dashboard
 from textual.pilot import Pilot
+from tui_support.pilot import wait_for
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
 from pgq_tui.screens.confirm import BulkConfirmScreen
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.errors_table import ErrorsTable
 from pgq_tui.widgets.health_panel import health_renderable
 from pgq_tui.widgets.jobs_table import JobsTable

@@ -18,11 +18,11 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from textual.pilot import Pilot
+from tui_support.pilot import wait_for as wait_until
 
 from pgq_core import Queue
 from pgq_tui.launch import make_app
 from pgq_tui.source import Disconnected, PgSource
-from pgq_tui.testing import wait_for as wait_until
 from pgq_tui.widgets.queues_table import QueuesTable
 from pgq_tui.widgets.status_header import StatusHeader
 

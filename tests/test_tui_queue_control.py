@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from support import dashboard
 from textual.pilot import Pilot
+from tui_support.pilot import wait_for
 
 from pgq_core import Queue
 from pgq_tui.app import PAUSE_REASON, DashboardApp
 from pgq_tui.screens.confirm import ConfirmScreen
 from pgq_tui.screens.help import HelpScreen
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.keyed_table import plain
 from pgq_tui.widgets.queues_table import QueuesTable
 

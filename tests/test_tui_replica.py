@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from replication import SCHEMA, Pair, running_pair
 from textual.pilot import Pilot
+from tui_support.pilot import wait_for
 
 from pgq_core import Queue
 from pgq_tui.app import DashboardApp
 from pgq_tui.launch import make_app
 from pgq_tui.source import PgSource
-from pgq_tui.testing import wait_for
 from pgq_tui.widgets.queues_table import QueuesTable
 from pgq_tui.widgets.status_header import StatusHeader
 

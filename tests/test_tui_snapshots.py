@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-
-from pgq_tui.testing import NARROW, SIZE, VIEWS, WIDE, sample_app, settle
+from tui_support.pilot import NARROW, SIZE, VIEWS, WIDE, sample_app, settle
 
 
 def _steps(view: str) -> Callable[[Pilot[Any]], Any]:

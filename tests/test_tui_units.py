@@ -12,12 +12,12 @@ import click
 import pytest
 from click.testing import CliRunner
 from rich.text import Text
+from tui_support.sample import latency_report
 
 from pgq_cli.context import PgqGroup, Settings
 from pgq_cli.tui_cli import dashboard_command, demo_command
 from pgq_tui import humanize
 from pgq_tui.latency import LatencyTrend
-from pgq_tui.sample import latency_report
 from pgq_tui.throughput import Throughput
 from pgq_tui.widgets.leases_table import urgency
 
@@ -147,7 +147,8 @@ def _styles(text: Text) -> list[str]:
 
 
 def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
-    from pgq_tui.sample import DETAIL, JOBS, LEASES, WORKERS
+    from tui_support.sample import DETAIL, JOBS, LEASES, WORKERS
+
     from pgq_tui.widgets.fence import fence_text
     from pgq_tui.widgets.jobs_table import job_row
     from pgq_tui.widgets.leases_table import lease_row
@@ -173,7 +174,8 @@ def test_a_fence_is_neutral_and_a_repeated_one_only_bold() -> None:
 
 
 def test_current_jobs_keep_id_fence_and_age_apart() -> None:
-    from pgq_tui.sample import EPOCH, WORKERS
+    from tui_support.sample import EPOCH, WORKERS
+
     from pgq_tui.widgets.workers_table import current_jobs
 
     assert current_jobs(WORKERS[0], EPOCH).plain == "#10502 f1 22s · #10503 f1 17s · #10506 f1 2.5s"
@@ -182,8 +184,7 @@ def test_current_jobs_keep_id_fence_and_age_apart() -> None:
 
 async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> None:
     from textual.widgets import Static
-
-    from pgq_tui.testing import SIZE, sample_app, settle
+    from tui_support.pilot import SIZE, sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -198,9 +199,9 @@ async def test_the_sample_app_shows_its_refresh_but_polls_only_when_asked() -> N
 
 async def test_each_tab_counts_the_rows_of_its_table() -> None:
     from textual.widgets import TabbedContent
+    from tui_support.pilot import SIZE, VIEWS, sample_app, settle
+    from tui_support.sample import EVERY_JOB, LEASES, LIVE_WORKERS, STATS, WORKERS
 
-    from pgq_tui.sample import EVERY_JOB, LEASES, LIVE_WORKERS, STATS, WORKERS
-    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
 
     def labels() -> list[str]:
@@ -232,7 +233,8 @@ async def test_each_tab_counts_the_rows_of_its_table() -> None:
 
 
 async def test_the_header_keeps_database_and_schema_apart() -> None:
-    from pgq_tui.testing import SIZE, sample_app, settle
+    from tui_support.pilot import SIZE, sample_app, settle
+
     from pgq_tui.widgets.status_header import StatusHeader
 
     app = sample_app()
@@ -246,7 +248,8 @@ async def test_the_header_keeps_database_and_schema_apart() -> None:
 
 async def test_a_cell_growing_in_place_widens_its_column() -> None:
     """E.g. a job that fails after it was first listed: its error must not be cut short."""
-    from pgq_tui.testing import VIEWS, sample_app, settle
+    from tui_support.pilot import VIEWS, sample_app, settle
+
     from pgq_tui.widgets.jobs_table import JobsTable
 
     app = sample_app()
@@ -267,8 +270,9 @@ async def test_a_cell_growing_in_place_widens_its_column() -> None:
 async def test_view_keys_put_the_cursor_in_the_view_they_show() -> None:
     """2 from the queues puts the cursor in the Jobs view (Enter opens a job at once); from
     the Jobs view, 1 then Enter opens the highlighted lease (not the queue above it)."""
+    from tui_support.pilot import SIZE, VIEWS, sample_app, settle
+
     from pgq_tui.screens.job_detail import JobDetailScreen
-    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
     from pgq_tui.widgets.jobs_table import JobsTable
     from pgq_tui.widgets.leases_table import LeasesTable
     from pgq_tui.widgets.queues_table import QueuesTable
@@ -296,9 +300,9 @@ def test_a_long_history_detail_wraps_in_its_own_column() -> None:
     from datetime import timedelta
 
     from rich.console import Console
+    from tui_support.sample import NOW
 
     from pgq_core import JobEvent
-    from pgq_tui.sample import NOW
     from pgq_tui.widgets.timeline import timeline
 
     detail = "HTTPError: 503 Service Unavailable from https://hooks.example.com/orders " * 2
@@ -316,9 +320,8 @@ def test_a_long_history_detail_wraps_in_its_own_column() -> None:
 
 async def test_paused_the_status_line_still_tells_the_age_of_the_data() -> None:
     from textual.widgets import Static
-
-    from pgq_tui.sample import EPOCH
-    from pgq_tui.testing import SIZE, sample_app, settle
+    from tui_support.pilot import SIZE, sample_app, settle
+    from tui_support.sample import EPOCH
 
     now = [EPOCH]
     app = sample_app()
@@ -336,8 +339,7 @@ async def test_paused_the_status_line_still_tells_the_age_of_the_data() -> None:
 
 async def test_tab_never_lands_on_the_tab_bar() -> None:
     from textual.widgets import Tabs
-
-    from pgq_tui.testing import SIZE, sample_app, settle
+    from tui_support.pilot import SIZE, sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -350,10 +352,10 @@ async def test_tab_never_lands_on_the_tab_bar() -> None:
 async def test_slash_on_the_job_screen_filters_its_history() -> None:
     from rich.console import Console
     from textual.widgets import Static
+    from tui_support.pilot import SIZE, VIEWS, sample_app, settle
+    from tui_support.sample import DETAIL
 
-    from pgq_tui.sample import DETAIL
     from pgq_tui.screens.job_detail import JobDetailScreen
-    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -380,8 +382,7 @@ async def test_slash_on_the_job_screen_filters_its_history() -> None:
 
 async def test_messages_go_to_the_status_line_never_a_toast_over_the_tables() -> None:
     from textual.widgets import Static
-
-    from pgq_tui.testing import SIZE, sample_app, settle
+    from tui_support.pilot import SIZE, sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -410,9 +411,9 @@ def test_the_header_never_says_live_and_paused_at_once() -> None:
 
 async def test_at_80x24_the_footer_shows_help_and_quit_and_help_fits() -> None:
     from textual.widgets._footer import FooterKey
+    from tui_support.pilot import sample_app, settle
 
     from pgq_tui.screens.help import HelpScreen
-    from pgq_tui.testing import sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -429,7 +430,8 @@ async def test_at_80x24_the_footer_shows_help_and_quit_and_help_fits() -> None:
 
 
 async def test_at_80_columns_low_priority_columns_hide_and_the_rest_fit() -> None:
-    from pgq_tui.testing import sample_app, settle
+    from tui_support.pilot import sample_app, settle
+
     from pgq_tui.widgets.keyed_table import plain
     from pgq_tui.widgets.queues_table import QueuesTable
 
@@ -518,8 +520,7 @@ async def test_what_is_typed_at_once_after_slash_extends_the_prefilled_jobs_filt
     field selects nothing on focus (CI's PG 15 run drew ' error:503' alone once)."""
     from textual import events
     from textual.widgets import Input
-
-    from pgq_tui.testing import SIZE, VIEWS, sample_app, settle
+    from tui_support.pilot import SIZE, VIEWS, sample_app, settle
 
     app = sample_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -541,9 +542,10 @@ async def test_a_pushed_screens_header_shows_the_clock_from_its_first_frame() ->
     """The job screen's header got the app's state on mount but its clock only at the app's
     next header refresh, so it drew 00:00:00 UTC until then (a 160x45 snapshot caught it once
     in CI). Here no refresh comes after the push: the screen's own mount must set both."""
-    from pgq_tui.sample import EPOCH
+    from tui_support.pilot import SIZE, sample_app, settle
+    from tui_support.sample import EPOCH
+
     from pgq_tui.screens.job_detail import JobDetailScreen
-    from pgq_tui.testing import SIZE, sample_app, settle
     from pgq_tui.widgets.status_header import StatusHeader
 
     app = sample_app()

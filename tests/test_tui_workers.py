@@ -6,10 +6,10 @@ from __future__ import annotations
 from psycopg import sql
 from support import dashboard
 from textual.widgets import TabbedContent
+from tui_support.pilot import SIZE, VIEWS, sample_app, settle, wait_for
+from tui_support.sample import W_OLD
 
 from pgq_core import Queue, ops
-from pgq_tui.sample import W_OLD
-from pgq_tui.testing import SIZE, VIEWS, sample_app, settle, wait_for
 from pgq_tui.widgets.leases_table import LeasesTable
 from pgq_tui.widgets.workers_table import WorkersTable
 

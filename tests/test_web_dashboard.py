@@ -23,16 +23,16 @@ import pytest
 from click.testing import CliRunner
 from psycopg.conninfo import conninfo_to_dict
 from support import free_port
-
-from pgq_cli.cli import main
-from pgq_core import JobSpec, Queue
-from pgq_tui.web_testing import (
+from tui_support.web import (
     XTERM_HOOK,
     XTERM_INPUT,
     WebServer,
     shown_counts,
     wait_for_text,
 )
+
+from pgq_cli.cli import main
+from pgq_core import JobSpec, Queue
 
 QUEUE = "web_mail"
 #: a quiet headless Chromium: no sandbox (containers), no GPU, no calls home

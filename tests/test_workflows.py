@@ -347,9 +347,9 @@ async def test_the_dashboard_shows_parents_and_children(
     dsn: str, schema: str, queue: Queue
 ) -> None:
     from textual.widgets import Static
+    from tui_support.pilot import wait_for
 
     from pgq_tui.screens.job_detail import LINKS_SHOWN, JobDetailScreen
-    from pgq_tui.testing import wait_for
 
     parents = queue.enqueue_many([JobSpec("[b]mail", {"n": n}) for n in range(12)])
     child = queue.enqueue("q", {}, depends_on=parents)

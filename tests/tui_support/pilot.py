@@ -11,11 +11,12 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from .app import DashboardApp
-from .latency import LatencyTrend
-from .pool import StaticPool
+from pgq_tui.app import DashboardApp
+from pgq_tui.latency import LatencyTrend
+from pgq_tui.pool import StaticPool
+from pgq_tui.throughput import Throughput
+
 from .sample import WORKERS, SampleSource, clock, warm, warm_latency
-from .throughput import Throughput
 
 SIZE = (132, 38)
 #: the small and the large terminal every view is also checked at

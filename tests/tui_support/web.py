@@ -1,8 +1,9 @@
 """`pgq dashboard --web` from the outside, as a browser sees it: the server as a real process,
 and what its page shows, read from the terminal xterm.js draws.
 
-Shared by tests/test_web_dashboard.py and scripts/web_screenshot.py. No Playwright import here:
-the `page` arguments are Playwright pages (sync API), the rest is the JavaScript they run.
+Shared by tests/test_web_dashboard.py, tests/test_docs.py and scripts/web_screenshot.py. No
+Playwright import here: the `page` arguments are Playwright pages (sync API), the rest is the
+JavaScript they run.
 """
 
 from __future__ import annotations

@@ -38,9 +38,8 @@ from pgq_core.models import (
     XminHolder,
 )
 from pgq_core.worker import RunningJob, WorkerSnapshot
-
-from .latency import LatencyTrend
-from .throughput import Throughput
+from pgq_tui.latency import LatencyTrend
+from pgq_tui.throughput import Throughput
 
 NOW = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 EPOCH = NOW.timestamp()
@@ -481,20 +480,34 @@ HEALTH = Health(
 )
 
 
+def _failed(job: JobRow) -> bool:
+    return job.status == "ready" and job.attempts > 0 and job.last_error is not None
+
+
 def matches(job: JobRow, where: JobFilter) -> bool:
-    """The sample's reading of a filter: queue, statuses, error text, error group (by its
-    example's first line): enough for snapshots."""
-    statuses = set(where.statuses)
-    if "failed" in statuses:
-        statuses.add("ready")
+    """`where` as `pgq_core.filters` words it in SQL, for the parts the dashboard's filters
+    here use: queue, statuses (`failed` is ready, tried, with an error), error text (a
+    case-blind substring) and error group (of dead and failed jobs; the group is the sample's
+    own id, matched by its example's first line). tests/test_tui_sample.py holds the two
+    readings equal on these rows."""
+    if where.payload or where.older_than is not None or where.newer_than is not None:
+        raise NotImplementedError("the sample reads no payload or age filter")
     group = next((g for g in ERRORS if g.group == where.error_group), None)
     return (
         (where.queue is None or job.queue == where.queue)
-        and (not statuses or job.status in statuses)
+        and (
+            not where.statuses
+            or job.status in where.statuses
+            or ("failed" in where.statuses and _failed(job))
+        )
         and (where.error is None or where.error.lower() in (job.last_error or "").lower())
         and (
             where.error_group is None
-            or (group is not None and job.last_error == group.example_error.splitlines()[0])
+            or (
+                group is not None
+                and job.last_error == group.example_error.splitlines()[0]
+                and (job.status == "dead" or _failed(job))
+            )
         )
     )
 
@@ -518,11 +531,16 @@ class SampleSource:
         return list(LIVE_WORKERS)
 
     async def jobs(self, queue: str | None, status: str | None, limit: int) -> list[JobRow]:
-        return [
+        """Newest first; dead jobs by time of death, the latest first (as `Queue.jobs`)."""
+        rows = [
             j
             for j in EVERY_JOB
             if (queue is None or j.queue == queue) and (status is None or j.status == status)
-        ][:limit]
+        ]
+        if status == "dead":
+            rows.sort(key=lambda j: (j.finished_at is not None, j.finished_at or NOW, j.id))
+            rows.reverse()
+        return rows[:limit]
 
     async def job(self, job_id: int) -> JobDetail:
         if job_id != DETAIL.id:
@@ -576,3 +594,4 @@ class SampleSource:
 
     async def close(self) -> None:
         return None
+
