@@ -380,6 +380,54 @@ def test_the_readme_speaks_pgq_s_own_words() -> None:
     assert "../shared" not in text
 
 
+#: Commands documented on another page than the CLI reference, and where.
+DOCUMENTED_ELSEWHERE = {"pgq bench": ROOT / "docs" / "performance.md"}
+
+
+def _command_paths() -> list[str]:
+    """Every command and subcommand `pgq --help` (and each group's `--help`) lists."""
+    import click
+
+    from pgq_cli.cli import main
+
+    paths: list[str] = []
+
+    def walk(group: click.Group, ctx: click.Context) -> None:
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            sub = click.Context(command, info_name=name, parent=ctx)
+            paths.append(sub.command_path)
+            if isinstance(command, click.Group):
+                walk(command, sub)
+
+    walk(main, click.Context(main, info_name="pgq"))
+    return paths
+
+
+def test_every_command_has_an_entry_with_an_example_in_the_cli_reference() -> None:
+    """A heading per command in docs/reference/cli.md, and in its section an example that runs
+    it (in a code block, or inline for a command that serves until stopped)."""
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    sections = dict(
+        re.findall(r"^#{2,4} `(pgq[\w -]*)`\n(.*?)(?=^#{2,4} |\Z)", page, re.M | re.S)
+    )
+    paths = _command_paths()
+    assert "pgq worker" in paths and "pgq schedule add" in paths, paths
+    missing, without_example = [], []
+    for path in paths:
+        if path in DOCUMENTED_ELSEWHERE:
+            assert f"`{path}`" in DOCUMENTED_ELSEWHERE[path].read_text(), path
+            continue
+        if path not in sections:
+            missing.append(path)
+        elif not re.search(rf"(^|`){re.escape(path)}( |$|`)", sections[path], re.M):
+            without_example.append(path)
+    assert missing == [], "commands with no entry in docs/reference/cli.md"
+    assert without_example == [], "entries with no example running the command"
+
+
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
