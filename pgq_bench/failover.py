@@ -64,7 +64,6 @@ STARTED_MARK = b" started: queues "
 #: The most seconds from a promotion to the first claim on the new primary that passes.
 CLAIM_BACK_LIMIT_S = 10.0
 LOG_MARKS = ("Traceback", " ERROR ", " WARNING ", "lease lost", "database unavailable")
-_REPO = Path(__file__).resolve().parent.parent
 
 # The bench's own bookkeeping and checks (not queue SQL).
 REPLICATED = """
@@ -266,7 +265,6 @@ def run_failover(opts: FailoverOptions, say: Callable[[str], None]) -> dict[str,
             version = server_version(conn)
         env = dict(os.environ, PGQ_DSN=cluster.dsn, PGQ_SCHEMA=SCHEMA)
         env[FAILOVER_RUNS_ENV] = str(runs_path)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
         for name in ("PGQ_WORKER_ID", "PGQ_POOLED", "PGQ_LISTEN_DSN", "PGQ_READ_DSN"):
             env.pop(name, None)
         args = ["--handler", FAILOVER_EFFECT_SPEC, "--concurrency", str(opts.concurrency),

@@ -1,16 +1,14 @@
 """`pgq bench`: loads `pgq_bench` only when run, so no other command pays for it.
 
-The benchmarks are not in the wheel: they run from a clone of the repository, where an
-editable install (`pip install -e .`) leaves `pgq_bench` beside `pgq_cli`.
+The benchmarks are not in the wheel: they run from a clone of the repository, whose editable
+install (`pip install -e .`, setup.py) maps `pgq_bench` beside `pgq_cli`. `pgq --help` lists
+`bench` only where `pgq_bench` can be imported.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 from datetime import timedelta
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -20,28 +18,17 @@ from .context import FiniteFloatRange, at_most, duration, fail, lease_duration, 
 
 
 def load_bench() -> ModuleType:
-    """`pgq_bench`, imported from the environment or else from the checkout `pgq_cli` lies in;
-    its directory goes on PYTHONPATH too, for the worker processes the benchmarks start
-    (they load their handlers from `pgq_bench`). One line when neither has it."""
+    """`pgq_bench` as the environment has it (an editable install of a clone maps it, and so
+    do the processes the benchmarks start); one line naming what to do when it has not."""
     try:
-        bench = importlib.import_module("pgq_bench")
+        return importlib.import_module("pgq_bench")
     except ModuleNotFoundError as exc:
         if exc.name != "pgq_bench":
             raise
-        checkout = Path(__file__).resolve().parent.parent
-        if not (checkout / "pgq_bench" / "__init__.py").is_file():
-            fail(
-                "pgq bench runs from a clone of the repository (the benchmarks are not in "
-                "the wheel): clone it and pip install -e . there"
-            )
-        sys.path.insert(0, str(checkout))
-        bench = importlib.import_module("pgq_bench")
-    assert bench.__file__ is not None
-    home = str(Path(bench.__file__).resolve().parent.parent)
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if home not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [home, *paths]))
-    return bench
+        fail(
+            "pgq bench runs from a clone of the repository (the benchmarks are not in "
+            "the wheel): clone it and pip install -e . there"
+        )
 
 
 def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ raw values.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from datetime import timedelta
 
@@ -193,8 +194,17 @@ class LazyGroup(PgqGroup):
         ),
     }
 
+    #: name -> the package it runs from a clone of the repository (not in the wheel): listed
+    #: only where that package can be imported, though run anywhere it says what to do
+    FROM_A_CLONE: dict[str, str] = {"bench": "pgq_bench"}
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.LAZY})
+        hidden = {
+            name
+            for name, package in self.FROM_A_CLONE.items()
+            if importlib.util.find_spec(package) is None
+        }
+        return sorted({*super().list_commands(ctx), *self.LAZY} - hidden)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)

@@ -5,9 +5,11 @@ line."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import venv
 import zipfile
@@ -113,30 +115,86 @@ def test_linux_and_macos_are_supported() -> None:
 # ------------------------------------------------------------------ the base wheel, for real
 
 
+#: What the wheel holds at its top level: the three packages and its metadata, nothing else
+#: (no pgq_bench, no tests, no tui_support).
+WHEEL_TOP = {"pgq_core", "pgq_tui", "pgq_cli", "pgq_fence-0.1.0.dist-info"}
+
+
 @pytest.fixture(scope="module")
-def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding the wheel built from this checkout and its base dependencies
-    only (pip resolves them, within CI's constraints)."""
-    where = tmp_path_factory.mktemp("base-wheel")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from this checkout, the benchmarks and tests beside it."""
+    where = tmp_path_factory.mktemp("wheel")
     source = where / "source"  # a copy: building in place would leave build/ in the checkout
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        source.mkdir(exist_ok=True)
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    for package in ("pgq_core", "pgq_cli", "pgq_tui", "pgq_bench"):
+    for package in ("pgq_core", "pgq_cli", "pgq_tui", "pgq_bench", "tests"):
         shutil.copytree(ROOT / package, source / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    # no PYTHONPATH (pgq bench sets one to the checkout, whose egg-info pip would take for
-    # an installed pgq-fence)
+    # no PYTHONPATH: pip would take the checkout's egg-info for an installed pgq-fence
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "-w", str(where), str(source)],
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                    str(where), str(source)],
                    check=True, capture_output=True, timeout=300, env=env)
-    (wheel,) = where.glob("pgq_fence-*.whl")
+    (built,) = where.glob("pgq_fence-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_queue_the_dashboard_and_the_cli_only(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert not [n for n in names if n.startswith("pgq_bench/")], "the bench is not shipped"
+    assert {n.split("/")[0] for n in names} == WHEEL_TOP
+    assert not [n for n in names if "bench" in n.split("/")[0] or "tui_support" in n]
+    for fixture in ("sample.py", "testing.py", "web_testing.py"):
+        assert f"pgq_tui/{fixture}" not in names, fixture
     assert "pgq_core/sql/protocol.sql" in names and "pgq_tui/app.tcss" in names
+    assert "pgq_core/testing.py" in names, "the users' testing helpers ship"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the license ships"
-    env_dir = where / "venv"
+
+
+def test_an_installed_wheel_lists_no_bench_and_a_clone_does(wheel: Path, tmp_path: Path) -> None:
+    """The wheel unpacked before this environment's packages, read without their .pth files
+    (`-S`: the editable install's finder is one): pgq_bench cannot be imported there, so
+    `pgq --help` leaves `bench` out and `pgq bench` says where it runs. This clone's editable
+    install maps pgq_bench, from any directory, and lists it."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = (
+        "import sys, importlib.util; "
+        f"sys.path[:0] = [{str(site)!r}, {sysconfig.get_paths()['purelib']!r}]; "
+        "import pgq_cli; print(pgq_cli.__file__, importlib.util.find_spec('pgq_bench')); "
+        "from pgq_cli.cli import main; main(sys.argv[1:], prog_name='pgq')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(python: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*python, *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120, check=False)
+
+    installed = run([sys.executable, "-S", "-c", code], "--help")
+    assert installed.returncode == 0, installed.stderr
+    where, spec = installed.stdout.splitlines()[0].split(" ", 1)
+    assert where == str(site / "pgq_cli" / "__init__.py") and spec == "None"
+    commands = re.findall(r"^  (\S+) ", installed.stdout.partition("Commands:")[2], re.M)
+    assert "worker" in commands and "bench" not in commands, installed.stdout
+    bench = run([sys.executable, "-S", "-c", code], "bench")
+    assert bench.returncode == 1 and bench.stderr == (
+        "pgq: error: pgq bench runs from a clone of the repository (the benchmarks are not in "
+        "the wheel): clone it and pip install -e . there\n"
+    ), bench.stderr
+    clone = run([sys.executable, "-m", "pgq_cli"], "--help")
+    assert clone.returncode == 0, clone.stderr
+    assert "bench" in re.findall(r"^  (\S+) ", clone.stdout.partition("Commands:")[2], re.M)
+    found = run([sys.executable, "-c",
+                 "import importlib.util as u; print(u.find_spec('pgq_bench').origin)"])
+    assert found.stdout.strip() == str(ROOT / "pgq_bench" / "__init__.py"), found.stderr
+
+
+@pytest.fixture(scope="module")
+def base_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding the wheel built from this checkout and its base dependencies
+    only (pip resolves them, within CI's constraints)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env_dir = tmp_path_factory.mktemp("base-wheel") / "venv"
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet",
                     str(wheel), "-c", str(ROOT / ".ci" / "constraints.txt")],
@@ -184,6 +242,9 @@ def test_the_base_wheel_enqueues_runs_a_worker_and_names_the_missing_extras(
     assert dashboard.stderr == (
         "pgq: error: the dashboard needs the tui extra: pip install 'pgq-fence[tui]'\n"
     )
+    listed = _in(base_venv, "pgq", "--help", env=env, cwd=tmp_path)
+    assert listed.returncode == 0 and "  worker " in listed.stdout, listed.stderr
+    assert "  bench " not in listed.stdout, "an installed wheel lists no bench"
     bench = _in(base_venv, "pgq", "bench", env=env, cwd=tmp_path)
     assert bench.returncode == 1 and bench.stderr.startswith(
         "pgq: error: pgq bench runs from a clone of the repository"
