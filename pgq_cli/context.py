@@ -262,7 +262,16 @@ class PgqGroup(click.Group):
             if isinstance(exc, UnicodeEncodeError) and (problem := raw_byte(exc.object)):
                 fail(f"a value given is {problem}", EXIT_USAGE)
             detail = _clean(ctx, first_line(str(exc)))
-            fail(f"unexpected {type(exc).__name__}: {detail} (PGQ_DEBUG=1 shows the traceback)")
+            fail(f"{_unexpected(exc)}: {detail} (PGQ_DEBUG=1 shows the traceback)")
+
+
+def _unexpected(exc: BaseException) -> str:
+    """How an unforeseen exception is named: Python's own by its class (a `TypeError` says
+    something to a reader); pgq's, whose names are internal, as a plain "unexpected error"."""
+    module = type(exc).__module__.partition(".")[0]
+    if module in ("pgq_core", "pgq_cli", "pgq_tui", "pgq_bench"):
+        return "unexpected error"
+    return f"unexpected {type(exc).__name__}"
 
 
 def raw_byte(text: str) -> str | None:
@@ -307,7 +316,7 @@ def explain(exc: psycopg.Error, dsn: str | None) -> str:
     timeout, authentication, permission, statement or lock timeout, size limits, lost server.
     Not scrubbed: the caller scrubs."""
     errors = psycopg.errors
-    if (waiting := no_primary(str(exc), dsn)) is not None:
+    if (waiting := no_primary(exc, dsn)) is not None:
         return waiting
     text = _reason(exc)
     if isinstance(exc, errors.ConnectionTimeout) or text == "connection timeout expired":
@@ -318,16 +327,12 @@ def explain(exc: psycopg.Error, dsn: str | None) -> str:
             "(connect_timeout in the DSN or PGCONNECT_TIMEOUT sets the wait)"
         )
     if isinstance(exc, errors.QueryCanceled):
-        if "statement timeout" in text:
-            return (
-                "statement timeout: the server cancelled a statement that ran too long "
-                "(--statement-timeout or PGQ_STATEMENT_TIMEOUT; the role's own setting "
-                "applies unless one is given)"
-            )
-        # the server's words depend on its lc_messages; the SQLSTATE (57014) does not
+        # told by the SQLSTATE (57014) alone: the server's words follow its lc_messages, and a
+        # statement timeout and another session's cancel share the code
         return (
-            f"statement cancelled: {text} (by the statement timeout or another session; "
-            "--statement-timeout or PGQ_STATEMENT_TIMEOUT sets the timeout)"
+            "statement timeout: the server cancelled a statement (it ran past the statement "
+            "timeout, or another session cancelled it; --statement-timeout or "
+            "PGQ_STATEMENT_TIMEOUT sets the timeout, else the role's own setting applies)"
         )
     if isinstance(exc, errors.LockNotAvailable):
         return f"lock timeout: rows or tables pgq needs are locked by another session ({text})"

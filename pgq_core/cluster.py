@@ -22,6 +22,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .models import ServerRole
 
+#: SQLSTATE read_only_sql_transaction: a statement that writes, refused by a standby or a
+#: read-only session.
+READ_ONLY_SQLSTATE = "25006"
 #: What libpq and the server say of a host that is up but cannot take writes.
 _STANDBY = (
     "session is read-only",
@@ -120,9 +123,14 @@ def _said(reason: str) -> str:
     return reason.strip().rstrip(".")
 
 
-def no_primary(text: str, dsn: str | None) -> str | None:
-    """The plain-words reason when `text` (a connect or statement error) means the servers are
-    up but none takes writes, as during a failover; None when it means something else."""
+def no_primary(said: BaseException | str, dsn: str | None) -> str | None:
+    """The plain-words reason when `said` (a connect or statement error, or its text) means the
+    servers are up but none takes writes, as during a failover; None when it means something
+    else. A statement's refusal is told by its SQLSTATE (25006), in any lc_messages; only
+    libpq's own connect-time words are matched as text."""
+    if getattr(said, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        said = "read-only transaction"
+    text = said if isinstance(said, str) else str(said)
     low = text.lower()
     if not any(s in low for s in _STANDBY):
         return None

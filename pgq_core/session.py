@@ -132,7 +132,7 @@ def is_schema_missing(exc: psycopg.Error, schema: str) -> bool:
     """True when the error is about the queue's own tables, functions or schema (not, say, a
     user's trigger). Told by SQLSTATE and the schema's name in the message, in whatever
     quotes the server's lc_messages uses ("pgq.jobs", »pgq.jobs«)."""
-    message = exc.diag.message_primary or ""
+    message = exc.diag.message_primary or str(exc)
     name = re.escape(schema)
     if isinstance(exc, psycopg.errors.UndefinedTable):
         return re.search(rf"(?:^|[^\w$.]){name}\.", message) is not None

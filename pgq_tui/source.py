@@ -202,7 +202,7 @@ class PgSource:
 
     def _disconnected(self, exc: BaseException) -> Disconnected:
         """The reason in one line: while no host takes writes, that in plain words."""
-        text = no_primary(str(exc), self.dsn) or reason(exc)
+        text = no_primary(exc, self.dsn) or reason(exc)
         for dsn in (self.dsn, self.read_dsn, os.environ.get("PGQ_LISTEN_DSN")):
             text = scrub(text, dsn)
         return Disconnected(text)

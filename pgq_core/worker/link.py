@@ -245,7 +245,7 @@ class Link:
                 failure = session.classify(exc, self._schema, conn)
                 if failure is Failure.SCHEMA_MISSING:
                     raise session.schema_missing(exc, self._schema) from None
-                text = no_primary(str(exc), self._dsn) or first_line(str(exc))
+                text = no_primary(exc, self._dsn) or first_line(str(exc))
                 reason = scrub(text or type(exc).__name__, self._dsn)
                 if failure is Failure.DISCONNECTED:
                     self._down(conn, reason)
@@ -294,7 +294,7 @@ class Link:
             try:
                 fresh = await self._connect()
             except psycopg.Error as exc:
-                waiting = no_primary(str(exc), self._dsn)
+                waiting = no_primary(exc, self._dsn)
                 if waiting is not None and not said and self._says_outages:  # once per outage
                     said = True
                     log.warning("%s: %s", self._app, scrub(waiting, self._dsn))
