@@ -266,6 +266,21 @@ def test_the_fastapi_readme_runs_as_written(dsn: str, schema: str, tmp_path: Pat
     assert " stopped: 1 done, 0 failed" in worker_log, worker_log
 
 
+def test_the_django_readme_runs_as_written(
+    dsn: str, schema: str, tmp_path: Path, queue: Queue
+) -> None:
+    """`manage.py migrate` makes the shop's tables (pgq's schema is this test's, up to date);
+    `manage.py pgq_worker`, from pgq's Django app, logs its start and stop on its own."""
+    run = run_readme(EXAMPLES / "django_shop" / "README.md", dsn, schema, tmp_path)
+    (_, made), (_, status) = run.answers
+    assert status == {"id": made["job"], "status": "done", "result": "ada@example.com",
+                      "error": None}
+    assert queue.job(made["job"]).unique_key == f"welcome-{made['signup']}"
+    worker_log = run.logs["python manage.py pgq_worker"]
+    assert " INFO pgq.worker: worker " in worker_log and " started: queues welcome" in worker_log
+    assert " stopped: 1 done, 0 failed" in worker_log, worker_log
+
+
 def test_fastapi_recipe(dsn: str, schema: str, queue: Queue) -> None:
     from fastapi.testclient import TestClient
     from fastapi_reports.main import create_app, tasks
@@ -330,8 +345,7 @@ def test_django_recipe(dsn: str, schema: str, queue: Queue) -> None:
     from signups.models import Signup
     from signups.tasks import send_welcome
 
-    with connection.schema_editor() as editor:
-        editor.create_model(Signup)
+    call_command("migrate", verbosity=0)  # the shop's tables (pgq's schema is up to date)
     answer = Client().post("/signup/", {"email": "ada@example.com"}).json()
     job = queue.job(answer["job"])
     assert (job.queue, job.status, job.unique_key) == (

@@ -1,32 +1,26 @@
-"""The example shop's settings: one PostgreSQL database (DATABASE_DSN, else PGQ_DSN) that
-holds both the app's tables and pgq's schema (PGQ_SCHEMA, default pgq), so a job can be
-enqueued in the very transaction of the app's writes."""
+"""The example shop's settings: one PostgreSQL database holds both the shop's tables and pgq's
+schema, so a job is enqueued in the very transaction of the shop's writes.
+
+That database is PGQ_DSN's, else pgq's embedded PostgreSQL (started if needed): nothing to
+configure. `manage.py migrate` creates the shop's tables and pgq's schema (PGQ_SCHEMA, default
+pgq); `manage.py pgq_worker` runs the shop's tasks (found in `signups/tasks.py`).
+"""
 
 import os
 
-from psycopg.conninfo import conninfo_to_dict
+from pgq_core.contrib.django.database import database_settings
 
 SECRET_KEY = "example-only-not-secret"
 DEBUG = True
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
-INSTALLED_APPS = ["signups"]
+INSTALLED_APPS = ["pgq_core.contrib.django", "signups"]
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "shop.urls"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-_db = conninfo_to_dict(os.environ.get("DATABASE_DSN") or os.environ.get("PGQ_DSN", "dbname=shop"))
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.postgresql",  # on psycopg 3, which pgq uses too
-        "NAME": _db.get("dbname", ""),
-        "USER": _db.get("user", ""),
-        "PASSWORD": _db.get("password", ""),
-        "HOST": _db.get("host", ""),
-        "PORT": _db.get("port", ""),
-        "OPTIONS": {k: v for k, v in _db.items() if k in ("options", "sslmode")},
-    }
-}
+# Django on psycopg 3, which pgq uses too: the job joins Django's own transaction.
+DATABASES = {"default": database_settings()}
 
-#: the schema pgq's tables live in (`pgq --schema ... migrate`)
+#: the schema pgq's tables live in (migrated by `manage.py migrate`)
 PGQ_SCHEMA = os.environ.get("PGQ_SCHEMA", "pgq")

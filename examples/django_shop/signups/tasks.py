@@ -1,5 +1,5 @@
-"""The shop's tasks. Run by `python manage.py pgq_worker` (Django set up first: the tasks use
-the ORM)."""
+"""The shop's tasks, run by `python manage.py pgq_worker` (Django is set up first: the tasks
+use the ORM)."""
 
 from django.conf import settings
 from django.db import close_old_connections
