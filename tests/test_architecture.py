@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,19 @@ def test_benchmark_scripts_use_only_the_bench_public_api() -> None:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("pgq_bench."), (script.name, alias.name)
+
+
+def test_the_benchmarks_index_names_every_script_and_only_result_files_that_exist() -> None:
+    """benchmarks/README.md is a short index: every script in benchmarks/ has its line, and
+    every results file it names is in benchmarks/results."""
+    index = (ROOT / "benchmarks" / "README.md").read_text()
+    assert len(index.splitlines()) <= 150
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        assert f"`{script.name}`" in index, script.name
+    named = re.findall(r"`([\w.-]+\.(?:json|jsonl|png))`", index)
+    assert len(named) >= 20
+    missing = [n for n in named if not (ROOT / "benchmarks" / "results" / n).is_file()]
+    assert not missing, missing
 
 
 def test_no_test_module_imports_another() -> None:
