@@ -363,3 +363,36 @@ def test_help_and_worker_import_do_not_load_prometheus_client() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "metrics" in done.stdout and "config" in done.stdout
+
+
+async def test_worker_metrics_count_schedule_slots_enqueued_and_skipped(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    """A skipped slot is a warning line and a counter: the worker's snapshot and
+    `pgq_worker_schedule_slots_total{outcome="skipped"}` count the slots it passed over."""
+    queue.add_schedule("gap", "elsewhere", "* * * * * *")
+    queue.conn.execute(
+        sql.SQL(
+            "UPDATE {}.schedules SET created_at = created_at - interval '10 minutes',"
+            " last_slot = date_trunc('second', now()) - interval '30 seconds' WHERE name = 'gap'"
+        ).format(sql.Identifier(schema))
+    )
+    metrics = WorkerMetrics()
+    worker = Worker(dsn, ["wm"], lambda ctx: None, schema=schema, metrics=metrics)
+    port = metrics.serve(0)
+    task = asyncio.create_task(worker.run())
+    try:
+        deadline = time.monotonic() + 30
+        while worker.snapshot().slots_skipped == 0:
+            assert time.monotonic() < deadline, worker.snapshot()
+            await asyncio.sleep(0.05)
+        got = await asyncio.to_thread(scrape, port)
+    finally:
+        worker.stop()
+        await task
+        metrics.close()
+    wid = (("worker", worker.id),)
+    skipped = got[("pgq_worker_schedule_slots_total", (("outcome", "skipped"), *wid))]
+    enqueued = got[("pgq_worker_schedule_slots_total", (("outcome", "enqueued"), *wid))]
+    assert 28 <= skipped <= 40, skipped  # the 29 or so seconds between, counted once
+    assert enqueued >= 1

@@ -16,13 +16,15 @@ from typing import Any
 
 from .heartbeater import Heartbeater
 from .reaper import reap_forever
-from .scheduler import schedule_forever
+from .scheduler import SlotCounts, schedule_forever
 
 
 class Background:
     """The background tasks and chores of one running worker."""
 
     def __init__(self) -> None:
+        #: the scheduler's slots enqueued and skipped, kept across its restarts
+        self.slots = SlotCounts()
         self._tasks: list[asyncio.Task[None]] = []
         self._chores: set[asyncio.Task[None]] = set()
 
@@ -39,7 +41,7 @@ class Background:
         self._tasks = [
             asyncio.create_task(heart.after_first_beat(listener)),
             asyncio.create_task(reap_forever(call, reap_interval, worker_id)),
-            asyncio.create_task(schedule_forever(call, worker_id)),
+            asyncio.create_task(schedule_forever(call, worker_id, counts=self.slots)),
         ]
         if beat is not None:
             self._tasks.append(asyncio.create_task(beat))

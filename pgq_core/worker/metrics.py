@@ -60,6 +60,15 @@ class _SnapshotCollector(Collector):
         for outcome, value in (("done", snap.done), ("failed", snap.failed), ("lost", snap.lost)):
             jobs.add_metric([snap.id, outcome], value)
         yield jobs
+        slots = CounterMetricFamily(
+            "pgq_worker_schedule_slots",
+            "Schedule slots this worker's scheduler enqueued, and missed slots it skipped "
+            "(passed over for a later one; each skip is also a warning line)",
+            labels=["worker", "outcome"],
+        )
+        for outcome, value in (("enqueued", snap.slots_enqueued), ("skipped", snap.slots_skipped)):
+            slots.add_metric([snap.id, outcome], value)
+        yield slots
         state = GaugeMetricFamily(
             "pgq_worker_state", "1 for the worker's current state", labels=["worker", "state"]
         )

@@ -185,7 +185,14 @@ class Worker:
         return len(snap.running), snap.done, snap.failed
 
     def snapshot(self) -> WorkerSnapshot:
-        return take_snapshot(self.id, self.queues, self._state, self.concurrency, self._ledger)
+        return take_snapshot(
+            self.id,
+            self.queues,
+            self._state,
+            self.concurrency,
+            self._ledger,
+            self._background.slots,
+        )
 
     def stop(self, immediately: bool = False) -> None:
         """Graceful: stop claiming, let running jobs finish within `grace`, hand the rest back.

@@ -15,6 +15,7 @@ from ..models import JobProgress
 
 if TYPE_CHECKING:
     from .ledger import Ledger
+    from .scheduler import SlotCounts
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,19 @@ class WorkerSnapshot:
     running: tuple[RunningJob, ...]
     #: claimed jobs waiting in the worker's buffer for a free slot
     buffered: int = 0
+    #: schedule slots this worker's scheduler enqueued, and missed ones it skipped (each
+    #: skip also said in a warning line)
+    slots_enqueued: int = 0
+    slots_skipped: int = 0
 
 
 def take_snapshot(
-    worker_id: str, queues: tuple[str, ...], state: str, concurrency: int, ledger: Ledger
+    worker_id: str,
+    queues: tuple[str, ...],
+    state: str,
+    concurrency: int,
+    ledger: Ledger,
+    slots: SlotCounts | None = None,
 ) -> WorkerSnapshot:
     """The snapshot of a worker whose held jobs `ledger` keeps (safe from any thread)."""
     now = time.monotonic()
@@ -69,4 +79,6 @@ def take_snapshot(
         lost=ledger.lost,
         running=running,
         buffered=len(ledger.buffer),
+        slots_enqueued=slots.enqueued if slots is not None else 0,
+        slots_skipped=slots.skipped if slots is not None else 0,
     )
