@@ -117,8 +117,8 @@ def schema_name(schema: str | None = None) -> str:
 
 
 def resolve(dsn: str | None, schema: str | None) -> Target:
-    """`dsn` (or PGQ_DSN) names a server; with neither, the embedded server under PGQ_HOME
-    (started if needed). `target.find_target` also migrates the embedded server's schema."""
+    """As `find_target`, without migrating: `dsn` (or PGQ_DSN) names a server; with neither,
+    the embedded server under PGQ_HOME, started if needed."""
     schema = schema_name(schema)
     dsn = dsn or os.environ.get("PGQ_DSN") or None
     if dsn:

@@ -15,8 +15,8 @@ _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_duration(text: str, longest: timedelta | None = DURATION_MAX) -> timedelta:
-    """At most `longest` (None: a caller that checks a tighter bound itself); raises ValueError
-    with a message fit for an operator."""
+    """A duration as the CLI reads one (`30s`, `5m`, `1h30m`, `7d`; a bare number is seconds),
+    at most `longest` (None: no bound); ValueError with a message fit for an operator."""
     cleaned = text.strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)

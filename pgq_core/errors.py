@@ -53,6 +53,8 @@ class ScheduleExists(PgqError):
 
 
 class JobNotFound(PgqError):
+    """No job has this id (never enqueued, or deleted since)."""
+
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job with id {job_id}")
         self.job_id = job_id

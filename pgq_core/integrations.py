@@ -93,8 +93,7 @@ def enqueue_in(
 def sqlalchemy_engine(dsn: str | None = None, **options: Any) -> Engine:
     """A SQLAlchemy engine (psycopg 3 driver) on the queue's database, found as the CLI finds
     it: `dsn`, else PGQ_DSN, else the embedded server (started if needed, the PGQ_SCHEMA or
-    pgq schema migrated). Its connections are bounded like pgq's own
-    (`config.connect_options`); the DSN stays out of the engine's URL, so printing the engine
+    pgq schema migrated). Its connections time out as pgq's own do, and printing the engine
     shows no password. `options` go to `sqlalchemy.create_engine`."""
     require("sqlalchemy", "sqlalchemy_engine()")
     from sqlalchemy import create_engine

@@ -37,11 +37,10 @@ class FailedOver:
 
 @dataclass(frozen=True)
 class Settled:
-    """The outcome of a batch write: which members were applied and which had a stale fence.
-
-    The worker's lock-free writes also report `busy` members (another session held the row
-    lock; nothing was written, try again) and `already_done` ones (a completion of ours had
-    committed unseen). Every member is in exactly one list.
+    """What a write to several jobs did, job by job: `applied`, or `lost` (a stale fence:
+    another claim holds the job). A worker's own writes also report `busy` (the row was
+    locked, nothing written: try again) and `already_done` (an earlier completion had
+    committed). Every job is in exactly one list.
     """
 
     applied: list[int]
@@ -52,6 +51,9 @@ class Settled:
 
 @dataclass(frozen=True)
 class QueueStats:
+    """One queue's jobs by status (`expiring`: running with under a third of the lease left;
+    `completed`: done ever), the age of its oldest due job, and its pause and limit."""
+
     queue: str
     ready: int
     scheduled: int
@@ -85,6 +87,8 @@ class QueueWindow:
 
 @dataclass(frozen=True)
 class Lease:
+    """A running job's lease: who holds it, with which fence, and how long it has left."""
+
     id: int
     queue: str
     worker: str | None
@@ -127,9 +131,9 @@ class JobProgress:
 
 @dataclass(frozen=True)
 class JobRow:
-    """A job as listed by `jobs`: everything but the payload. A list carries only the first
-    characters of `last_error` (`ops.LIST_TEXT_CHARS`): `last_error_bytes` is the whole
-    error's size in bytes and `last_error_truncated` says it was cut (`show` has it all)."""
+    """A job as `Queue.jobs` lists it: everything but the payload, and only the start of
+    `last_error`: `last_error_bytes` is the whole error's size and `last_error_truncated`
+    says it was cut (`Queue.job` has it all)."""
 
     id: int
     queue: str
@@ -194,6 +198,9 @@ class JobEvent:
 
 @dataclass(frozen=True)
 class JobDetail:
+    """One job, whole: its row, payload and result, its history, its parents and children
+    (the first of each, and how many), and its latest progress."""
+
     id: int
     queue: str
     status: str

@@ -80,6 +80,7 @@ def channel(schema: str) -> str:
 
 
 def listen_statement(schema: str) -> sql.Composed:
+    """`LISTEN` on the schema's `channel`: each notification names a queue with new due jobs."""
     return sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema)))
 
 
@@ -194,7 +195,8 @@ async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
 
 
 class Queue:
-    """Sync queue API over one autocommit connection."""
+    """Every operation on the queue, over one autocommit connection: enqueue, read jobs and
+    statistics, requeue, kill, pause, schedules. A context manager; `close()` otherwise."""
 
     def __init__(self, conn: psycopg.Connection[Any], schema: str = "pgq", *, owns: bool = False):
         self.conn = conn
@@ -205,22 +207,21 @@ class Queue:
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
-        """A queue on its own connection, found as the CLI finds it (`target.find_target`):
-        `dsn`, else PGQ_DSN, else the embedded server (started if needed, its schema
-        migrated); `schema`, else PGQ_SCHEMA, else pgq. The attempt is bounded and keepalives
-        are on (`config.connect_options`); a pooler nobody announced is found
-        (`detect_pooler`) and logged once.
+        """A queue on a connection of its own, to the database the CLI would use: `dsn`, else
+        PGQ_DSN, else the embedded server (started and migrated if needed); `schema`, else
+        PGQ_SCHEMA, else pgq.
 
-        Such a queue follows a failover: a connection that broke, or that reached a server
-        taking no writes, is replaced on the next call (through a DSN naming every host, the
-        new primary). The call that met the failure raises: whether it committed is unknown,
-        as with any lost connection."""
+        It follows a failover: a connection that broke, or that reached a server taking no
+        writes, is replaced on the next call (with a DSN naming every host, by the new
+        primary). The call that met the failure raises: whether it committed is unknown, as
+        with any lost connection."""
         target = find_target(dsn, schema)
         queue = cls(_open(target.dsn), target.schema, owns=True)
         queue._dsn = target.dsn
         return queue
 
     def close(self) -> None:
+        """Close the connection, if the queue opened it (`connect`)."""
         if self._owns:
             self.conn.close()
 
@@ -311,9 +312,9 @@ class Queue:
     def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
     ) -> list[int]:
-        """All or nothing: up to ENQUEUE_CHUNK jobs go in one statement (one round trip); more
-        are written chunk by chunk inside one transaction. One id per spec: a duplicate (its
-        unique key held) gets the holder's id."""
+        """Enqueue every spec, all or nothing, in one transaction: one id per spec, in order (a
+        duplicate of a held unique key gets the holder's id). Thousands of jobs go in one
+        round trip."""
         return [e.id for e in self.enqueue_many_detailed(specs, conn)]
 
     def enqueue_many_detailed(
@@ -370,8 +371,9 @@ class Queue:
         conn: psycopg.Connection[Any] | None = None,
         result: Any = None,
     ) -> None:
-        """Raises LeaseLost if the fence is stale; inside `conn` that rolls the caller back too.
-        `result` (JSON-serialisable) is stored with the completion."""
+        """Mark the job done with `result` (JSON), if `fence` is still the job's; inside `conn`'s
+        transaction, with your own writes. LeaseLost if another claim holds the job now:
+        roll your transaction back."""
         settled = self.run(ops.complete([(job_id, fence)], worker, [result_json(result)]), conn)
         _expect_applied(settled, job_id, fence, "complete")
 
@@ -404,9 +406,15 @@ class Queue:
         return self.run(ops.reap(limit))
 
     def requeue(self, ids: Sequence[int]) -> list[int]:
+        """Dead jobs of `ids` back to ready with fresh attempts; the ids requeued (ids that are
+        not dead are left alone).
+        """
         return self.run(ops.requeue(ids, operator_id()))
 
     def requeue_dead(self, queue: str | None, batch: int = ops.BULK_BATCH) -> list[int]:
+        """Every dead job of `queue` (None: of every queue) back to ready with fresh attempts, in
+        batches of `batch`; the ids requeued.
+        """
         return self.requeue_dead_report(queue, batch)[0]
 
     def requeue_report(self, ids: Sequence[int]) -> ops.RequeueReport:
@@ -436,6 +444,9 @@ class Queue:
         return ops.summed(self.requeue_dead_batches(queue, batch))
 
     def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
+        """Ready or running jobs of `ids` to dead with `reason` as their error; the ids killed. A
+        worker running one loses its lease: nothing it writes afterwards lands.
+        """
         return self.run(ops.kill(ids, operator_id(), reason))
 
     # schedules
@@ -457,6 +468,7 @@ class Queue:
             raise ScheduleExists(name)
 
     def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
         return self.run(ops.schedules())
 
     def schedules_page(
@@ -470,6 +482,7 @@ class Queue:
         return self.run(ops.schedule(name))
 
     def remove_schedule(self, name: str) -> None:
+        """Remove the schedule; PgqError if there is none of that name. Jobs it enqueued stay."""
         if not self.run(ops.remove_schedule(name)):
             raise _unknown_schedule(name)
 
@@ -498,7 +511,9 @@ class Queue:
         return self._drive(ops.prune_flow(older_than, batch, progress), None)
 
     def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
-        """`prune_report`, answering the number of done jobs deleted."""
+        """Delete the done jobs finished more than `older_than` ago, with their history, in
+        batches that never block workers; drop the days of history wholly before the cutoff.
+        The number of jobs deleted (`prune_report` says more)."""
         return self.prune_report(older_than, batch).deleted
 
     def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
@@ -566,6 +581,9 @@ class Queue:
     def errors(
         self, queue: str | None = None, since: timedelta | None = None, limit: int = 100
     ) -> list[ErrorGroup]:
+        """Failed and dead jobs grouped by their error (numbers, ids and URLs normalised), the
+        largest group first; `since` keeps errors seen within it.
+        """
         return self.run(ops.errors(queue, since, limit))
 
     def health(
@@ -574,10 +592,10 @@ class Queue:
         stuck_floor: timedelta = ops.STUCK_FLOOR,
         stuck_limit: int = ops.STUCK_LIMIT,
     ) -> Health:
-        """The database's health for the queue, the running jobs stuck: a live lease and
-        a run past `stuck_factor` times the queue's p99 run time, and past `stuck_floor`
-        (`ops.health_stuck`; at most `stuck_limit` listed, all counted), and the waiting jobs
-        that can never run (`ops.health_stranded`)."""
+        """What `pgq health` shows: table bloat and vacuum, the oldest open transaction, lock
+        waits, and the stuck jobs: a live lease, running past `stuck_factor` times their
+        queue's p99 run time and past `stuck_floor` (at most `stuck_limit` listed, all
+        counted); and waiting jobs that can never run (a parent dead or gone)."""
         stuck = ops.health_stuck(stuck_factor, stuck_floor, stuck_limit)
         return _health(
             self.run(ops.health_tables(self.schema)),
@@ -590,6 +608,9 @@ class Queue:
 
     # reading
     def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
+        """Per queue: ready, scheduled, waiting, running, expiring, dead and done jobs, the age of
+        the oldest due one, and whether the queue is paused or limited.
+        """
         return self.run(ops.stats(soon))
 
     def stats_window(self, offset: int, limit: int) -> QueueWindow:
@@ -606,12 +627,19 @@ class Queue:
     def jobs(
         self, queue: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[JobRow]:
+        """Jobs of `queue` (None: every queue) in `status` (None: any), newest first, without
+        their payloads: at most `limit`.
+        """
         return self.run(ops.jobs(queue, status, limit))
 
     def history(self, job_id: int) -> list[JobEvent]:
+        """The job's history, oldest first: enqueue, each claim with its fence, failures,
+        requeues, completion.
+        """
         return self.run(ops.history(job_id))
 
     def job(self, job_id: int) -> JobDetail:
+        """The job with its payload, result and history; JobNotFound if there is none."""
         detail = self.run(ops.job(job_id))
         if detail is None:
             raise JobNotFound(job_id)
@@ -659,8 +687,9 @@ class Queue:
         queues: Sequence[str] | None = None,
         limit: int | None = None,
     ) -> ops.LatencyReport:
-        """Wait and run-time percentiles per queue over the last 5 minutes and `since`, of
-        done jobs, at most `ops.LATENCY_CAP` per queue (`ops.latency`)."""
+        """How long each queue's done jobs waited (due to claimed) and ran (claimed to done):
+        p50, p95 and p99 over the last 5 minutes and over `since`, from at most the 20,000
+        latest done jobs per queue and window."""
         return self.run(ops.latency(since, queues, limit))
 
     def stuck_counts(

@@ -24,8 +24,9 @@ from .queries import statement
 
 
 def find_target(dsn: str | None = None, schema: str | None = None) -> Target:
-    """The resolved target (see the module); on the embedded server its schema is migrated,
-    each statement and lock wait bounded as the CLI's are."""
+    """The database and schema every `pgq` command would use: `dsn`, else PGQ_DSN, else the
+    embedded server (started if needed, its schema migrated); `schema`, else PGQ_SCHEMA,
+    else pgq."""
     target = resolve(dsn, schema)
     if target.embedded:
         limits = session_limits(DEFAULT_STATEMENT_TIMEOUT, DEFAULT_LOCK_TIMEOUT, force=False)

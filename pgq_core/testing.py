@@ -110,7 +110,8 @@ def drain(
 
 @contextlib.contextmanager
 def bound(tasks: Tasks, where: PrivateSchema) -> Iterator[Tasks]:
-    """`tasks` enqueueing on `where` (a client of its own, closed afterwards), as it was after."""
+    """Inside it, `tasks` enqueues on `where` (through a client of its own); afterwards, where
+    it enqueued before."""
     saved = tasks.client, tasks.async_client, tasks._dsn, tasks._schema
     tasks.client, tasks.async_client = where.queue(), None
     tasks.use_database(where.dsn, where.schema)

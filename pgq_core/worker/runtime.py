@@ -185,6 +185,7 @@ class Worker:
         return len(snap.running), snap.done, snap.failed
 
     def snapshot(self) -> WorkerSnapshot:
+        """The worker now: its state, jobs running, done, failed and lost counts."""
         return take_snapshot(
             self.id,
             self.queues,
