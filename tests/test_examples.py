@@ -1,10 +1,11 @@
 """The recipes under examples/, run as their users would.
 
 Each recipe's README is run as written (`run_readme`): its `sh` blocks, command by command, as
-real processes on the suite's server and this test's schema (PGQ_DSN, PGQ_SCHEMA, and the
-schema first on every connection's search path through PGOPTIONS), so a README cannot drift
-from what works. Beside that, each recipe's finer points go through its framework's own test
-client, with a worker finishing the job (Django's through its management command).
+real processes on the suite's server and this test's schema (`recipe_env`), so a README cannot
+drift from what works. On the embedded server (no PGQ_TEST_DSN) they run as the READMEs
+promise, with no PGQ_DSN at all: they find the suite's embedded server through PGQ_HOME.
+Beside that, each recipe's finer points go through its framework's own test client, with a
+worker finishing the job (Django's through its management command).
 """
 
 from __future__ import annotations
@@ -123,7 +124,28 @@ class ReadmeRun:
     logs: dict[str, str] = field(default_factory=dict)
 
 
-def run_readme(readme: Path, dsn: str, schema: str, tmp_path: Path) -> ReadmeRun:
+@pytest.fixture
+def recipe_env(dsn: str, schema: str, pg_home: Path, tmp_path: Path) -> dict[str, str]:
+    """The recipes' processes' environment: this test's schema (PGQ_SCHEMA, and first on every
+    connection's search path through PGOPTIONS, so the apps' own tables go there too); the
+    server is PGQ_TEST_DSN's as PGQ_DSN, else the suite's embedded server found as a user's
+    would be, with no PGQ_DSN: through PGQ_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGQ_", "FLASK_", "DJANGO_"))}
+    env.pop("PYTHONPATH", None)
+    env.update(
+        PGQ_SCHEMA=schema,
+        PGOPTIONS=f"-c search_path={schema}",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+    )
+    if os.environ.get("PGQ_TEST_DSN"):
+        env.update(PGQ_DSN=dsn, PGQ_HOME=str(tmp_path / "pgq-home-unused"))
+    else:
+        env["PGQ_HOME"] = str(pg_home)
+    return env
+
+
+def run_readme(readme: Path, env: dict[str, str], tmp_path: Path) -> ReadmeRun:
     """Run `readme`'s commands as a user would, from the repository's root:
 
     - `pip install -e '.[EXTRAS]'` is checked, not run: every program a later command starts
@@ -135,16 +157,6 @@ def run_readme(readme: Path, dsn: str, schema: str, tmp_path: Path) -> ReadmeRun
       named, and such a status request is repeated until the job is done (or dead);
     - at the end each worker gets SIGTERM and must exit 0, each server is stopped.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGQ_", "FLASK_", "DJANGO_"))}
-    env.pop("PYTHONPATH", None)
-    env.update(
-        PGQ_DSN=dsn,
-        PGQ_SCHEMA=schema,
-        PGQ_HOME=str(tmp_path / "pgq-home-unused"),
-        PGOPTIONS=f"-c search_path={schema}",
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
-    )
     cwd, port, installed = ROOT, free_port(), {"pgq-fence"}
     run, started = ReadmeRun(), list[Started]()
     try:
@@ -239,8 +251,8 @@ def curl(
         time.sleep(0.05)
 
 
-def test_the_flask_readme_runs_as_written(dsn: str, schema: str, tmp_path: Path) -> None:
-    run = run_readme(EXAMPLES / "flask_thumbs" / "README.md", dsn, schema, tmp_path)
+def test_the_flask_readme_runs_as_written(recipe_env: dict[str, str], tmp_path: Path) -> None:
+    run = run_readme(EXAMPLES / "flask_thumbs" / "README.md", recipe_env, tmp_path)
     (_, made), (_, status) = run.answers
     assert status == {
         "id": made["job"],
@@ -253,8 +265,10 @@ def test_the_flask_readme_runs_as_written(dsn: str, schema: str, tmp_path: Path)
     assert " stopped: 1 done, 0 failed" in worker_log, worker_log
 
 
-def test_the_fastapi_readme_runs_as_written(dsn: str, schema: str, tmp_path: Path) -> None:
-    run = run_readme(EXAMPLES / "fastapi_reports" / "README.md", dsn, schema, tmp_path)
+def test_the_fastapi_readme_runs_as_written(
+    recipe_env: dict[str, str], tmp_path: Path
+) -> None:
+    run = run_readme(EXAMPLES / "fastapi_reports" / "README.md", recipe_env, tmp_path)
     (_, made), (_, status) = run.answers
     assert status == {
         "id": made["job"],
@@ -267,11 +281,11 @@ def test_the_fastapi_readme_runs_as_written(dsn: str, schema: str, tmp_path: Pat
 
 
 def test_the_django_readme_runs_as_written(
-    dsn: str, schema: str, tmp_path: Path, queue: Queue
+    recipe_env: dict[str, str], tmp_path: Path, queue: Queue
 ) -> None:
     """`manage.py migrate` makes the shop's tables (pgq's schema is this test's, up to date);
     `manage.py pgq_worker`, from pgq's Django app, logs its start and stop on its own."""
-    run = run_readme(EXAMPLES / "django_shop" / "README.md", dsn, schema, tmp_path)
+    run = run_readme(EXAMPLES / "django_shop" / "README.md", recipe_env, tmp_path)
     (_, made), (_, status) = run.answers
     assert status == {"id": made["job"], "status": "done", "result": "ada@example.com",
                       "error": None}
