@@ -13,15 +13,12 @@ from typing import Any
 import click
 from rich.console import Console
 
-from pgq_core import PgqError
 from pgq_core.config import check_schema
 
-from .bouncer import executable as pgbouncer_executable
 from .cluster import missing as cluster_missing
 from .common import server
 from .drain import Options, print_tables, run_bench
 from .failover import FailoverOptions, print_failover, run_failover
-from .fleet import FleetOptions, print_fleet, run_fleet
 from .pickup import PickupOptions, print_pickup, run_pickup
 from .producers import ProducersOptions, print_producers, run_producers
 from .same_resources import SameResourcesOptions, print_same_resources, run_same_resources
@@ -36,19 +33,15 @@ DEFAULT_PRODUCERS_JOBS = 8_000
 #: --pickup: the busy phase's jobs, and the worker's concurrency (`pgq worker`'s default).
 DEFAULT_PICKUP_BUSY_JOBS = 2_000
 DEFAULT_PICKUP_CONCURRENCY = 10
-#: --workers and --concurrency when not given: the drain's, and the fleet's.
+#: --workers and --concurrency when not given: the drain's.
 DEFAULT_WORKERS = 4
 DEFAULT_CONCURRENCY = 50
-FLEET_WORKERS = 8
-FLEET_CONCURRENCY = 25
 #: --failover: the scenario of the failover test (3 workers at C = 10, 5,000 jobs).
 FAILOVER_WORKERS = 3
 FAILOVER_CONCURRENCY = 10
 FAILOVER_JOBS = 5_000
-#: --rate when not given. The fleet's is what this 2-core machine sustains with 8 workers, a
-#: producer, PgBouncer and PostgreSQL sharing it (at 200 the one producer reached ~137/s).
+#: --soak's --rate when not given.
 SOAK_RATE = 200.0
-FLEET_RATE = 100.0
 #: --handler both: the pgq side runs once with each.
 HANDLER_KINDS = {"sync": ("sync",), "async": ("async",), "both": ("sync", "async")}
 
@@ -82,10 +75,7 @@ def run_command(
     rate: float | None = None,
     json_lines: str = "soak.jsonl",
     soak_sample: timedelta | None = None,
-    fleet: timedelta | None = None,
-    kill_every: timedelta | None = None,
     lease: timedelta | None = None,
-    pool_size: int = 8,
     failover: bool = False,
     failovers: int = 10,
     synchronous: bool = False,
@@ -99,17 +89,17 @@ def run_command(
     as_json: bool = False,
 ) -> None:
     """`pgq bench` with its parsed options: the default run, --stats-scale, --same-resources,
-    --producers, --soak, --fleet or --failover.
+    --producers, --soak or --failover.
 
     `schema` is only checked: every run uses throwaway schemas of its own (--failover: a
-    cluster of its own, `dsn` unused). A --fleet or --failover whose checks fail exits 1
+    cluster of its own, `dsn` unused). A --failover whose checks fail exits 1
     after its report. --peers and --db-work imply --same-resources."""
     same_resources = same_resources or peers or db_work
-    modes = [stats_scale, same_resources, producers is not None, soak is not None,
-             fleet is not None, pickup, failover]  # fmt: skip
+    modes = [stats_scale, same_resources, producers is not None, soak is not None, pickup,
+             failover]  # fmt: skip
     if sum(modes) > 1:
         raise click.UsageError(
-            "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, --fleet, "
+            "--stats-scale, --same-resources (--peers, --db-work), --producers, --soak, "
             "--pickup and --failover are separate runs: pick one"
         )
     if synchronous and not failover:
@@ -121,15 +111,8 @@ def run_command(
         raise click.UsageError("--done-last-hour must not exceed --done")
     if soak is not None and soak.total_seconds() <= 0:
         raise click.UsageError("--soak must be longer than 0s")
-    if fleet is not None and fleet.total_seconds() <= 0:
-        raise click.UsageError("--fleet must be longer than 0s")
     if schema:
         check_schema(schema)
-    if fleet is not None:
-        try:
-            pgbouncer_executable()  # before any server starts: one line, exit 1
-        except PgqError as exc:
-            raise click.ClickException(str(exc)) from None
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:
@@ -162,19 +145,7 @@ def run_command(
         return
 
     with server(dsn, statement_stats=same_resources and db_work) as (target, embedded):
-        if fleet is not None:
-            fleet_opts = FleetOptions(
-                fleet.total_seconds(),
-                workers=workers or FLEET_WORKERS,
-                concurrency=concurrency or FLEET_CONCURRENCY,
-                rate=rate or FLEET_RATE,
-                kill_every=(kill_every or timedelta(seconds=5)).total_seconds(),
-                lease=(lease or timedelta(seconds=30)).total_seconds(),
-                pool_size=pool_size,
-                seed=random_state,
-            )
-            result = run_fleet(target, embedded, fleet_opts, say)
-        elif soak is not None:
+        if soak is not None:
             sample = (soak_sample or timedelta(minutes=1)).total_seconds()
             soak_opts = SoakOptions(
                 soak.total_seconds(), rate or SOAK_RATE, max(sample, 1.0), Path(json_lines)
@@ -234,8 +205,6 @@ def run_command(
             )
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))
-    elif fleet is not None:
-        print_fleet(result, say)
     elif soak is not None:
         print_soak(result, say)
     elif producers is not None:
@@ -250,7 +219,4 @@ def run_command(
         print_same_resources(result, console)
     else:
         print_tables(result, console)
-    if fleet is not None and not result["passed"]:
-        if as_json:
-            say("fleet FAILED: see \"checks\"")
-        raise click.exceptions.Exit(1)
+

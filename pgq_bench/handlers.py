@@ -1,6 +1,6 @@
 """Job handlers for the bench: `pgq worker --handler pgq_bench.handlers:noop_sync` (a plain
 function, run on the worker's threads) or `...:noop_async` (an `async def`, run on its loop)
-do nothing, so a drain measures the queue, not the work; `...:fenced_effect` (the fleet run's)
+do nothing, so a drain measures the queue, not the work; `...:fenced_effect` (the fleet's)
 applies one counted effect per job in the transaction that completes it; `...:failover_effect`
 (`pgq bench --failover`'s) does the same with a fenced write, and records each run in a file
 outside the database."""

@@ -54,7 +54,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "--workers",
     default=None,
     type=click.IntRange(1, 64),
-    help="Worker processes per side (default 4); --fleet: worker processes (default 8).",
+    help="Worker processes per side (default 4); --failover: worker processes (default 3).",
 )
 @click.option(
     "--batch",
@@ -69,8 +69,8 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     default=None,
     type=click.IntRange(1, 1000),
     help="pgq's worker concurrency, hence its claim size, for the headline pgq side "
-    "(ratio), its pickup latency and the variants (default 50); --fleet: each worker's "
-    "(default 25); --pickup: the worker's (default 10).",
+    "(ratio), its pickup latency and the variants (default 50); --pickup: the worker's "
+    "(default 10); --failover: each worker's (default 10).",
 )
 @click.option(
     "--payload-bytes",
@@ -242,7 +242,7 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "--rate",
     type=FiniteFloatRange(0.1, 100_000),
     default=None,
-    help="--soak, --fleet: jobs per second the producer enqueues (default 200; --fleet 100).",
+    help="--soak: jobs per second the producer enqueues (default 200).",
 )
 @click.option(
     "--json-lines",
@@ -254,35 +254,11 @@ def _bench_levels(ctx: click.Context, param: click.Parameter, value: str) -> tup
 )
 @click.option("--soak-sample", callback=duration, default="60s", hidden=True)
 @click.option(
-    "--fleet",
-    default=None,
-    callback=duration,
-    help="Instead: a fleet run this long (e.g. 5m): PgBouncer in transaction mode in front of "
-    "the server, --workers `pgq worker --pooled` processes at --concurrency applying a fenced "
-    "effect per job, a producer at --rate through the pool, a SIGKILL every --kill-every and "
-    "a SIGSTOP past the lease; then checks from SQL that no job was lost, no effect applied "
-    "twice and no stale completion landed (exit 1 if not).",
-)
-@click.option(
-    "--kill-every",
-    default="5s",
-    show_default=True,
-    callback=duration,
-    help="--fleet: a worker is SIGKILLed and restarted about this often (0.5x to 1.5x).",
-)
-@click.option(
     "--lease",
     default="30s",
     show_default=True,
     callback=lease_duration,
-    help="--fleet: the workers' lease (a SIGSTOP lasts lease + 2 reap intervals + 1s).",
-)
-@click.option(
-    "--pool-size",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="--fleet: PgBouncer's default_pool_size (server connections; 2 more in reserve).",
+    help="--failover: the workers' lease.",
 )
 @click.option(
     "--failover",

@@ -1,5 +1,10 @@
-"""`pgq bench --fleet 5m`: many worker processes through PgBouncer, SIGKILLed and SIGSTOPped,
+"""The fleet, a chaos run: many worker processes through PgBouncer, SIGKILLed and SIGSTOPped,
 while a producer enqueues at a steady rate; then every job is accounted for from SQL.
+
+tests/test_fleet.py runs a short one and the checks on tampered tables; the five-minute run
+whose figures docs/performance.md reports is, from the repository root,
+`PYTHONPATH=tests python -m chaos.fleet 5m --json` (`--help` for its options; exit 1 when a
+check fails).
 
 The run:
 - PgBouncer in transaction mode in front of the server (`bouncer.POOL_SETTINGS`, the pool a
@@ -28,11 +33,12 @@ The checks, all from SQL (`check`):
 - no stale completion landed: every 'completed' event and every effect carries the job's
   final fence (a completion by an older claim would carry an older one);
 - every done job has its effect and every effect belongs to a done job;
-- no worker exited unless killed or stopped at the end by the bench.
+- no worker exited unless killed or stopped at the end by the run.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -52,28 +58,30 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgq_core import Queue
-from pgq_core.config import scrub
-from pgq_core.text import printable
-
-from .bouncer import POOL_SETTINGS, Bouncer, pgbouncer
-from .common import (
+from pgq_bench.common import (
     QUEUE_NAME,
     load_average,
     log_tail,
     machine,
     scan_logs,
+    server,
     server_version,
     throwaway_schema,
 )
-from .handlers import EFFECTS_TABLE, FENCED_EFFECT_SPEC
+from pgq_bench.handlers import EFFECTS_TABLE, FENCED_EFFECT_SPEC
+from pgq_core import PgqError, Queue
+from pgq_core.config import scrub
+from pgq_core.durations import parse_duration
+from pgq_core.text import printable
+
+from .bouncer import POOL_SETTINGS, Bouncer, executable, pgbouncer
 
 #: Each job's work: the handler sleeps a random time up to this long before its transaction.
 WORK_MAX_S = 0.02
 TICK = 0.1
 POOL_SAMPLE_EVERY = 2.0
 
-# The bench's own bookkeeping and checks (not queue SQL).
+# The run's own bookkeeping and checks (not queue SQL).
 SERVER_NOW = "SELECT clock_timestamp()"
 #: What a worker logs once it runs, its SIGTERM handled (runtime.Worker.run).
 STARTED_MARK = b" started: queues "
@@ -812,3 +820,68 @@ def print_fleet(result: dict[str, Any], say: Callable[[str], None]) -> None:
     for name, c in result["checks"].items():
         detail = {k: v for k, v in c.items() if k != "passed" and v not in ([], {}, None)}
         say(f"  {name}: {'ok' if c['passed'] else 'FAILED'} {json.dumps(detail, default=str)}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m chaos.fleet DURATION`: the fleet on a throwaway server (or --dsn with a
+    throwaway schema); prints the figures and checks (or --json); 1 when a check failed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos.fleet",
+        description="Workers through PgBouncer under SIGKILL and SIGSTOP, then every job "
+        "accounted for from SQL.",
+    )
+    parser.add_argument("duration", type=_seconds, help="how long the producer runs, e.g. 5m")
+    parser.add_argument("--dsn", default=os.environ.get("PGQ_DSN"),
+                        help="a server to use (default: a throwaway embedded one)")
+    parser.add_argument("--workers", type=int, default=8, help="worker processes (8)")
+    parser.add_argument("--concurrency", type=int, default=25, help="each worker's (25)")
+    parser.add_argument("--rate", type=float, default=100.0, help="jobs/s enqueued (100)")
+    parser.add_argument("--kill-every", type=_seconds, default=5.0,
+                        help="a SIGKILL about this often, 0.5x to 1.5x (5s)")
+    parser.add_argument("--lease", type=_seconds, default=30.0, help="the workers' lease (30s)")
+    parser.add_argument("--pool-size", type=int, default=8, help="PgBouncer's pool (8)")
+    parser.add_argument("--random-state", type=int, default=None)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.duration <= 0:
+        parser.error("the duration must be longer than 0s")
+    try:
+        executable()  # before any server starts: one line
+    except PgqError as exc:
+        print(f"fleet: error: {exc}", file=sys.stderr)
+        return 1
+    opts = FleetOptions(
+        args.duration,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        rate=args.rate,
+        kill_every=args.kill_every,
+        lease=args.lease,
+        pool_size=args.pool_size,
+        seed=args.random_state,
+    )
+
+    def say(message: str) -> None:
+        print(f"· {message}", file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    with server(args.dsn, statement_stats=False) as (target, embedded):
+        result = run_fleet(target, embedded, opts, say)
+    if args.json:
+        print(json.dumps(result, default=str, indent=2))
+    else:
+        print_fleet(result, say)
+    if not result["passed"]:
+        say('fleet FAILED: see "checks"')
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
-"""A PgBouncer in transaction mode in front of a server, for `pgq bench --fleet`.
+"""A PgBouncer in transaction mode in front of a server, for the fleet (`fleet.py`).
 
 It listens on a Unix socket only, in a private temporary directory (0700, socket 0600), and
-trusts whoever reaches that socket: the bench's own processes. So a server that takes a
+trusts whoever reaches that socket: the fleet's own processes. So a server that takes a
 password (the embedded one does) stays as private behind the pool as it is without it. The
 server's password goes into the config file (0600, deleted at the end) and nowhere else.
 
@@ -69,7 +69,7 @@ def executable() -> str:
     if not (os.path.isfile(found) and os.access(found, os.X_OK)):
         raise PgqError(
             f"pgbouncer not found ({'PGQ_PGBOUNCER=' + given if given else 'not on PATH'}): "
-            "--fleet runs its workers through PgBouncer (Debian: apt-get install pgbouncer)"
+            "the fleet runs its workers through PgBouncer (Debian: apt-get install pgbouncer)"
         )
     return found
 

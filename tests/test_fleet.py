@@ -1,27 +1,40 @@
-"""`pgq bench --fleet`: workers through a real PgBouncer under SIGKILL and SIGSTOP (a short run
-whose checks pass), the fleet's handler under a stale fence, and the checker failing on a
-tampered effects table, a lost job and a stale completion."""
+"""The fleet (tests/chaos/fleet.py): workers through a real PgBouncer under SIGKILL and SIGSTOP
+(a short run whose checks pass), the fleet's handler under a stale fence, and the checker
+failing on a tampered effects table, a lost job and a stale completion."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
+from chaos.fleet import Fleet, check
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from support import Pgq
 
 from pgq_bench import handlers
-from pgq_bench.fleet import Fleet, check
-from pgq_cli.cli import main
 from pgq_core import LeaseLost, Queue
 from pgq_core.worker import JobContext
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _fleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m chaos.fleet ARGS` from the repository root, as its docstring says to run it."""
+    paths = [str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return subprocess.run(
+        [sys.executable, "-m", "chaos.fleet", *args],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths), **(env or {})},
+        cwd=TESTS.parent, capture_output=True, text=True, timeout=600, check=False,
+    )
 
 
 def _has_pgbouncer() -> bool:
@@ -36,13 +49,13 @@ def _q(schema: str, text: str) -> sql.Composed:
 def test_fleet_short_run_passes_its_checks(dsn: str) -> None:
     if not _has_pgbouncer():
         pytest.skip("pgbouncer is not installed")
-    args = [
-        "--dsn", dsn, "bench", "--fleet", "25s", "--workers", "3", "--concurrency", "5",
-        "--rate", "50", "--kill-every", "2s", "--lease", "2s", "--random-state", "3", "--json",
-    ]  # fmt: skip
-    result = CliRunner().invoke(main, args)
+    result = _fleet(
+        "25s", "--dsn", dsn, "--workers", "3", "--concurrency", "5", "--rate", "50",
+        "--kill-every", "2s", "--lease", "2s", "--random-state", "3", "--json",
+    )  # fmt: skip
+    assert result.stdout, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
-    assert result.exit_code == 0, json.dumps(data["checks"], indent=1)
+    assert result.returncode == 0, json.dumps(data["checks"], indent=1)
     assert data["passed"] is True
     assert set(data["checks"]) == {
         "no_job_lost", "no_effect_applied_twice", "no_stale_completion",
@@ -71,7 +84,7 @@ def test_fleet_short_run_passes_its_checks(dsn: str) -> None:
     assert data["workers"]["logs"]["counts"]["prepared statement"] == 0
     password = conninfo_to_dict(dsn).get("password")
     if password:
-        assert str(password) not in result.output
+        assert str(password) not in result.stdout + result.stderr
     with psycopg.connect(dsn) as conn:
         left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fleet\\_%'")
         assert left.fetchone() == (0,), "the throwaway schema is dropped"
@@ -84,24 +97,25 @@ def test_a_worker_terminated_right_after_its_start_exits_zero(
     """The fleet's last SIGTERM may come just after a killed worker was started again: it is
     sent once the worker has taken over its signals, so the worker stops cleanly (it died
     with -15 while still importing, failing the short run's exit-code check)."""
-    home = str(Path(handlers.__file__).resolve().parent.parent)  # as `pgq bench` sets it
-    paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = dict(
-        os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=queue.schema, PYTHONPATH=os.pathsep.join(paths)
-    )
+    env = dict(os.environ, PGQ_DSN=dsn, PGQ_SCHEMA=queue.schema)
     fleet = Fleet(env, ["--handler", handlers.FENCED_EFFECT_SPEC], tmp_path, 2)
     for slot in fleet.slots:
         fleet.start(slot)
     assert fleet.terminate_all() == [0, 0]
 
 
-def test_fleet_without_pgbouncer_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PGQ_PGBOUNCER", "/nonexistent/pgbouncer")
-    result = CliRunner().invoke(main, ["bench", "--fleet", "10s"])
-    assert result.exit_code == 1
-    assert "pgbouncer not found" in result.output
-    assert len(result.output.strip().splitlines()) == 1, result.output
-    assert "Traceback" not in result.output
+def test_fleet_without_pgbouncer_is_one_line() -> None:
+    result = _fleet("10s", env={"PGQ_PGBOUNCER": "/nonexistent/pgbouncer"})
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("fleet: error: pgbouncer not found"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_bench_no_longer_runs_the_fleet(pgq: Pgq) -> None:
+    """The fleet is a chaos run kept with its tests, not a `pgq bench` mode."""
+    result = pgq("bench", "--fleet", "10s")
+    assert result.exit_code == 2 and "No such option '--fleet'" in result.output
 
 
 @pytest.fixture
