@@ -1,8 +1,8 @@
 """`pgq`: the command line over pgq_core (queue operations) and pgq_tui (the dashboard).
 
 This module is the group, its global options and the table of commands; each command lives in
-the module of its family (enqueue_cli, jobs_cli, queue_cli, schedule_cli,
-latency_cli, maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli) and is
+the module of its family (enqueue_cli, jobs_cli, queue_cli, schedule_cli, latency_cli,
+maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli, roles_cli) and is
 imported only when run, so `pgq --help` stays fast and loads no heavy module. What they print
 for humans goes through `output`; parameters and errors shared by several families are in
 `context`.
@@ -121,6 +121,11 @@ class LazyGroup(PgqGroup):
             "pgq_cli.schedule_cli",
             "schedule_group",
             "Periodic jobs: add, list, remove or run a cron schedule.",
+        ),
+        "roles": (
+            "pgq_cli.roles_cli",
+            "roles_group",
+            "pgq's roles for this schema: producer, worker, operator and observer.",
         ),
         "migrate": (
             "pgq_cli.maintenance_cli",

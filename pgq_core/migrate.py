@@ -13,6 +13,7 @@ from .config import check_schema
 from .errors import PgqError
 from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD, encoding_refusal
 from .queries import statement
+from .roles import regrant
 
 _FILE = re.compile(r"^(\d{4})_\w+\.sql$")
 
@@ -45,6 +46,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
     The migrations run with search_path `pg_catalog, <schema>, pg_temp` (the caller's is put
     back at the end): an old migration's unqualified call never resolves to a look-alike a
     user created in a schema on the caller's path.
+    Last, every role `pgq roles` made for the schema gets its grants again (`roles.regrant`):
+    a column a migration added is granted to the roles roles.sql names it for.
     A database whose encoding pgq refuses (`ops.encoding_refusal`: SQL_ASCII) raises PgqError
     before anything is created.
     """
@@ -100,6 +103,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str = "pgq") -> list[int]:
                 statement("ensure_partitions", schema),
                 {"ahead": PARTITIONS_AHEAD, "lock_timeout": ENSURE_LOCK_TIMEOUT},
             )
+        regrant(conn, schema)
         if caller_path:
             conn.execute(
                 "SELECT pg_catalog.set_config('search_path', %s::text, true)", [caller_path[0]]

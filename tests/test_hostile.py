@@ -274,6 +274,9 @@ def throwaway_role(dsn: str, schema: str) -> Iterator[tuple[str, psycopg.Connect
             target, ident
         )
     )
+    admin.execute(  # no function of the schema is PUBLIC's (schema version 28)
+        sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {} TO {}").format(target, ident)
+    )
     params = conninfo_to_dict(dsn)
     params["user"] = role
     params["password"] = password

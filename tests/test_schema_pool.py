@@ -104,7 +104,7 @@ CHANGES: dict[str, str] = {
         "ALTER FUNCTION {s}.job_events_add_partitions(date, date, interval) SET work_mem = '8MB'"
     ),
     "function grant": (
-        "REVOKE EXECUTE ON FUNCTION {s}.job_events_add_partitions(date, date, interval) FROM PUBLIC"
+        "GRANT EXECUTE ON FUNCTION {s}.job_events_add_partitions(date, date, interval) TO PUBLIC"
     ),
     "new function": "CREATE FUNCTION {s}.extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
     "sequence": "ALTER SEQUENCE {s}.jobs_id_seq INCREMENT BY 2",

@@ -91,6 +91,7 @@ SYNTAX = {
     "filter", "from", "greatest", "group", "in", "lateral", "least", "materialized", "not",
     "nullif", "on", "or", "over", "rows", "select", "substring", "using", "values", "when",
     "where", "with",
+    "insert", "update",  # a GRANT's column list (roles.sql)
 }
 
 

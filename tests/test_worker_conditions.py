@@ -579,7 +579,8 @@ async def test_a_permission_denied_settlement_is_retried_not_charged_to_the_job(
                 sql.SQL(
                     "GRANT USAGE ON SCHEMA {s} TO {r};"
                     " GRANT ALL ON ALL TABLES IN SCHEMA {s} TO {r};"
-                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r}"
+                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r};"
+                    " GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}"
                 ).format(**names)
             )
             worker = make_worker(

@@ -590,7 +590,8 @@ async def test_a_read_only_server_is_waited_out_and_the_job_completes_once(
                 sql.SQL(
                     "GRANT USAGE ON SCHEMA {s} TO {r};"
                     " GRANT ALL ON ALL TABLES IN SCHEMA {s} TO {r};"
-                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r}"
+                    " GRANT ALL ON ALL SEQUENCES IN SCHEMA {s} TO {r};"
+                    " GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}"
                 ).format(**names)
             )
             worker = make_worker(

@@ -1,0 +1,479 @@
+"""pgq's roles (`pgq roles`, sql/roles.sql, migration 28), each run against its own limits by
+a login that holds it and nothing else: what the role is for works, and what it is not for
+fails with insufficient_privilege (or one `pgq: error: permission denied` line), never
+succeeds. The roles get a prefix of the test's own (no collision across xdist workers) and
+are dropped after it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from support import ENV, make_worker, running, until
+
+from pgq_core import JobSpec, Queue, migrate, roles
+
+Login = Callable[[str], str]
+
+
+def _may_create_roles(dsn: str) -> str | None:
+    """Why the test server's user may not create roles, or None."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+    if row and row[0]:
+        return None
+    return "the test DSN's user may not create roles (needs SUPERUSER or CREATEROLE)"
+
+
+@pytest.fixture
+def prefix(dsn: str, schema: str) -> Iterator[str]:
+    """The test's own role prefix; pgq's four roles made with it, dropped after."""
+    if (why := _may_create_roles(dsn)) is not None:
+        pytest.skip(why)
+    mine = f"t{secrets.token_hex(5)}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        made = roles.create(admin, schema, prefix=mine)
+    try:
+        yield mine
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            for _, role, _ in made:
+                drop(admin, role)
+
+
+def drop(admin: psycopg.Connection[Any], role: str) -> None:
+    ident = sql.Identifier(role)
+    admin.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+    admin.execute(sql.SQL("DROP ROLE {}").format(ident))
+
+
+@pytest.fixture
+def login(dsn: str, schema: str, prefix: str) -> Iterator[Login]:
+    """login(kind): the DSN of a new LOGIN role (with a password: the embedded server takes
+    no login without one) holding pgq's `kind` role only."""
+    made: list[str] = []
+
+    def make(kind: str) -> str:
+        name, password = f"{prefix}_{kind}_{len(made)}", secrets.token_hex(8)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(password)
+                )
+            )
+            made.append(name)
+            roles.grant(admin, schema, kind, name, prefix)
+        return make_conninfo(dsn, user=name, password=password)
+
+    yield make
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for name in made:
+            admin.execute(  # a login's sessions end before it is dropped
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [name],
+            )
+            drop(admin, name)
+
+
+def cli(dsn: str, schema: str, *args: str) -> Result:
+    from pgq_cli.cli import main
+
+    return CliRunner(env=ENV).invoke(main, ["--dsn", dsn, "--schema", schema, *args])
+
+
+def refused(conn: psycopg.Connection[Any], query: sql.Composable, *params: Any) -> str:
+    """The message of `query` failing with insufficient_privilege (the test fails if it ran)."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
+        conn.execute(query, list(params) or None)
+    conn.rollback()
+    return str(caught.value)
+
+
+def q(schema: str, text: str) -> sql.Composed:
+    return sql.SQL(text).format(s=sql.Identifier(schema))
+
+
+def assert_refused(result: Result) -> None:
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1].startswith("pgq: error: permission denied"), (
+        result.output
+    )
+    assert "Traceback" not in result.output
+
+
+# ------------------------------------------------------------------------------ producer
+
+
+def test_a_producer_enqueues_in_every_form(queue: Queue, schema: str, login: Login) -> None:
+    dsn = login("producer")
+    parent = queue.enqueue("billing", {"secret": 1})
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with Queue.connect(dsn, schema) as producer:
+        one = producer.enqueue("q", {"a": 1}, priority=5, run_at=later, max_attempts=3)
+        keyed = producer.enqueue("q", {"k": 1}, unique_key="k1")
+        assert producer.enqueue("q", {"k": 2}, unique_key="k1") == keyed
+        many = producer.enqueue_many(
+            [JobSpec("q", {"n": n}, delay=timedelta(seconds=n)) for n in range(3)]
+        )
+        child = producer.enqueue("shipping", {"c": 1}, depends_on=[parent])
+        own_child = producer.enqueue("q", {"c": 2}, depends_on=[one, parent])
+    assert len(many) == 3
+    rows = {j.id: j for j in queue.jobs(limit=20)}
+    assert rows[one].status == "ready" and rows[one].priority == 5
+    assert rows[child].status == "waiting" and rows[own_child].status == "waiting"
+    assert queue.job(child).payload == {"c": 1}
+    queue.kill([parent])  # a dead parent: its next dependent is enqueued dead, naming it
+    with Queue.connect(dsn, schema) as producer:
+        doomed = producer.enqueue("q", {}, depends_on=[parent])
+    detail = queue.job(doomed)
+    assert detail.status == "dead" and detail.last_error == f"parent {parent} died"
+
+
+def test_pgq_enqueue_as_a_producer(schema: str, login: Login, queue: Queue) -> None:
+    dsn = login("producer")
+    done = cli(dsn, schema, "enqueue", "q", '{"x": 1}', "--priority", "2")
+    assert done.exit_code == 0, done.output
+    [job] = queue.jobs(limit=5)
+    assert queue.job(job.id).payload == {"x": 1}
+
+
+def test_a_producer_reads_no_payload_and_writes_no_lease(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    other = queue.enqueue("billing", {"card": "4242"})
+    with psycopg.connect(login("producer")) as conn:
+        refused(conn, q(schema, "SELECT payload FROM {s}.jobs"))
+        refused(conn, q(schema, "SELECT result FROM {s}.jobs"))
+        refused(conn, q(schema, "SELECT * FROM {s}.jobs"))
+        said = refused(
+            conn,
+            q(schema, "INSERT INTO {s}.jobs (queue, payload, status) VALUES ('q', '{{}}', %s)"),
+            "running",
+        )
+        assert "may not insert a job as running" in said
+        refused(
+            conn,
+            q(schema, "INSERT INTO {s}.jobs (queue, payload, status) VALUES ('q', '{{}}', %s)"),
+            "done",
+        )
+        refused(
+            conn,
+            q(
+                schema,
+                "INSERT INTO {s}.jobs (queue, payload, status, last_error)"
+                " VALUES ('q', '{{}}', 'dead', 'made up')",
+            ),
+        )
+        for column, value in (
+            ("lease_until", "now() + interval '100 years'"),
+            ("fence", "99"),
+            ("attempts", "1"),
+            ("worker", "'me'"),
+            ("id", "1000000"),
+        ):
+            refused(
+                conn,
+                sql.SQL("INSERT INTO {}.jobs (queue, payload, {}) VALUES ('q', '{{}}', {})").format(
+                    sql.Identifier(schema), sql.Identifier(column), sql.SQL(value)
+                ),
+            )
+        # no row lock on any job: with one, the claims would skip every row it holds
+        refused(conn, q(schema, "SELECT id FROM {s}.jobs FOR UPDATE"))
+        refused(conn, q(schema, "SELECT id FROM {s}.jobs FOR KEY SHARE"))
+        refused(conn, q(schema, "UPDATE {s}.jobs SET run_at = now()"))
+        refused(conn, q(schema, "DELETE FROM {s}.jobs"))
+        refused(conn, q(schema, "UPDATE {s}.queue_counts SET done = 0"))
+        refused(conn, q(schema, "SELECT {s}.claim_allowance('q', 1, '{{}}')"))
+        # history only for its own job, as its enqueue writes it
+        refused(
+            conn,
+            q(
+                schema,
+                "INSERT INTO {s}.job_events (job_id, event, fence) VALUES (%s, 'completed', 1)",
+            ),
+            other,
+        )
+    with (
+        Queue.connect(login("producer"), schema) as producer,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        producer.enqueue_copy([JobSpec("q", {})])
+    assert queue.job(other).status == "ready"
+
+
+def test_a_producer_cannot_make_another_queues_job_wait_on_its_own(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    """The break this was filed for: an edge from `shipping`'s child to the producer's job,
+    made afterwards, would count the child off when the producer's job is done."""
+    billing = queue.enqueue("billing", {})
+    child = queue.enqueue("shipping", {}, depends_on=[billing])
+    dsn = login("producer")
+    with Queue.connect(dsn, schema) as producer:
+        mine = producer.enqueue("mine", {})
+    with psycopg.connect(dsn) as conn:
+        said = refused(
+            conn,
+            q(schema, "INSERT INTO {s}.job_deps (child, parent) VALUES (%s, %s)"),
+            child,
+            mine,
+        )
+        assert f"may not add a dependency to job {child}" in said
+        # nor in the transaction of an enqueue of its own: the child must be a job it wrote
+        conn.execute(q(schema, "INSERT INTO {s}.jobs (queue, payload) VALUES ('mine', '{{}}')"))
+        refused(
+            conn,
+            q(schema, "INSERT INTO {s}.job_deps (child, parent) VALUES (%s, %s)"),
+            child,
+            mine,
+        )
+    assert [(d.id, d.status) for d in queue.with_links(queue.job(child)).parents] == [
+        (billing, "ready")
+    ]
+    assert queue.job(child).status == "waiting"
+
+
+# -------------------------------------------------------------------------------- worker
+
+
+async def test_a_worker_runs_its_queues_and_nothing_more(
+    dsn: str, queue: Queue, schema: str, login: Login
+) -> None:
+    """Claims on a limited queue, settles, a workflow, a failure and a retry, a schedule,
+    the registry; then the operator's statements are refused."""
+    worker_dsn = login("worker")
+    queue.set_limit("limq", 1)
+    parent = queue.enqueue("limq", {"n": 0})
+    queue.enqueue_many([JobSpec("limq", {"n": n}) for n in range(1, 5)])
+    queue.enqueue("q", {"then": 1}, depends_on=[parent])
+    failing = queue.enqueue("q", {"fail": True}, max_attempts=2)
+    queue.add_schedule("tick", "q", "* * * * * *", {"tick": 1})
+    seen: list[dict[str, Any]] = []
+
+    def handler(job: Any) -> None:
+        seen.append(job.payload)
+        if job.payload.get("fail"):
+            raise RuntimeError("no")
+        if job.payload.get("tick") and not any(p.get("made") for p in seen):
+            with Queue.connect(worker_dsn, schema) as own:  # a handler enqueues as the worker
+                own.enqueue("q", {"made": True})
+
+    worker = make_worker(worker_dsn, schema, handler, queues=["limq", "q"])
+    async with running(worker):
+        await until(
+            lambda: (
+                any(p.get("made") for p in seen)
+                and queue.job(failing).status == "dead"
+                and len(queue.jobs(status="done", limit=100)) >= 8
+            ),
+            what="the worker's jobs",
+        )
+        assert any(w.queues == ["limq", "q"] for w in queue.workers())
+    assert {"then": 1} in seen
+    with psycopg.connect(worker_dsn) as conn:
+        refused(conn, q(schema, "DELETE FROM {s}.jobs"))
+        refused(conn, q(schema, "UPDATE {s}.queue_settings SET max_running = 100"))
+        refused(conn, q(schema, "SELECT 1 FROM {s}.queue_settings FOR UPDATE"))
+        refused(conn, q(schema, "INSERT INTO {s}.settings (name, value) VALUES ('notify', 'off')"))
+        refused(conn, q(schema, "DELETE FROM {s}.schedules"))
+        refused(conn, q(schema, "UPDATE {s}.jobs SET parents_left = 0"))
+    for args in (
+        ("pause", "q"),
+        ("limit", "q", "9"),
+        ("requeue", str(failing)),
+        ("schedule", "remove", "tick"),
+    ):
+        assert_refused(cli(worker_dsn, schema, *args))
+    del dsn  # the worker's own DSN is all it used
+
+
+# ------------------------------------------------------------------------------ observer
+
+
+def test_an_observer_reads_everything_but_what_jobs_carry(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    job = queue.enqueue("q", {"card": "4242"})
+    dead = queue.enqueue("q", {"x": 1})
+    queue.kill([dead], reason="boom")
+    dsn = login("observer")
+    for args in (
+        ("stats",),
+        ("jobs",),
+        ("errors",),
+        ("latency",),
+        ("health",),
+        ("workers",),
+        ("schedule", "list"),
+        ("stats", "--json"),
+    ):
+        done = cli(dsn, schema, *args)
+        assert done.exit_code == 0, (args, done.output)
+    listed = cli(dsn, schema, "jobs", "--json")
+    assert listed.exit_code == 0 and {r["id"] for r in json.loads(listed.output)} == {job, dead}
+    shown = cli(dsn, schema, "show", str(job))
+    assert_refused(shown)
+    assert "4242" not in shown.output
+    for args in (
+        ("requeue", str(dead)),
+        ("kill", str(job)),
+        ("pause", "q"),
+        ("enqueue", "q", "{}"),
+        ("delete", "--queue", "q"),
+    ):
+        assert_refused(cli(dsn, schema, *args))
+    with psycopg.connect(dsn) as conn:
+        refused(conn, q(schema, "SELECT payload FROM {s}.jobs"))
+        refused(conn, q(schema, "SELECT id FROM {s}.jobs FOR UPDATE"))
+    assert queue.job(job).status == "ready"
+
+
+# ------------------------------------------------------------------------------ operator
+
+
+def test_an_operator_requeues_kills_deletes_and_sets(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    dsn = login("operator")
+    a = queue.enqueue("q", {"a": 1})
+    b = queue.enqueue("q", {"b": 1})
+    for args in (
+        ("show", str(a)),
+        ("kill", str(a)),
+        ("requeue", str(a)),
+        ("pause", "q"),
+        ("resume", "q"),
+        ("limit", "q", "3"),
+        ("schedule", "add", "nightly", "--cron", "0 3 * * *", "--queue", "q"),
+        ("schedule", "run", "nightly"),
+        ("schedule", "remove", "nightly"),
+        ("config", "notify", "edge"),
+        ("kill", str(b)),
+        ("delete", "--queue", "q", "--status", "dead"),
+        ("prune", "--older-than", "1d"),
+        ("stats",),
+    ):
+        done = cli(dsn, schema, *args)
+        assert done.exit_code == 0, (args, done.output)
+    assert queue.job(a).payload == {"a": 1} and queue.job(a).status == "ready"
+    assert queue.settings()["notify"] == "edge"
+    with psycopg.connect(dsn) as conn:
+        refused(
+            conn, q(schema, "INSERT INTO {s}.jobs (queue, payload, id) VALUES ('q', '{{}}', 10)")
+        )
+        refused(conn, q(schema, "DROP TABLE {s}.jobs"))
+
+
+# ------------------------------------------------------------------------ the grants' upkeep
+
+
+def test_migrate_applies_the_grants_again(
+    dsn: str, queue: Queue, schema: str, prefix: str, login: Login
+) -> None:
+    """A grant lost (as a column a later migration adds has none) is back after `migrate`."""
+    dsn_op = login("operator")
+    job = queue.enqueue("q", {"p": 1})
+    role = roles.role_name(schema, "operator", prefix)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("REVOKE SELECT (payload) ON {}.jobs FROM {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
+    with psycopg.connect(dsn_op) as conn:
+        refused(conn, q(schema, "SELECT payload FROM {s}.jobs"))
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        assert migrate(admin, schema) == []
+        assert sorted(r for r, _ in roles.of_schema(admin, schema)) == sorted(
+            roles.role_name(schema, k, prefix) for k in roles.KINDS
+        )
+    with psycopg.connect(dsn_op) as conn:
+        assert conn.execute(
+            q(schema, "SELECT payload FROM {s}.jobs WHERE id = %s"), [job]
+        ).fetchone() == ({"p": 1},)
+
+
+#: Columns no role is granted anything on, on purpose (a table's column not here and granted
+#: to no role fails the test below: a migration that adds a column decides who gets it).
+NOBODY: set[tuple[str, str]] = set()
+
+
+def test_every_column_is_some_roles_or_left_out_on_purpose(
+    dsn: str, schema: str, prefix: str
+) -> None:
+    names = [roles.role_name(schema, k, prefix) for k in roles.KINDS]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT c.relname, a.attname,"
+            " bool_or(has_column_privilege(r, c.oid, a.attname, 'SELECT, INSERT, UPDATE'))"
+            " FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+            " AND NOT a.attisdropped, unnest(%s::text[]) r"
+            " WHERE c.relnamespace = %s::regnamespace AND c.relkind IN ('r', 'p')"
+            " AND NOT c.relispartition GROUP BY 1, 2",
+            [names, schema],
+        ).fetchall()
+    orphans = sorted((t, c) for t, c, any_role in rows if not any_role and (t, c) not in NOBODY)
+    assert orphans == []
+    assert len(rows) > 60
+
+
+def test_only_functions_that_read_nothing_are_publics(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        public = admin.execute(
+            "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = %s::regnamespace"
+            " AND p.prorettype <> 'trigger'::regtype"
+            " AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1",
+            [schema],
+        ).fetchall()
+    assert [name for (name,) in public] == [
+        "error_group",
+        "error_pattern",
+        "job_written_here",
+        "may_write_leases",
+        "written_here",
+    ]
+
+
+def test_roles_cli_prints_creates_and_grants(dsn: str, schema: str) -> None:
+    if (why := _may_create_roles(dsn)) is not None:
+        pytest.skip(why)
+    mine = f"t{secrets.token_hex(5)}"
+    printed = cli(dsn, schema, "roles", "create", "--prefix", mine, "--print")
+    assert printed.exit_code == 0, printed.output
+    assert f'CREATE ROLE "{mine}_producer" NOLOGIN;' in printed.output
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        assert not roles.exists(admin, f"{mine}_producer")  # --print changes nothing
+    try:
+        made = cli(dsn, schema, "roles", "create", "--prefix", mine)
+        assert made.exit_code == 0, made.output
+        assert f"producer: {mine}_producer created" in made.output
+        again = cli(dsn, schema, "roles", "create", "observer", "--prefix", mine)
+        assert again.output.strip() == f"observer: {mine}_observer exists, grants applied again"
+        missing = cli(dsn, schema, "roles", "grant", "producer", f"{mine}_nobody", "--prefix", mine)
+        assert missing.exit_code == 1
+        assert missing.output.strip() == f"pgq: error: role '{mine}_nobody' does not exist"
+        bad = cli(dsn, schema, "roles", "grant", "admin", "x")
+        assert bad.exit_code == 2
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(f"{mine}_app")))
+        granted = cli(dsn, schema, "roles", "grant", "worker", f"{mine}_app", "--prefix", mine)
+        assert granted.output.strip() == f"granted {mine}_worker to {mine}_app"
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert admin.execute(
+                "SELECT pg_has_role(%s, %s, 'MEMBER')", [f"{mine}_app", f"{mine}_worker"]
+            ).fetchone() == (True,)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            for kind in (*roles.KINDS, "app"):
+                if roles.exists(admin, f"{mine}_{kind}"):
+                    drop(admin, f"{mine}_{kind}")
