@@ -29,6 +29,10 @@ from pgq_core import AsyncQueue, Queue
 textual_wait.SLEEP_GRANULARITY = 1 / 200
 textual_wait.SLEEP_IDLE = textual_wait.SLEEP_GRANULARITY / 4
 
+# A worker's transition along an edge its state diagram does not draw raises here, in every
+# worker the tests run (in-process or spawned), instead of being logged (worker/state.py).
+os.environ["PGQ_STRICT_STATES"] = "1"
+
 
 @pytest.fixture(scope="session")
 def pg_home(tmp_path_factory: pytest.TempPathFactory) -> Path:

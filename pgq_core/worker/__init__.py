@@ -19,13 +19,16 @@
 - `dispatch`: claimed jobs onto handler slots, endings and settlements into the ledger, the
   room for the next claim;
 - `step`: one settle-and-claim step (River's producer);
+- `mainloop`: what the worker runs next (an orphan check, the buffer handed back, a step) and
+  how long it waits;
 - `handback`: what the worker holds and will not run, given back at once;
 - `background`: the listener, reaper and scheduler tasks beside the main loop, and its chores;
 - `registry`: the worker's own row in `workers`, beaten every few seconds, gone when it stops;
 - `context`: `JobContext`, what a handler gets: its job, fence, progress, lost lease;
 - `snapshot`: what a worker reports of itself (`Worker.snapshot()`);
 - `signals`: SIGTERM/SIGINT stop a worker, gracefully then at once;
-- `runtime`: the `Worker` state machine that composes them.
+- `state`: the worker's `State`, its legal edges and its one `transition()` (no I/O);
+- `runtime`: the `Worker` that composes them and runs them through its states.
 """
 
 from .context import JobContext

@@ -43,6 +43,35 @@ RETURNED_UNSTARTED = "worker shutdown: not started"
 RETURNED_UNFINISHED = "worker shutdown"
 
 
+class Recovery:
+    """What the next orphan check covers: the jobs a failover left (at the start and after
+    every reconnect) and, after a reconnect or a lost second lane, the orphans."""
+
+    def __init__(self) -> None:
+        self.failover = True
+        self.orphans = False
+        #: the server's timeline at the last check (None: none yet)
+        self.timeline: int | None = None
+
+    @property
+    def due(self) -> bool:
+        return self.failover or self.orphans
+
+    def reconnected(self) -> None:
+        self.failover = self.orphans = True
+
+    def lane_lost(self) -> None:
+        """A step on a lane that broke may have claimed unseen."""
+        self.orphans = True
+
+    async def run(self, call: Call, ledger: Ledger, worker_id: str) -> None:
+        """The check, once no step is in flight; kept due when it could not run."""
+        timeline = await hand_back_orphans(call, ledger, worker_id, self.timeline, self.orphans)
+        if timeline is not None:
+            self.timeline = timeline
+            self.failover = self.orphans = False
+
+
 async def hand_back_orphans(
     call: Call, ledger: Ledger, worker_id: str, timeline: int | None, orphans: bool
 ) -> int | None:

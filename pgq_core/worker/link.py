@@ -43,9 +43,10 @@ from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from .. import ops, session
-from ..cluster import no_primary
+from ..cluster import no_primary, standby_worker
 from ..config import connect_options, first_line, pooled, scrub
-from ..errors import why_unreadable
+from ..errors import PgqError, why_unreadable
+from ..migrate import latest_version
 from ..ops import Op
 from ..session import Failure, adetect_pooler, detect_pooler
 from ..text import printable
@@ -360,3 +361,24 @@ class Lane:
         self._backoff.reset()
         self.statements += len(step)
         return results
+
+
+async def open_checked(link: Link, dsn: str, schema: str, burst: bool) -> None:
+    """Open `link` and check the schema's version; a burst worker's server must not be a
+    standby (nothing there can be claimed). Raises PgqError in the operator's words."""
+    try:
+        await link.open()
+    except psycopg.OperationalError as exc:
+        raise PgqError(f"database unavailable: {scrub(first_line(str(exc)), dsn)}") from None
+    try:
+        await link.call(ops.require_schema(latest_version(), schema))
+    except Refused as exc:  # in the operator's words, never the class's name
+        raise PgqError(f"permission denied: {exc}") from None
+    except DataFault as exc:
+        raise PgqError(f"database error: {exc}") from None
+    except (Disconnected, Transient) as exc:
+        raise PgqError(f"database unavailable: {exc}") from None
+    if burst:
+        (role,) = await link.call(ops.server_role())
+        if role.standby:
+            raise PgqError(standby_worker(role))
