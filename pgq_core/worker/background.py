@@ -55,6 +55,7 @@ class Background:
     async def stop(self, timeout: float) -> None:
         if self._chores:
             await asyncio.wait(self._chores, timeout=timeout)
-        for task in [*self._tasks, *self._chores]:
+        every = [*self._tasks, *self._chores]
+        for task in every:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*every, return_exceptions=True)
