@@ -255,3 +255,58 @@ def dashboard(dsn: str, schema: str, *, refresh: float = 0.2, **kwargs: Any) -> 
     app = make_app(dsn, schema, "test-db", refresh=refresh, **kwargs)
     app.animation_level = "none"
     return app
+
+
+# -- the worker's parts without a database: a fake `call` ------------------------------------
+
+
+def fake_job(job_id: int, fence: int = 1, queue: str = "q", payload: Any = None) -> Any:
+    """A claimed `Job` as the worker's parts get it (attempt 1 of 5)."""
+    from datetime import UTC, datetime
+
+    from pgq_core.models import Job
+
+    return Job(job_id, queue, payload or {}, fence, 1, 5, datetime.now(UTC))
+
+
+def row(**columns: Any) -> Any:
+    """One row of a `named` op (read by column name)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**columns)
+
+
+def claimed_row(job_id: int, fence: int = 1, queue: str = "q") -> Any:
+    """A row of `settle_complete_and_claim` for a job it claimed."""
+    job = fake_job(job_id, fence, queue)
+    return row(outcome="claimed", trace=None, **{
+        k: getattr(job, k)
+        for k in ("id", "queue", "payload", "fence", "attempts", "max_attempts", "lease_until")
+    })
+
+
+class FakeCall:
+    """The worker's `call` without a database: each step's ops are recorded in `steps`, and
+    each op is answered with the rows `answers[op.name]` gives (rows, or a function of the op
+    that returns rows or raises), read by the op's own `read`."""
+
+    def __init__(self, default: Any = (), **answers: Any) -> None:
+        """`default`: the answer to every other op."""
+        self.answers = answers
+        self.default = default
+        self.steps: list[tuple[Any, ...]] = []
+
+    async def __call__(self, *step: Any) -> list[Any]:
+        self.steps.append(step)
+        results = []
+        for op in step:
+            answer = self.answers.get(op.name, self.default)
+            if callable(answer):
+                answer = answer(op)
+            results.append(op.read(answer))
+        return results
+
+    @property
+    def names(self) -> list[list[str]]:
+        """The ops' names, step by step."""
+        return [[op.name for op in step] for step in self.steps]
