@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import click
+import psycopg
 from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.table import Table
@@ -300,7 +301,11 @@ def show_command(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> 
         if as_json:
             echo_json(with_read_from(q.job(job_id).to_dict(), role))
             return
-        found = q.run(ops.job_preview(job_id, 2**31 - 1 if full else SHOW_CHARS))
+        chars = 2**31 - 1 if full else SHOW_CHARS
+        try:
+            found = q.run(ops.job_preview(job_id, chars))
+        except psycopg.errors.InsufficientPrivilege:  # pgq's observer role reads no payload
+            found = q.run(ops.job_preview(job_id, chars, readable=False))
         if found is None:
             raise JobNotFound(job_id)
         detail, preview = found
@@ -385,7 +390,14 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
             )
         fields.add_row("result", output.text(shown, multiline=True))
     console.print(fields)
-    if preview.complete:
+    if not preview.readable:
+        console.print(
+            Text.assemble(
+                ("payload", "bold"),
+                " (and result) not shown: this login may not read them (pgq's observer role)",
+            )
+        )
+    elif preview.complete:
         console.print(Text("payload", style="bold"))
     else:
         console.print(
@@ -395,7 +407,9 @@ def _print_detail(d: JobDetail, preview: PayloadPreview) -> None:
                 f" the first {output.size(len(preview.text))} shown, --full shows all)",
             )
         )
-    if len(preview.text) > SHOW_CHARS:
+    if not preview.readable:
+        pass
+    elif len(preview.text) > SHOW_CHARS:
         console.file.flush()
         click.echo(printable(preview.text, multiline=True))
     else:

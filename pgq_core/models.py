@@ -499,10 +499,15 @@ class PruneReport:
 
 @dataclass(frozen=True)
 class PayloadPreview:
-    """The first `chars` characters of a payload's JSON text, and its whole size in bytes."""
+    """The first `chars` characters of a payload's JSON text, and its whole size in bytes
+    (-1: the role may not read payloads)."""
 
     text: str
     size: int
+
+    @property
+    def readable(self) -> bool:
+        return self.size >= 0
 
     @property
     def complete(self) -> bool:

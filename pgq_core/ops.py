@@ -1036,9 +1036,12 @@ def session_limits(
     )
 
 
-def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] | None]:
+def job_preview(
+    job_id: int, chars: int, readable: bool = True
+) -> Op[tuple[JobDetail, PayloadPreview] | None]:
     """The job without its payload (`payload` is None) and a bounded preview of it; its
-    last_error cut to `chars` characters too."""
+    last_error cut to `chars` characters too. `readable` False: for a role that may not read
+    payloads and results, which are then left out (the preview's `readable` is False)."""
 
     def read(rows: Rows) -> tuple[JobDetail, PayloadPreview] | None:
         if not rows:
@@ -1048,6 +1051,8 @@ def job_preview(job_id: int, chars: int) -> Op[tuple[JobDetail, PayloadPreview] 
         job = replace(job, last_error_truncated=cut_bytes(job.last_error, job.last_error_bytes))
         return job, PayloadPreview(str(text), int(size))
 
+    if not readable:
+        return Op("job_preview_unread", {"id": job_id, "chars": chars}, read)
     return Op("job_preview", {"id": job_id, "chars": chars}, read)
 
 

@@ -47,6 +47,7 @@ from pgq_core.config import (
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health, ServerRole
 from pgq_core.session import adetect_pooler, is_pooler_error
+from pgq_core.text import first_line
 
 APPLICATION_NAME = "pgq-dashboard"
 
@@ -227,6 +228,9 @@ class PgSource:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self._forget(queue)
             raise self._disconnected(exc) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # a login whose pgq role may not read or do this (an observer and a payload)
+            raise PgqError(f"permission denied: {first_line(str(exc))}") from None
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             # a standby (or a primary since demoted): the next call looks for the writable host
             await self._forget(queue)

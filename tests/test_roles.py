@@ -7,9 +7,13 @@ are dropped after it."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,9 +23,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from support import ENV, make_worker, running, until
 
-from pgq_core import JobSpec, Queue, migrate, roles
+from pgq_core import JobSpec, PgqError, Queue, migrate, roles
+from pgq_core.exporter import QueueCollector
+from pgq_tui.source import PgSource
 
 Login = Callable[[str], str]
+TESTS = Path(__file__).parent
 
 
 def _may_create_roles(dsn: str) -> str | None:
@@ -297,6 +304,30 @@ async def test_a_worker_runs_its_queues_and_nothing_more(
     del dsn  # the worker's own DSN is all it used
 
 
+def test_pgq_worker_runs_as_a_worker_and_keeps_the_partitions(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    """The command itself, in its own process: schema checks, registry, LISTEN, burst."""
+    dsn = login("worker")
+    ids = queue.enqueue_many([JobSpec("q", {"n": n}) for n in range(3)])
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+    )
+    env.pop("PGQ_DSN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgq_cli", "--dsn", dsn, "--schema", schema, "worker", "q",
+         "--handler", "handlers_for_tests:noop", "--burst"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "permission denied" not in done.stderr and "could not" not in done.stderr
+    assert {queue.job(i).status for i in ids} == {"done"}
+    with Queue.connect(dsn, schema) as worker:  # as its reaper does, with the owner's rights
+        days = worker.ensure_partitions(ahead=10)
+    assert days and {d.outcome for d in days} <= {"created", "exists"}
+
+
 # ------------------------------------------------------------------------------ observer
 
 
@@ -321,9 +352,11 @@ def test_an_observer_reads_everything_but_what_jobs_carry(
         assert done.exit_code == 0, (args, done.output)
     listed = cli(dsn, schema, "jobs", "--json")
     assert listed.exit_code == 0 and {r["id"] for r in json.loads(listed.output)} == {job, dead}
-    shown = cli(dsn, schema, "show", str(job))
-    assert_refused(shown)
+    shown = cli(dsn, schema, "show", str(job))  # everything but the payload, and why
+    assert shown.exit_code == 0, shown.output
+    assert "not shown: this login may not read them" in shown.output
     assert "4242" not in shown.output
+    assert_refused(cli(dsn, schema, "show", str(job), "--json"))
     for args in (
         ("requeue", str(dead)),
         ("kill", str(job)),
@@ -336,6 +369,30 @@ def test_an_observer_reads_everything_but_what_jobs_carry(
         refused(conn, q(schema, "SELECT payload FROM {s}.jobs"))
         refused(conn, q(schema, "SELECT id FROM {s}.jobs FOR UPDATE"))
     assert queue.job(job).status == "ready"
+
+
+async def test_an_observer_scrapes_metrics_and_runs_the_dashboards_reads(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    job = queue.enqueue("q", {"card": "4242"})
+    dsn = login("observer")
+    collector = QueueCollector(lambda: psycopg.connect(dsn, autocommit=True), schema)
+    try:
+        families = {m.name: m for m in collector.collect()}
+    finally:
+        collector.close()
+    assert families["pgq_up"].samples[0].value == 1
+    assert {(s.labels["queue"], s.labels["status"]): s.value for s in families["pgq_jobs"].samples}[
+        ("q", "ready")
+    ] == 1
+    source = PgSource(dsn, schema)
+    try:
+        assert [s.queue for s in await source.stats()] == ["q"]
+        assert [j.id for j in await source.jobs("q", None, 10)] == [job]
+        with pytest.raises(PgqError, match=r"^permission denied: permission denied for table jobs"):
+            await source.job(job)  # the job screen's alert line: it shows the payload
+    finally:
+        await source.close()
 
 
 # ------------------------------------------------------------------------------ operator

@@ -145,6 +145,18 @@ SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_unt
  CROSS JOIN LATERAL (SELECT payload::text AS text OFFSET 0) AS p
  WHERE id = %(id)s;
 
+-- name: job_preview_unread
+-- `job_preview` for a role that may not read payloads or results (pgq's observer role): the
+-- same columns, those two NULL and the preview's size -1.
+SELECT id, queue, status, NULL::jsonb, run_at, attempts, max_attempts, lease_until, fence,
+       pg_catalog.substr(last_error, 1, %(chars)s::int), queued_at, worker, claimed_at,
+       extract(epoch FROM lease_length)::float8, finished_at, priority, NULL::jsonb, unique_key,
+       pg_catalog.octet_length(last_error),
+       progress_done, progress_total, progress_note, progress_at,
+       ''::text, -1::bigint
+  FROM {schema}.jobs
+ WHERE id = %(id)s;
+
 -- name: queue_has_jobs
 -- Whether a queue has a job (ready, running or dead: each through its partial index) or had
 -- one completed (queue_counts keeps its row after a prune). A paused or limited queue may have
