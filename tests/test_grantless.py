@@ -1,6 +1,7 @@
 """Nothing a login without a single grant on the queue can do stalls a queue: the limited
-queues' claims serialize on their settings row, which only a role granted SELECT and UPDATE
-on it can lock, never on an advisory lock whose key anyone can compute."""
+queues' claims serialize on their settings row, which only a role granted UPDATE on it or
+EXECUTE on claim_allowance (pgq's worker role) can lock, never on an advisory lock whose key
+anyone can compute."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ async def test_a_grantless_login_cannot_stall_a_limited_queue(
                 )
             )
         holder.rollback()
+        for locking in (  # each locks rows with the owner's rights: not the stranger's to run
+            "SELECT {}.claim_allowance('limq', 1, '{{}}')",
+            "SELECT * FROM {}.workflow_parents(ARRAY(SELECT generate_series(1, 40)::bigint))",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                holder.execute(sql.SQL(locking).format(sql.Identifier(schema)))
+            holder.rollback()
         holder.execute("SELECT pg_advisory_lock(%s, hashtext('limq'))", [oid[0]])
         worker = make_worker(dsn, schema, lambda job: None, queues=["limq", "freeq"])
         async with running(worker):
