@@ -260,8 +260,9 @@ def enqueue_job(
     """`enqueue_one` for one job without a unique key or dependencies, checked as `JobSpec`s
     are (ValueError): what `Queue.enqueue` sends, without a spec, a flow or its arrays (they
     cost a one-job enqueue ~30 us of Python). `alone`: the statement is its own transaction
-    (autocommit), so `enqueue_one_then_notify` leaves an `always` NOTIFY to the caller, who
-    sends `notify_committed` for the queue it answers once the statement has returned."""
+    (autocommit), so `enqueue_one_then_notify` decides its NOTIFY itself (no trigger fires)
+    and leaves it to the caller, who sends `notify_committed` for the queue it answers once
+    the statement has returned."""
     check_new_queue_name(queue)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")

@@ -167,3 +167,37 @@ async def test_async_always_notifies_after_the_commit(aqueue: AsyncQueue, dsn: s
         await aqueue.enqueue("a", {})
         await aqueue.enqueue("b", {})
         assert [n.payload for n in ears.notifies(timeout=0.4)] == ["a", "b"]
+
+
+def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue) -> None:
+    """Version 32: `Queue.enqueue` alone in its transaction decides its NOTIFY itself, so the
+    jobs INSERT trigger does not fire for it; a batch, an enqueue in the caller's transaction
+    and an application's own INSERT fire it as before (counted by the server's function
+    statistics, flushed by the backend that ran them)."""
+    own = queue.conn
+    if own.info.server_version < 150000:
+        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+    own.execute("SET track_functions = 'pl'")
+    count = sql.SQL(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        " WHERE schemaname = %s AND funcname = 'jobs_after_change'"
+    )
+
+    def calls() -> int:
+        own.execute("SELECT pg_stat_force_next_flush()")
+        row = own.execute(count, [queue.schema]).fetchone()
+        return int(row[0]) if row else 0
+
+    before = calls()
+    for _ in range(5):
+        queue.enqueue("n", {})
+    assert calls() == before, "an autocommit enqueue fires no trigger"
+    queue.enqueue_many([JobSpec("n", {}), JobSpec("n", {})])
+    with own.transaction():
+        queue.enqueue("n", {}, conn=own)
+    own.execute(
+        sql.SQL("INSERT INTO {}.jobs (queue, payload) VALUES ('n', '{{}}')").format(
+            sql.Identifier(queue.schema)
+        )
+    )
+    assert calls() == before + 3

@@ -5,20 +5,35 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
 
 -- name: enqueue_one_then_notify
--- `enqueue_one` as a transaction of its own (autocommit), leaving an `always` NOTIFY to the
--- producer (pgq.notify_after_commit, read by the jobs trigger; migration 25). Rows: (id, the
--- queue to notify once this commits, or NULL: not due, or the setting is not `always`).
-WITH later AS (SELECT pg_catalog.set_config('pgq.notify_after_commit', 'on', true))
-INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                           backoff_cap, trace)
-SELECT %(queue)s::text, %(payload)s::jsonb,
-       coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
-       %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
-       %(backoff_cap)s::float8, %(trace)s::jsonb
-  FROM later
-RETURNING id, CASE WHEN run_at <= now() AND coalesce((SELECT value FROM {schema}.settings
-                                                      WHERE name = 'notify'), 'always') = 'always'
-                   THEN queue END;
+-- `enqueue_one` as a transaction of its own (autocommit) that decides its NOTIFY itself: it
+-- sets pgq.enqueue_decided for its transaction, so the jobs INSERT trigger does not fire
+-- (migration 32), and the producer sends the NOTIFY it returns once this has committed
+-- (`notify_committed`). Rows: (id, the queue to notify, or NULL: the job is not due, the
+-- setting is `off`, or it is `edge` and the queue had another due ready job). The probe runs
+-- in this statement's snapshot, which holds no row of its own: any due ready job it finds
+-- was there before, as the trigger's count of more than its own rows found.
+WITH decided AS (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)),
+job AS (
+  INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                             backoff_cap, trace)
+  SELECT %(queue)s::text, %(payload)s::jsonb,
+         coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+         %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+         %(backoff_cap)s::float8, %(trace)s::jsonb
+    FROM decided
+  RETURNING id, queue, run_at
+)
+SELECT job.id,
+       CASE WHEN job.run_at <= now() THEN
+         CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
+           WHEN 'always' THEN job.queue
+           WHEN 'edge' THEN CASE WHEN NOT EXISTS (
+                                   SELECT 1 FROM {schema}.jobs j
+                                    WHERE j.queue = job.queue AND j.status = 'ready'
+                                      AND j.run_at <= now()) THEN job.queue END
+         END
+       END
+  FROM job;
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
