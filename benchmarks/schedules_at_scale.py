@@ -5,9 +5,12 @@ python benchmarks/schedules_at_scale.py DSN [--schedules 2000] [--cron '*/5 * * 
 
 Makes a throwaway schema with SCHEDULES schedules of CRON, starts WORKERS real `pgq worker`
 processes (no-op handler) for SECONDS, then prints for the slots due in the window: how many
-were enqueued of how many expected, the lateness of each (the job's queued_at less its slot)
-at p50, p99 and max, the CPU each worker used (user + system, from /proc) per second of wall
-time, and the lines the workers logged at INFO and WARNING.
+were enqueued of how many expected, the lateness of each at p50, p99 and max (ready: when its
+job could first be claimed, the later of its queued_at and run_at, less its slot; a slot
+enqueued ahead is ready at its slot; claimed: when a worker took it, less its slot), how far
+ahead of its slot each was inserted, the CPU each worker used (user + system, from /proc) per
+second of wall time, the lines the workers logged at INFO and WARNING, and the load average
+(the machine may be shared: compare figures of one run, or runs at the same load).
 """
 
 from __future__ import annotations
@@ -62,34 +65,49 @@ def main(dsn: str, schedules: int, cron: str, workers: int, seconds: float) -> N
             logs.append(p.communicate(timeout=60)[1])
         rows = conn.execute(
             sql.SQL(
-                "SELECT unique_key, extract(epoch FROM queued_at) FROM {}.jobs"
-                " WHERE queue = 'sched'"
+                "SELECT unique_key, extract(epoch FROM GREATEST(queued_at, run_at)),"
+                " extract(epoch FROM queued_at), extract(epoch FROM claimed_at)"
+                " FROM {}.jobs WHERE queue = 'sched'"
             ).format(sql.Identifier(schema))
         ).fetchall()
-    late = []
-    for key, queued in rows:
+    late, claimed_late, ahead = [], [], []
+    for key, ready, queued, claimed in rows:
         slot = datetime.fromisoformat(str(key).split(":", 2)[2])
         if began + timedelta(seconds=3) <= slot <= ended - timedelta(seconds=3):
-            late.append(float(queued) - slot.timestamp())
+            late.append(float(ready) - slot.timestamp())
+            ahead.append(slot.timestamp() - float(queued))
+            if claimed is not None:
+                claimed_late.append(float(claimed) - slot.timestamp())
     expected_slots = 0
     at = next_slot(cron, began + timedelta(seconds=3) - timedelta(microseconds=1))
     while at is not None and at <= ended - timedelta(seconds=3):
         expected_slots += 1
         at = next_slot(cron, at)
-    late.sort()
+    for figures in (late, claimed_late, ahead):
+        figures.sort()
 
-    def pct(p: float) -> float:
-        return late[min(len(late) - 1, int(p * len(late)))] if late else float("nan")
+    def pct(p: float, figures: list[float] | None = None) -> float:
+        figures = late if figures is None else figures
+        return figures[min(len(figures) - 1, int(p * len(figures)))] if figures else float("nan")
 
     text = "".join(logs)
     print(f"schedules {schedules} of {cron!r}, {workers} workers, {seconds:g} s")
     print(f"slots in the window: {len(late)} enqueued of {expected_slots * schedules} expected")
     print(f"lateness s: p50 {pct(0.5):.3f}  p99 {pct(0.99):.3f}  max {late[-1] if late else 0:.3f}")
+    print(
+        f"claimed after slot s: p50 {pct(0.5, claimed_late):.3f}  "
+        f"p99 {pct(0.99, claimed_late):.3f}  ({len(claimed_late)} claimed)"
+    )
+    print(
+        f"inserted ahead of slot s: p50 {pct(0.5, ahead):.3f}  min {pct(0.0, ahead):.3f}  "
+        f"max {pct(1.0, ahead):.3f}"
+    )
     print("CPU per worker (cores): " + ", ".join(f"{c / seconds:.3f}" for c in cpu))
     print(f"lines: INFO {text.count(' INFO ')}, WARNING {text.count(' WARNING ')}")
     warnings = [line for line in text.splitlines() if " WARNING " in line]
     for line in warnings[:3]:
         print("  " + line[:160])
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -1147,10 +1147,12 @@ def run_schedule(name: str) -> Op[int | None]:
     return Op("run_schedule", {"name": name}, lambda rows: int(rows[0][0]) if rows else None)
 
 
-def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | None]:
+def enqueue_due_slot(
+    name: str, slot: datetime, worker: str | None, ahead: timedelta = timedelta(0)
+) -> Op[int | None]:
     """Enqueue `slot` of schedule `name` unless it (or a later slot) already was: the new job's
     id, or None. Safe from any number of workers at once; never waits on a lock."""
-    batch = enqueue_due_slots([(name, slot)], worker)
+    batch = enqueue_due_slots([(name, slot)], worker, ahead)
     return Op(
         batch.name,
         batch.params,
@@ -1159,7 +1161,7 @@ def enqueue_due_slot(name: str, slot: datetime, worker: str | None) -> Op[int | 
 
 
 def enqueue_due_slots(
-    slots: Sequence[tuple[str, datetime]], worker: str | None
+    slots: Sequence[tuple[str, datetime]], worker: str | None, ahead: timedelta = timedelta(0)
 ) -> Op[list[tuple[str, datetime, int | None]]]:
     """Enqueue each (schedule name, slot) unless it (or a later slot) already was, in one
     statement: (name, slot, new job id or None) per slot advanced; a slot another worker
@@ -1173,6 +1175,7 @@ def enqueue_due_slots(
             "slots": [s for _, s in slots],
             "keys": [slot_key(n, s) for n, s in slots],
             "worker": worker,
+            "ahead": ahead,
         },
         lambda rows: [(str(r[0]), r[1], None if r[2] is None else int(r[2])) for r in rows],
     )

@@ -49,14 +49,15 @@ def _released(q: Queue, job_id: int) -> list[str]:
     return [e.detail or "" for e in q.history(job_id) if e.event == "released"]
 
 
+@pytest.mark.parametrize("isolation", ["serializable", "repeatable read"])
 async def test_a_heartbeat_conflict_under_serializable_costs_no_attempt(
-    own_database: str, caplog: pytest.LogCaptureFixture
+    own_database: str, caplog: pytest.LogCaptureFixture, isolation: str
 ) -> None:
     """The documented exactly-once pattern (a side effect and `job.complete(conn)` in one
-    transaction) under serializable: the worker's heartbeat renews the lease after the
-    transaction's snapshot, so its completion fails with 40001. The job is handed back, not
-    charged, and the second run commits the effect once."""
-    _prepare(own_database, default_transaction_isolation="serializable")
+    transaction) under serializable or repeatable read: the worker's heartbeat renews the
+    lease after the transaction's snapshot, so its completion fails with 40001. The job is
+    handed back, not charged, and the second run commits the effect once."""
+    _prepare(own_database, default_transaction_isolation=isolation)
     runs: list[int] = []
 
     def handler(job: JobContext) -> None:

@@ -49,14 +49,21 @@ def test_add_list_run_remove(queue: Queue) -> None:
     )
     (s,) = queue.list_schedules()
     assert (s.name, s.queue, s.cron, s.payload, s.max_attempts) == (
-        "digest", "emails", "0 * * * *", {"kind": "hourly"}, 3
+        "digest",
+        "emails",
+        "0 * * * *",
+        {"kind": "hourly"},
+        3,
     )
     assert s.last_slot is None and s.next_slot is not None
     assert s.next_slot > datetime.now(UTC) and s.next_slot.minute == 0
     job_id = queue.run_schedule("digest")
     job = queue.job(job_id)
     assert (job.queue, job.payload, job.max_attempts, job.unique_key) == (
-        "emails", {"kind": "hourly"}, 3, None
+        "emails",
+        {"kind": "hourly"},
+        3,
+        None,
     )
     assert "run now" in (job.history[0].detail or "")
     queue.remove_schedule("digest")
@@ -68,8 +75,12 @@ def test_add_list_run_remove(queue: Queue) -> None:
 
 @pytest.mark.parametrize(
     ("cron", "fragment"),
-    [("* * *", "bad cron expression"), ("61 * * * *", "bad cron"), ("", "empty"),
-     ("0 0 30 2 *", "bad cron")],
+    [
+        ("* * *", "bad cron expression"),
+        ("61 * * * *", "bad cron"),
+        ("", "empty"),
+        ("0 0 30 2 *", "bad cron"),
+    ],
 )
 def test_bad_cron_is_refused(queue: Queue, cron: str, fragment: str) -> None:
     with pytest.raises(PgqError, match=fragment):
@@ -118,7 +129,9 @@ async def test_missed_slots_are_skipped_except_the_latest(dsn: str, schema: str)
         q.add_schedule("minutely", "other", "* * * * *")
         backdate(q, "minutely", 3600)  # an hour of slots passed with no worker running
     second = datetime.now(UTC).second
-    if second >= 52:  # a minute turning during the test brings a slot of its own, no missed one
+    # a minute turning during the test (or close enough to be enqueued ahead) brings a slot of
+    # its own, no missed one
+    if second >= 60 - scheduler.AHEAD - 8:
         await asyncio.sleep(61 - second)
     worker = make_worker(dsn, schema, lambda ctx: None, queues=["q"])
     task = asyncio.create_task(worker.run())
@@ -197,10 +210,12 @@ async def run_workers(dsn: str, schema: str, skews: list[timedelta], seconds: fl
 
 
 def slot_times(queue: Queue, name: str) -> list[tuple[datetime, datetime]]:
-    """(slot, queued_at) of each slot job, by slot."""
+    """(slot, when it could first be claimed) of each slot job, by slot: its enqueue, or its
+    run_at for a slot enqueued ahead of its time."""
     rows = queue.conn.execute(
         sql.SQL(
-            "SELECT unique_key, queued_at FROM {}.jobs WHERE unique_key LIKE %s ORDER BY 1"
+            "SELECT unique_key, GREATEST(queued_at, run_at) FROM {}.jobs"
+            " WHERE unique_key LIKE %s ORDER BY 1"
         ).format(sql.Identifier(queue.schema)),
         [f"schedule:{name}:%"],
     ).fetchall()
@@ -225,7 +240,8 @@ async def test_a_worker_75s_ahead_enqueues_the_minutes_slot_once(dsn: str, schem
         await run_workers(dsn, schema, [timedelta(seconds=75)], 3.0)
         ended = database_now(q)
         slots = slot_times(q, "minutely")
-    minutes = {began.replace(second=0, microsecond=0), ended.replace(second=0, microsecond=0)}
+    ahead = ended + timedelta(seconds=scheduler.AHEAD)  # the next minute may be enqueued ahead
+    minutes = {t.replace(second=0, microsecond=0) for t in (began, ended, ahead)}
     assert slots, "no slot enqueued"
     assert slots[0][0] == began.replace(second=0, microsecond=0)
     assert {slot for slot, _ in slots} <= minutes and len(slots) == len({s for s, _ in slots})
@@ -293,3 +309,38 @@ def test_schedule_list_is_bounded_and_paged(queue: Queue, pgq: Pgq) -> None:
     assert seen == [f"n{i:03d}" for i in range(1, 251)]
     shown = pgq("schedule", "list", "--json", "--limit", "5", "--after", "n100")
     assert [s["name"] for s in json.loads(shown.output)] == [f"n{i}" for i in range(101, 106)]
+
+
+@pytest.mark.slow
+async def test_a_slot_is_enqueued_ahead_and_claimed_at_its_time(dsn: str, schema: str) -> None:
+    """A slot's job is inserted up to AHEAD (here half the 10 s period: 5 s) before its slot
+    with run_at at the slot, so no claim takes it early; at the slot the scheduler wakes the
+    worker's claim loop, which a 60 s poll would otherwise leave idle."""
+    done: list[int] = []
+    with Queue.connect(dsn, schema) as q:
+        # made just after a slot: its first slot is 9.5 s away and enqueued 5 s before it
+        await asyncio.sleep((10.5 - database_now(q).timestamp() % 10) % 10)
+        q.add_schedule("ten", "tens", "*/10 * * * * *")
+        worker = make_worker(dsn, schema, lambda ctx: done.append(ctx.id), queues=["tens"],
+                             poll_interval=60.0)  # fmt: skip
+        task = asyncio.create_task(worker.run())
+        try:
+            await until(lambda: q.jobs(), timeout=20, what="a slot job")
+            (job,) = q.jobs()
+            slot = datetime.fromisoformat(str(q.job(job.id).unique_key).split(":", 2)[2])
+            row = q.conn.execute(
+                sql.SQL(
+                    "SELECT queued_at, run_at, clock_timestamp() FROM {}.jobs WHERE id = %s"
+                ).format(sql.Identifier(schema)),
+                [job.id],
+            ).fetchone()
+            assert row is not None
+            queued_at, run_at, db_now = row
+            assert run_at == slot and queued_at < slot, (queued_at, run_at, slot)
+            assert db_now < slot  # still ahead of it
+            assert q.claim("tens", 1) == []  # not claimable before its slot
+            await until(lambda: job.id in done, timeout=30, what="the slot's job run")
+            assert database_now(q) >= slot
+        finally:
+            worker.stop(immediately=True)
+            await asyncio.wait_for(task, 30)

@@ -307,20 +307,24 @@ SELECT name, cron, created_at, last_slot FROM {schema}.schedules ORDER BY name;
 -- name: enqueue_due_slots
 -- Each (name, slot) due: `last_slot` advances to it and its job is inserted, in one statement,
 -- so a slot is enqueued once whatever the workers (a row another holds is skipped: a later
--- pass sees it). A slot before its schedule or past the clock is refused; the unique key
--- `schedule:<name>:<slot>` guards it too. Rows: (name, slot, new id or NULL) per slot advanced.
+-- pass sees it). A slot may be enqueued up to `ahead` before it is due: its job's run_at is the
+-- slot, so it is claimed no earlier. A slot before its schedule or later than the clock plus
+-- `ahead` is refused; the unique key `schedule:<name>:<slot>` guards it too.
+-- Rows: (name, slot, new id or NULL) per slot advanced.
 WITH due AS (
   SELECT name, i.slot, i.key FROM {schema}.schedules s
     JOIN ROWS FROM (pg_catalog.unnest(%(names)s::text[]), pg_catalog.unnest(%(slots)s::timestamptz[]),
                     pg_catalog.unnest(%(keys)s::text[])) AS i (name, slot, key) USING (name)
    WHERE (s.last_slot IS NULL OR s.last_slot < i.slot)
-     AND i.slot >= s.created_at AND i.slot <= pg_catalog.now() FOR UPDATE OF s SKIP LOCKED
+     AND i.slot >= s.created_at AND i.slot <= pg_catalog.now() + %(ahead)s::interval
+     FOR UPDATE OF s SKIP LOCKED
 ), advanced AS (
   UPDATE {schema}.schedules s SET last_slot = due.slot FROM due WHERE s.name = due.name
   RETURNING s.name, s.queue, s.payload, s.max_attempts, due.slot, due.key
 ), new_jobs AS (
-  INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key)
-  SELECT queue, payload, max_attempts, key FROM advanced
+  INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key, run_at)
+  SELECT queue, payload, max_attempts, key, GREATEST(slot, pg_catalog.now())
+    FROM advanced
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
   DO NOTHING RETURNING id, fence, unique_key
 ), history AS (

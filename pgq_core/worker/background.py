@@ -36,12 +36,16 @@ class Background:
         reap_interval: float,
         worker_id: str,
         beat: Coroutine[Any, Any, None] | None = None,
+        on_due: Callable[[], None] | None = None,
     ) -> None:
-        """`beat`: the worker's row kept in `workers` (registry.py)."""
+        """`beat`: the worker's row kept in `workers` (registry.py); `on_due`: told when schedule
+        slots enqueued ahead come due (their NOTIFY came early)."""
         self._tasks = [
             asyncio.create_task(heart.after_first_beat(listener)),
             asyncio.create_task(reap_forever(call, reap_interval, worker_id)),
-            asyncio.create_task(schedule_forever(call, worker_id, counts=self.slots)),
+            asyncio.create_task(
+                schedule_forever(call, worker_id, counts=self.slots, on_due=on_due)
+            ),
         ]
         if beat is not None:
             self._tasks.append(asyncio.create_task(beat))

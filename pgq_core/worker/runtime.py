@@ -269,7 +269,9 @@ class Worker:
             beat = beat_forever(
                 link.call, self.id, self.queues, self.concurrency, self._beat_counts
             )
-            self._background.start(heart, hints, link.call, self.reap_interval, self.id, beat)
+            self._background.start(
+                heart, hints, link.call, self.reap_interval, self.id, beat, on_due=self._on_hint
+            )
             self._registered = True
             try:
                 await main.run()

@@ -21,8 +21,14 @@ Invariants:
   reply, so the corrected clock runs behind the database's by at most the reply's way back
   (a slot is that much late, never early); the database still refuses a slot later than its
   own clock.
-- A pass wakes just after the next slot of any schedule, and at least every `interval`
-  seconds, so new schedules are seen within one interval and a 1-second schedule loses no slot.
+- A slot's job is enqueued up to `AHEAD` seconds before the slot (at most half the schedule's
+  period ahead, so one slot at a time), with its run_at at the slot: thousands of slots due at
+  one instant are inserted before it, and none is claimed before it. The database refuses a
+  slot later than its clock plus AHEAD.
+- A pass wakes at the latest when the next slot of any schedule may be enqueued, and just
+  after a slot enqueued ahead comes due, when it tells the worker's claim loop (`on_due`: the
+  jobs' NOTIFY came before they were due); at least every `interval` seconds, so new schedules
+  are seen within one interval and a 1-second schedule loses no slot.
 """
 
 from __future__ import annotations
@@ -46,8 +52,13 @@ log = logging.getLogger("pgq.worker")
 #: Seconds between passes at most, and the most a pass waits after a slot starts.
 INTERVAL = 1.0
 SLOT_DELAY = 0.05
+#: Seconds between passes at least (a row another worker holds is not asked for in a spin).
+MIN_GAP = 0.02
 #: Due slots enqueued per statement (one round trip each).
 SLOTS_PER_STATEMENT = 1000
+#: Seconds before its slot a slot's job may be enqueued (run_at at the slot); at most half
+#: the schedule's period.
+AHEAD = 10.0
 #: The most missed slots of one schedule counted in one pass (a line says "at least"), and
 #: the most cron evaluations one pass spends counting (about 0.15 ms each).
 MISSED_COUNTED = 1000
@@ -70,10 +81,12 @@ class SlotCounts:
 
 @dataclass
 class _Pending:
-    """A schedule as last read, and its first slot not yet enqueued (None: never again)."""
+    """A schedule as last read, its first slot not yet enqueued (None: never again), and
+    when that slot may be enqueued (`_Slots.opens`)."""
 
     row: tuple[str, datetime, datetime | None]
     first: datetime | None
+    opens: datetime | None
 
 
 class _Slots:
@@ -83,6 +96,7 @@ class _Slots:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self._next: dict[tuple[str, datetime], datetime | None] = {}
+        self._opens: dict[tuple[str, datetime], datetime] = {}
         self._latest: dict[str, datetime | None] = {}
         #: cron evaluations counting missed slots may still cost this pass
         self.budget = MISSED_BUDGET
@@ -92,6 +106,16 @@ class _Slots:
         if key not in self._next:
             self._next[key] = next_slot(cron, after)
         return self._next[key]
+
+    def opens(self, cron: str, slot: datetime) -> datetime:
+        """When `slot`'s job may be enqueued: AHEAD before it, or half the gap to the slot
+        after it when that is shorter (never two slots of one schedule ahead)."""
+        key = (cron, slot)
+        if key not in self._opens:
+            after = self.next(cron, slot)
+            ahead = timedelta(seconds=AHEAD)
+            self._opens[key] = slot - (ahead if after is None else min(ahead, (after - slot) / 2))
+        return self._opens[key]
 
     def latest(self, cron: str) -> datetime | None:
         if cron not in self._latest:
@@ -127,12 +151,15 @@ async def schedule_forever(
     worker_id: str,
     interval: float = INTERVAL,
     counts: SlotCounts | None = None,
+    on_due: Callable[[], None] | None = None,
 ) -> None:
     """Enqueue due slots until cancelled (see the module's invariants)."""
     counts = counts if counts is not None else SlotCounts()
     unreadable: set[tuple[str, str]] = set()
     known: dict[str, _Pending] = {}
     offset = timedelta(0)
+    before: datetime | None = None  # the previous pass's time
+    ahead = timedelta(seconds=AHEAD)
     while True:
         try:
             rows, database_now = await call(ops.schedule_slots(), ops.database_clock())
@@ -148,30 +175,40 @@ async def schedule_forever(
             rows = []
         now = wall_clock() + offset
         slots = _Slots(now)
-        wake = interval
+        wake_at = now + timedelta(seconds=interval)  # datetimes compare cheaper than seconds
         due: list[tuple[str, datetime]] = []
         firsts: dict[str, tuple[str, datetime]] = {}
         seen: set[str] = set()
+        came_due = False
         for name, cron, created_at, last_slot in rows:
             seen.add(name)
             try:
+                if last_slot is not None and last_slot > now:  # enqueued ahead: due later
+                    wake_at = min(wake_at, last_slot)
+                elif last_slot is not None and before is not None and last_slot > before:
+                    came_due = True
                 pending = known.get(name)
                 if pending is None or pending.row != (cron, created_at, last_slot):
                     first = slots.first_pending(cron, created_at, last_slot)
-                    pending = known[name] = _Pending((cron, created_at, last_slot), first)
-                if pending.first is None:
+                    opens = None if first is None else slots.opens(cron, first)
+                    pending = known[name] = _Pending((cron, created_at, last_slot), first, opens)
+                if pending.first is None or pending.opens is None:
                     continue
                 if pending.first > now:
-                    wake = min(wake, (pending.first - now).total_seconds())
-                    continue
-                latest = slots.latest(cron)
-                if latest is None or latest < pending.first:
-                    continue
-                due.append((name, latest))
+                    if pending.opens > now:
+                        wake_at = min(wake_at, pending.opens)
+                        continue
+                    slot = pending.first  # ahead of its time
+                else:
+                    latest = slots.latest(cron)
+                    if latest is None or latest < pending.first:
+                        continue
+                    slot = latest
+                due.append((name, slot))
                 firsts[name] = (cron, pending.first)
-                upcoming = slots.next(cron, latest)
+                upcoming = slots.next(cron, slot)
                 if upcoming is not None:
-                    wake = min(wake, (upcoming - now).total_seconds())
+                    wake_at = min(wake_at, slots.opens(cron, upcoming))
             except ValueError as exc:
                 if (name, cron) not in unreadable:
                     unreadable.add((name, cron))
@@ -183,6 +220,9 @@ async def schedule_forever(
                     )
         for gone in set(known) - seen:
             del known[gone]
+        if came_due and on_due is not None:
+            on_due()
+        before = now
         chunks = [
             due[start : start + SLOTS_PER_STATEMENT]
             for start in range(0, len(due), SLOTS_PER_STATEMENT)
@@ -190,12 +230,13 @@ async def schedule_forever(
         random.shuffle(chunks)  # workers take different chunks first, not queue behind one
         for chunk in chunks:
             try:
-                (advanced,) = await call(ops.enqueue_due_slots(chunk, worker_id))
+                (advanced,) = await call(ops.enqueue_due_slots(chunk, worker_id, ahead))
             except (Disconnected, Transient, DataFault):
                 break
             _said(advanced, firsts, slots, counts, worker_id)
+        wake = (wake_at - now).total_seconds()
         elapsed = (wall_clock() + offset - now).total_seconds()
-        await asyncio.sleep(max(wake - elapsed, 0.0) + random.uniform(0.0, SLOT_DELAY))
+        await asyncio.sleep(max(wake - elapsed, MIN_GAP) + random.uniform(0.0, SLOT_DELAY))
 
 
 def _said(
@@ -207,9 +248,11 @@ def _said(
 ) -> None:
     """Count what a statement advanced; a slot's enqueue is a debug line, the slots it passed
     over a warning (said by the worker that advanced past them, so once)."""
+    debug = log.isEnabledFor(logging.DEBUG)  # 10,000 slots' lines cost, even unshown
     for name, slot, job_id in advanced:
         if job_id is not None:
             counts.enqueued += 1
+        if job_id is not None and debug:
             log.debug(
                 "worker %s: schedule %s: slot %s enqueued as job %d",
                 worker_id,
