@@ -148,8 +148,36 @@ async def test_missed_slots_are_said_in_a_line_and_counted(
     assert sum(c.skipped for c in counts) == expected
     lines = [r.getMessage() for r in caplog.records if "missed and skipped" in r.getMessage()]
     assert len(lines) == 1 and f"{expected} slot(s) before" in lines[0], lines
-    assert not [r for r in caplog.records if r.levelno == logging.INFO and "enqueued as" in
-                r.getMessage()]
+    assert not [
+        r for r in caplog.records if r.levelno == logging.INFO and "enqueued as" in r.getMessage()
+    ]
+
+
+async def test_many_schedules_skipping_at_once_are_one_line(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """200 schedules each past 50 missed slots (workers down): one warning line for the
+    statement, naming a few, and every skipped slot counted, not 200 lines."""
+    queue.conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.schedules (name, queue, cron, payload, max_attempts, created_at,"
+            " last_slot) SELECT 'g' || i, 'later', '* * * * * *', '{{}}', 1,"
+            " now() - interval '10 minutes', date_trunc('second', now()) - interval '50 seconds'"
+            " FROM generate_series(1, 200) i"
+        ).format(sql.Identifier(queue.schema))
+    )
+    counts = SlotCounts()
+    caplog.set_level(logging.WARNING, logger="pgq.worker")
+    async with links(dsn, schema, 1) as (link,):
+        task = asyncio.create_task(schedule_forever(link.call, "s0", 0.5, counts))
+        await asyncio.sleep(0.4)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records if "missed and skipped" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "of 200 schedules" in lines[0] and "e.g. g" in lines[0], lines[0]
+    assert counts.skipped >= 200 * 48  # 49 or so slots between, for each
+    assert f"{counts.skipped} slot(s) of 200 schedules" in lines[0]
 
 
 @pytest.mark.slow

@@ -52,6 +52,10 @@ log = logging.getLogger("pgq.worker")
 #: Seconds between passes at most, and the most a pass waits after a slot starts.
 INTERVAL = 1.0
 SLOT_DELAY = 0.05
+#: Schedules with skipped slots one statement names in a line each; more are one line.
+SKIPS_NAMED = 3
+#: Schedules a pass looks at between yields to the event loop.
+YIELD_EVERY = 1000
 #: Seconds between passes at least (a row another worker holds is not asked for in a spin).
 MIN_GAP = 0.02
 #: Due slots enqueued per statement (one round trip each).
@@ -180,8 +184,10 @@ async def schedule_forever(
         firsts: dict[str, tuple[str, datetime]] = {}
         seen: set[str] = set()
         came_due = False
-        for name, cron, created_at, last_slot in rows:
+        for n, (name, cron, created_at, last_slot) in enumerate(rows, 1):
             seen.add(name)
+            if n % YIELD_EVERY == 0:  # 10,000 schedules: let the worker's other tasks run
+                await asyncio.sleep(0)
             try:
                 if last_slot is not None and last_slot > now:  # enqueued ahead: due later
                     wake_at = min(wake_at, last_slot)
@@ -247,8 +253,10 @@ def _said(
     worker_id: str,
 ) -> None:
     """Count what a statement advanced; a slot's enqueue is a debug line, the slots it passed
-    over a warning (said by the worker that advanced past them, so once)."""
+    over a warning (said by the worker that advanced past them, so once): a line per
+    schedule for up to SKIPS_NAMED of them, else one line for the statement naming a few."""
     debug = log.isEnabledFor(logging.DEBUG)  # 10,000 slots' lines cost, even unshown
+    skips: list[tuple[str, datetime, int, bool]] = []
     for name, slot, job_id in advanced:
         if job_id is not None:
             counts.enqueued += 1
@@ -265,6 +273,22 @@ def _said(
             continue
         skipped, exact = slots.missed(cron, first, slot)
         counts.skipped += skipped
+        skips.append((name, slot, skipped, exact))
+    if len(skips) > SKIPS_NAMED:
+        total = sum(n for _, _, n, _ in skips)
+        named = ", ".join(f"{printable(name)} ({n})" for name, _, n, _ in skips[:SKIPS_NAMED])
+        log.warning(
+            "worker %s: %s%d slot(s) of %d schedules missed and skipped (no worker enqueued "
+            "them in time), e.g. %s; %d skipped by this worker so far",
+            worker_id,
+            "" if all(exact for *_, exact in skips) else "at least ",
+            total,
+            len(skips),
+            named,
+            counts.skipped,
+        )
+        return
+    for name, slot, skipped, exact in skips:
         log.warning(
             "worker %s: schedule %s: %s%d slot(s) before %s missed and skipped (no worker "
             "enqueued them in time); %d skipped by this worker so far",
