@@ -343,7 +343,7 @@ def _steps(specs: list[tuple[JobSpec, int]]) -> Iterator[list[JobSpec]]:
 def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[int]:
     """All specs in one transaction: a failure part-way leaves nothing enqueued. Each statement
     carries a bounded step, so each stays under jsonb's size limit and the statement timeout.
-    Jobs without dependencies go through COPY (`Queue.enqueue_copy`)."""
+    Jobs without dependencies go through COPY (`Queue.enqueue_copy`) when the role may."""
     ids: list[int] = []
     if not specs:
         return ids
@@ -351,8 +351,9 @@ def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[i
         task = progress.add_task(
             "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
         )
-        # the bulk path (COPY) unless a job needs more: dependencies take `enqueue_many`
-        bulk = not any(spec.depends_on for spec, _ in specs)
+        # the bulk path (COPY) unless a job needs more (dependencies) or the role may not
+        # name ids (pgq's producer role): those take `enqueue_many`
+        bulk = not any(spec.depends_on for spec, _ in specs) and q.run(ops.may_copy(q.schema))
         with q.conn.transaction():
             for step in _steps(specs):
                 ids += q.enqueue_copy(step) if bulk else q.enqueue_many(step)

@@ -382,6 +382,15 @@ def copy_ids(schema: str, n: int, delays: Sequence[timedelta]) -> Op[tuple[list[
     )
 
 
+def may_copy(schema: str) -> Op[bool]:
+    """Whether the session's role may enqueue through COPY (INSERT on jobs.id)."""
+    return Op(
+        "may_copy",
+        {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs"},
+        lambda rows: bool(rows[0][0]),
+    )
+
+
 def copy_rows(
     specs: Sequence[JobSpec],
     ids: Sequence[int],

@@ -146,12 +146,23 @@ def test_a_producer_enqueues_in_every_form(queue: Queue, schema: str, login: Log
     assert detail.status == "dead" and detail.last_error == f"parent {parent} died"
 
 
-def test_pgq_enqueue_as_a_producer(schema: str, login: Login, queue: Queue) -> None:
+def test_pgq_enqueue_as_a_producer(schema: str, login: Login, queue: Queue, tmp_path: Path) -> None:
+    """One job, and a file: without INSERT on jobs.id the file skips COPY for enqueue_many."""
     dsn = login("producer")
     done = cli(dsn, schema, "enqueue", "q", '{"x": 1}', "--priority", "2")
     assert done.exit_code == 0, done.output
-    [job] = queue.jobs(limit=5)
-    assert queue.job(job.id).payload == {"x": 1}
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text("".join(f'{{"line": {n}}}\n' for n in range(5)))
+    filed = cli(dsn, schema, "enqueue", "f", "--file", str(lines))
+    assert filed.exit_code == 0, filed.output
+    assert queue.job(queue.jobs(queue="q", limit=5)[0].id).payload == {"x": 1}
+    assert sorted(queue.job(j.id).payload["line"] for j in queue.jobs(queue="f", limit=9)) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
 
 
 def test_a_producer_reads_no_payload_and_writes_no_lease(

@@ -53,6 +53,11 @@ SELECT pg_catalog.array_agg(pg_catalog.nextval(s.seq)),
        pg_catalog.generate_series(1, %(n)s::int) i
  GROUP BY s.seq;
 
+-- name: may_copy
+-- Whether this role may take the bulk path: COPY names each job's id, so it needs INSERT on
+-- jobs.id, which pgq's producer role does not hold (`pgq roles`).
+SELECT pg_catalog.has_column_privilege(%(jobs)s::text, 'id', 'INSERT');
+
 -- name: enqueue_copy
 -- The bulk path's second: the jobs themselves, their ids and run_at given, through COPY (no
 -- unique key, no dependencies; the jobs trigger fires once for the whole copy).
