@@ -913,6 +913,13 @@ def stats_window(offset: int, limit: int, soon: timedelta | None = None) -> Op[Q
     return Op("stats", {"soon": soon, "offset": offset, "limit": limit}, read)
 
 
+def queue_stats(queues: Sequence[str], soon: timedelta | None = None) -> Op[list[QueueStats]]:
+    """The `stats` rows of these queues only, by name (a queue with no jobs and no settings
+    has none): what an action just changed, read again without reading every queue."""
+    params = {"soon": soon, "queues": list(queues)}
+    return Op("queue_stats", params, lambda rows: [QueueStats(*r) for r in rows])
+
+
 def leases(limit: int = 100, note_chars: int = LEASE_NOTE_CHARS) -> Op[list[Lease]]:
     """Running jobs, the lease closest to expiry first; progress notes cut to `note_chars`."""
     params = {"limit": limit, "note_chars": note_chars}

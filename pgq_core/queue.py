@@ -617,6 +617,10 @@ class Queue:
         """At most `limit` queues from the `offset`th by name, and how many in all."""
         return self.run(ops.stats_window(offset, limit))
 
+    def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        """The `stats` rows of these queues only (what an action just changed)."""
+        return self.run(ops.queue_stats(queues))
+
     def leases(self, limit: int = 100) -> list[Lease]:
         return self.run(ops.leases(limit))
 
@@ -1059,6 +1063,10 @@ class AsyncQueue:
     ) -> dict[str, int]:
         """`Queue.stuck_counts`."""
         return await self.run(ops.metrics_stuck(factor, floor))
+
+    async def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        """The `stats` rows of these queues only (what an action just changed)."""
+        return await self.run(ops.queue_stats(queues))
 
     async def leases(self, limit: int = 100) -> list[Lease]:
         return await self.run(ops.leases(limit))

@@ -31,7 +31,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from pgq_core import JobRow, Lease, PgqError, QueueWindow, WorkerInfo
+from pgq_core import JobRow, Lease, PgqError, QueueStats, QueueWindow, WorkerInfo
 from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 from pgq_core.models import ServerRole
@@ -39,6 +39,7 @@ from pgq_core.models import ServerRole
 from .host import Severity
 from .latency import LATENCY_REFRESH, LatencyTrend
 from .messages import (
+    ActionRead,
     DashboardReady,
     ErrorsPolled,
     HealthPolled,
@@ -170,6 +171,17 @@ class DashboardApp(App[None]):
         self._poll_again = False
         self._debounce: Timer | None = None
         self._poll_started = 0.0
+        #: actions committed so far; the count when the poll in flight began; the last
+        #: action's re-read rows (a poll begun before that action overlays them, as it read
+        #: older rows)
+        self._commits = 0
+        self._poll_commits = 0
+        self._touched: tuple[int, ActionRead] | None = None
+        #: actions running (their call or their re-read): a NOTIFY meanwhile (most likely the
+        #: action's own) polls after them; re-reads running: any refresh waits for them, so
+        #: that their statements do not queue behind a poll's on the connection
+        self._acting = 0
+        self._touching = 0
         self._leases_reading = False
         self._quitting = False
         self._log_handler = WorkerLogHandler(lambda line: self.post_message(WorkerLogged(line)))
@@ -292,8 +304,8 @@ class DashboardApp(App[None]):
 
     # polling ---------------------------------------------------------------------------
     def request_refresh(self) -> None:
-        if self.paused or self._quitting:
-            return
+        if self.paused or self._quitting or self._touching:
+            return  # an action's re-read asks for one when done
         if self._polling:
             self._poll_again = True
             return
@@ -304,6 +316,7 @@ class DashboardApp(App[None]):
         self._polling = True
         self._poll_again = False
         self._poll_started = time.monotonic()
+        self._poll_commits = self._commits
         self.poll(jobs_query)
 
     @work(group="poll", exit_on_error=False)
@@ -538,6 +551,13 @@ class DashboardApp(App[None]):
         self._poll_done()
         self.polls += 1
         snapshot = message.snapshot
+        if self._touched is not None and self._poll_commits < self._touched[0]:
+            # begun before the last action committed: its rows of what it touched are older
+            read = self._touched[1]
+            jobs = read.jobs if read.jobs_query == snapshot.jobs_query else None
+            snapshot = snapshot.with_touched(
+                read.stats, jobs, read.jobs_query, read.leases, read.at
+            )
         for stats in snapshot.stats:
             self.throughput.observe(stats.queue, stats.completed, snapshot.polled_at)
         self.refresh_latency([s.queue for s in snapshot.stats])
@@ -673,8 +693,8 @@ class DashboardApp(App[None]):
     def on_notified(self, _: Notified) -> None:
         """At once, unless a poll started less than NOTIFY_GAP ago: then once the gap is over.
         A poll in flight takes one more afterwards, however many notifications came."""
-        if self._debounce is not None:
-            return
+        if self._debounce is not None or self._acting:
+            return  # an action's end asks for a refresh
         wait = self._poll_started + NOTIFY_GAP - time.monotonic()
         if wait <= 0:
             self.request_refresh()
@@ -745,7 +765,8 @@ class DashboardApp(App[None]):
         self._act(
             self.source.requeue([job_id]),
             lambda ids: f"requeued job {job_id}" if ids else f"job {job_id} was no longer dead",
-            "ready",
+            [job[2]],
+            moved=("dead", "ready"),
         )
 
     def action_requeue_queue(self) -> None:
@@ -772,7 +793,8 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''} of {queue}"
                     ),
-                    "ready",
+                    [queue],
+                    moved=("dead", "ready"),
                 )
             else:
                 self.dashboard.say("requeue cancelled", "grey62")
@@ -814,7 +836,9 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"killed job {job_id}" if ids else f"job {job_id} had already settled"
                     ),
-                    "dead",
+                    [queue],
+                    leases=True,
+                    moved=(status, "dead"),
                 )
             else:
                 self.dashboard.say("kill cancelled", "grey62")
@@ -880,7 +904,8 @@ class DashboardApp(App[None]):
                         f"{'requeued' if action == 'requeue' else 'killed'} {len(ids):,} "
                         f"job{'' if len(ids) == 1 else 's'} {what}"
                     ),
-                    "ready" if action == "requeue" else "dead",
+                    self._shown_queues(),  # any of them: the filter or group spans queues
+                    leases=action == "kill",
                 )
             elif answer == "one" and single is not None:
                 job_id = single[0]
@@ -889,7 +914,9 @@ class DashboardApp(App[None]):
                     lambda ids: (
                         f"killed job {job_id}" if ids else f"job {job_id} had already settled"
                     ),
-                    "dead",
+                    [single[2]],
+                    leases=True,
+                    moved=(single[1], "dead"),
                 )
             else:
                 self.dashboard.say(f"{action} cancelled", "grey62")
@@ -919,7 +946,9 @@ class DashboardApp(App[None]):
         def answered(yes: bool | None) -> None:
             if yes:
                 self._act(
-                    toggle(), lambda _: f"{'resumed' if paused else 'paused'} queue {queue}"
+                    toggle(),
+                    lambda _: f"{'resumed' if paused else 'paused'} queue {queue}",
+                    [queue],
                 )
             else:
                 self.dashboard.say(f"{'resume' if paused else 'pause'} cancelled", "grey62")
@@ -935,34 +964,89 @@ class DashboardApp(App[None]):
             )
         self.push_screen(ConfirmScreen(title, body), answered)
 
+    def _shown_queues(self) -> list[str]:
+        data = self.dashboard.data
+        return [s.queue for s in data.stats] if data is not None else []
+
     def _act(
         self,
         call: Awaitable[list[int]],
         describe: Callable[[list[int]], str],
-        became: str | None = None,
+        queues: Sequence[str] = (),
+        *,
+        leases: bool = False,
+        moved: tuple[str, str] | None = None,
     ) -> None:
-        """Run an action; the jobs it changed show `became` (their new status) at once, before
-        the refresh it asks for brings the rest."""
-        self._run_action(call, describe, became)
+        """Run an action; once it committed, the rows it touched (the stats of `queues`, the
+        Jobs view's rows, with `leases` the leases) are read again in the same worker and
+        shown at once, before the refresh it asks for brings the rest. `moved` (was, became):
+        the jobs it returns all went from status `was` to `became` in `queues[0]`; the screen
+        says so as soon as it committed, before the re-read confirms it."""
+        self._run_action(call, describe, list(queues), leases, moved)
 
     @work(group="actions", exit_on_error=False)
     async def _run_action(
         self,
         call: Awaitable[list[int]],
         describe: Callable[[list[int]], str],
-        became: str | None = None,
+        queues: list[str],
+        leases: bool,
+        moved: tuple[str, str] | None,
     ) -> None:
+        self._acting += 1
         try:
-            ids = await call
-        except (Disconnected, PgqError, ValueError) as exc:  # ValueError: a name refused
-            self.alert(str(exc), title="action failed", severity="error")
-            return
-        if became is not None and ids:
-            self.dashboard.jobs_became(ids, became)
-        text = describe(ids)
-        self.alert(text)
-        self.dashboard.say(text, "bold")
-        self.request_refresh()
+            try:
+                ids = await call
+            except (Disconnected, PgqError, ValueError) as exc:  # ValueError: a name refused
+                self.alert(str(exc), title="action failed", severity="error")
+                return
+            self._commits += 1
+            commit = self._commits
+            if moved is not None and ids and queues:
+                with contextlib.suppress(NoMatches):
+                    self.dashboard.jobs_moved(queues[0], ids, *moved)
+            self._touching += 1
+            try:
+                read = await self._read_touched(queues, leases)
+            finally:
+                self._touching -= 1
+            if read is not None:
+                self.post_message(read)
+                self._touched = (commit, read)
+            text = describe(ids)  # said with the rows, in the same frame
+            self.alert(text)
+            self.dashboard.say(text, "bold")
+        finally:
+            self._acting -= 1
+            self.request_refresh()
+
+    async def _read_touched(self, queues: list[str], leases: bool) -> ActionRead | None:
+        """What an action touched, read again: its queues' stats, the Jobs view's rows and
+        (`leases`) the leases, one bounded statement each. None when the read fails (the
+        refresh that follows says why)."""
+        try:
+            jobs_query = self.dashboard.jobs_query()
+
+            async def read() -> tuple[list[QueueStats], list[JobRow], list[Lease] | None]:
+                stats = await self.source.queue_stats(queues) if queues else []
+                jobs = await self._jobs(jobs_query)
+                held = await self.source.leases(JOBS_LIMIT) if leases else None
+                return stats, jobs, held
+
+            stats, jobs, held = await asyncio.wait_for(read(), self.poll_timeout)
+        except (Disconnected, PgqError, TimeoutError, NoMatches):
+            return None
+        return ActionRead(queues, stats, jobs, jobs_query, held, self.clock())
+
+    def on_action_read(self, message: ActionRead) -> None:
+        """Shown even while live updates are paused: it is the operator's own action."""
+        with contextlib.suppress(NoMatches):
+            self.dashboard.show_touched(message)
+            screen = self.screen
+            if screen is not self.dashboard:
+                refresh = getattr(screen, "data_refreshed", None)
+                if refresh is not None:
+                    refresh()
 
     def action_start_worker(self) -> None:
         if self._refuse_read_only():
@@ -983,6 +1067,7 @@ class DashboardApp(App[None]):
             self.alert(first_line(str(exc)), title="worker not started", severity="error")
             return
         self.dashboard.say(f"started worker {worker_id} on {queue}", "bold green")
+        self.dashboard.tick(self.clock())  # the Workers view shows it now, not at the tick
 
     def action_stop_workers(self) -> None:
         if self._refuse_read_only():
@@ -991,6 +1076,7 @@ class DashboardApp(App[None]):
         self.dashboard.say(
             f"stopping {asked} worker(s) gracefully" if asked else "no running workers", "yellow"
         )
+        self.dashboard.tick(self.clock())
 
     def action_filter(self) -> None:
         """`/`: the current view's rows, or on a job, its history."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from pgq_core import JobRow, LatencyReport, Lease
+from pgq_core import JobRow, LatencyReport, Lease, QueueStats
 from pgq_core.models import ErrorGroup, Health, ServerRole
 
 from .state import JobsQuery, LogLine, Snapshot
@@ -49,6 +49,20 @@ class JobsPolled(Message):
 
     jobs: list[JobRow]
     jobs_query: JobsQuery
+    at: float
+
+
+@dataclass
+class ActionRead(Message):
+    """An action committed and what it touched was read again at once, at `at` (app clock):
+    the stats of `queues` (a queue absent from `stats` has no jobs left), the Jobs view's rows
+    for `jobs_query`, and the leases when the action could end some (None: not read)."""
+
+    queues: list[str]
+    stats: list[QueueStats]
+    jobs: list[JobRow] | None
+    jobs_query: JobsQuery
+    leases: list[Lease] | None
     at: float
 
 

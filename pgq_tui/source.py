@@ -85,6 +85,10 @@ class Source(Protocol):
         """At most `limit` queues by name from the `offset`th, and how many in all."""
         ...
 
+    async def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        """The `stats` rows of these queues only (what an action just changed)."""
+        ...
+
     async def leases(self, limit: int) -> list[Lease]: ...
     async def workers(self) -> list[WorkerInfo]:
         """The live workers, from their rows in `workers` (any process's)."""
@@ -255,6 +259,10 @@ class PgSource:
 
     async def workers(self) -> list[WorkerInfo]:
         result: list[WorkerInfo] = await self._call("workers")
+        return result
+
+    async def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        result: list[QueueStats] = await self._call("queue_stats", queues)
         return result
 
     async def leases(self, limit: int) -> list[Lease]:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from pgq_core import JobRow, Lease, QueueStats, WorkerInfo
 from pgq_core.filters import JobFilter
@@ -79,6 +79,49 @@ class Snapshot:
             object.__setattr__(self, "leases_at", self.polled_at)
         if not self.queues_total:
             object.__setattr__(self, "queues_total", self.queues_offset + len(self.stats))
+
+    def with_touched(
+        self,
+        stats: Sequence[QueueStats],
+        jobs: list[JobRow] | None,
+        jobs_query: JobsQuery,
+        leases: list[Lease] | None,
+        at: float,
+    ) -> Snapshot:
+        """This snapshot with what an action touched, read again after it committed: the
+        fresh `stats` replace their queues' rows (a queue not among them keeps its row until
+        a poll), `jobs` (read for `jobs_query`) the Jobs view's rows, `leases` (read at `at`)
+        the leases; None: not read."""
+        fresh = {s.queue: s for s in stats}
+        data = replace(self, stats=[fresh.get(s.queue, s) for s in self.stats])
+        if jobs is not None:
+            data = replace(data, jobs=jobs, jobs_query=jobs_query)
+        if leases is not None:
+            data = replace(data, leases=leases, leases_at=at)
+        return data
+
+    def with_moved(self, queue: str, ids: list[int], was: str, became: str) -> Snapshot:
+        """This snapshot once `ids` of `queue` went from status `was` to `became` (ready,
+        running or dead; others leave the counts alone): the queue's counts, the jobs' rows and
+        (no longer running) their leases."""
+        counted = ("ready", "running", "dead")
+        moved = set(ids)
+
+        def count(stats: QueueStats) -> QueueStats:
+            if stats.queue != queue:
+                return stats
+            changes: dict[str, Any] = {}
+            if was in counted:
+                changes[was] = max(0, getattr(stats, was) - len(moved))
+            if became in counted:
+                changes[became] = getattr(stats, became) + len(moved)
+            return replace(stats, **changes)
+
+        jobs = [replace(j, status=became) if j.id in moved else j for j in self.jobs]
+        leases = self.leases
+        if was == "running":
+            leases = [x for x in leases if x.id not in moved]
+        return replace(self, stats=[count(s) for s in self.stats], jobs=jobs, leases=leases)
 
     def seconds_left(self, lease: Lease, now: float) -> float:
         """Time left now, from the server's own figure when read (no client/server skew)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import secrets
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -14,7 +15,7 @@ import pytest
 from psycopg import sql
 from support import Pgq, ok
 
-from pgq_core import Queue, migrate
+from pgq_core import JobSpec, Queue, QueueStats, migrate
 from pgq_core.filters import JobFilter
 from pgq_core.ops import LIST_TEXT_CHARS
 
@@ -151,6 +152,24 @@ def test_the_server_sends_a_window_of_the_queues(
     assert all(s.ready == 1 for s in window.stats) and window.total == 250
     assert queue.stats_window(300, 100).stats == []
     assert [s.queue for s in queue.stats()] == names
+
+
+def test_queue_stats_reads_the_named_queues_as_stats_does(queue: Queue) -> None:
+    """The rows an action re-reads: the same figures as `stats` for those queues only."""
+    queue.enqueue_many([JobSpec(q, {}, max_attempts=1) for q in ("a", "a", "b", "c", "c")])
+    [job] = queue.claim("a", 1, worker="w")
+    queue.fail(job.id, job.fence, "boom")
+    queue.claim("c", 1, worker="w")
+    queue.pause("b", "test")
+    def timeless(stats: list[QueueStats]) -> list[QueueStats]:
+        return [replace(s, oldest_due_seconds=None) for s in stats]
+
+    every = {s.queue: s for s in timeless(queue.stats())}
+    some = queue.queue_stats(["a", "b", "nothing"])
+    assert timeless(some) == [every["a"], every["b"]]
+    assert some[0].oldest_due_seconds is not None
+    assert (some[0].ready, some[0].dead) == (1, 1) and some[1].paused
+    assert queue.queue_stats([]) == []
 
 
 def test_window_offset_moves_only_near_an_end_with_more_beyond() -> None:

@@ -14,10 +14,12 @@ from tui_support.pilot import wait_for
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
-from pgq_tui.screens.confirm import BulkConfirmScreen
+from pgq_tui.screens.confirm import BulkConfirmScreen, ConfirmScreen
 from pgq_tui.widgets.errors_table import ErrorsTable
 from pgq_tui.widgets.health_panel import health_renderable
 from pgq_tui.widgets.jobs_table import JobsTable
+from pgq_tui.widgets.leases_table import LeasesTable
+from pgq_tui.widgets.queues_table import QueuesTable
 
 SIZE = (140, 40)
 
@@ -160,25 +162,90 @@ async def test_health_view_shows_a_held_open_transaction_as_the_xmin_holder(
             assert f"xmin holder pid {pid}" in text and "idle in transaction" in text
 
 
-async def test_an_actions_jobs_show_their_new_status_before_any_poll(
+def quiet_dashboard(dsn: str, schema: str) -> DashboardApp:
+    """No poll but those asked for, no LISTEN: after `space` (live updates paused) nothing
+    but an action's own re-read can change the screen."""
+    app = dashboard(dsn, schema, refresh=3600)
+    app.listen = False
+    return app
+
+
+def queue_row(app: DashboardApp, name: str) -> tuple[str, str]:
+    """(ready, dead) as the Queues view shows them."""
+    table = app.dashboard.query_one(QueuesTable)
+    return str(table.get_cell(name, "ready")), str(table.get_cell(name, "dead"))
+
+
+async def pause_after_first_poll(pilot: Pilot[Any], app: DashboardApp) -> int:
+    await wait_for(pilot, lambda: app.polls > 0, "the first poll")
+    await pilot.press("space")  # paused: no poll from now on
+    return app.polls
+
+
+async def test_an_actions_rows_show_their_new_state_before_any_poll(
     dsn: str, schema: str, queue: Queue
 ) -> None:
-    """`r` on a dead job: the row says ready as soon as the requeue committed, not at the next
-    poll (live updates paused here, so no poll comes)."""
-    [job_id] = queue.enqueue_many([JobSpec("emails", {}, max_attempts=1)])
-    [job] = queue.claim("emails", 1, worker="w")
-    queue.fail(job.id, job.fence, "boom")
-    app = dashboard(dsn, schema)
+    """`r` on a dead job: as soon as the requeue committed, the job leaves the Jobs view's dead
+    list and the queue's row counts it ready, with no poll (paused, no LISTEN)."""
+    [job_id, other] = make_dead(queue, "emails", ["boom", "boom"])
+    app = quiet_dashboard(dsn, schema)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.polls > 0, "the first poll")
         await pilot.press("2")
         table = app.dashboard.query_one(JobsTable)
-        await wait_for(pilot, lambda: table.selected_key == str(job_id), "the dead job")
-        await pilot.press("space")  # paused: no poll from now on
-        polls = app.polls
+        await wait_for(pilot, lambda: shown_ids(app) == {job_id, other}, "the dead jobs")
+        table.move_cursor(row=table.get_row_index(str(job_id)))
+        polls = await pause_after_first_poll(pilot, app)
+        assert queue_row(app, "emails") == ("0", "2")
         await pilot.press("r")
         await wait_for(pilot, lambda: queue.job(job_id).status == "ready", "the requeue")
-        await wait_for(
-            pilot, lambda: "ready" in str(table.get_row(str(job_id))[2]), "the row says so"
-        )
+        await wait_for(pilot, lambda: shown_ids(app) == {other}, "the dead list without it")
+        await wait_for(pilot, lambda: queue_row(app, "emails") == ("1", "1"), "the queue row")
+        assert app.polls == polls
+
+
+async def test_requeue_all_shows_the_queues_new_counts_before_any_poll(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """`R` then `y` on a queue: its row says 0 dead, 3 ready once the requeue committed, with
+    no poll (it waited for the next poll before)."""
+    make_dead(queue, "emails", ["boom"] * 3)
+    app = quiet_dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        polls = await pause_after_first_poll(pilot, app)
+        assert queue_row(app, "emails") == ("0", "3")
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: queue_row(app, "emails") == ("3", "0"), "the queue row")
+        assert app.polls == polls
+        assert queue.stats()[0].ready == 3
+
+
+async def test_kill_and_pause_show_their_effect_before_any_poll(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """`k` on a lease: the lease leaves the Leases view and the queue counts it dead; `p`: the
+    queue's row says paused; no poll meanwhile."""
+    [job_id] = queue.enqueue_many([JobSpec("emails", {})])
+    queue.claim("emails", 1, worker="w")
+    app = quiet_dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        leases = app.dashboard.query_one(LeasesTable)
+        await wait_for(pilot, lambda: str(job_id) in leases.rows, "the lease")
+        polls = await pause_after_first_poll(pilot, app)
+        leases.focus()
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: str(job_id) not in leases.rows, "the lease gone")
+        await wait_for(pilot, lambda: queue_row(app, "emails")[1] == "1", "one dead")
+        assert queue.job(job_id).status == "dead"
+        app.dashboard.query_one(QueuesTable).focus()
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm")
+        await pilot.press("y")
+        stats = app.dashboard.query_one(QueuesTable)
+        await wait_for(pilot, lambda: "paused" in str(stats.get_row("emails")), "paused shown")
+        assert queue.stats()[0].paused
         assert app.polls == polls

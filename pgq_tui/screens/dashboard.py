@@ -25,7 +25,7 @@ from pgq_core.models import ErrorGroup, Health
 
 from .. import humanize
 from ..host import Host
-from ..messages import DashboardReady, JobsRequested, OpenJob, SlowViewShown
+from ..messages import ActionRead, DashboardReady, JobsRequested, OpenJob, SlowViewShown
 from ..state import (
     JOB_STATUSES,
     JOBS_LIMIT,
@@ -229,16 +229,35 @@ class DashboardScreen(Screen[None]):
         self._render_tab_labels()
         self._render_jobs_bar()
 
-    def jobs_became(self, ids: list[int], status: str) -> None:
-        """An action changed these jobs: the Jobs view shows their new status at once (the
-        refresh the action asked for brings the rest)."""
-        data = self.data
-        if data is None:
+    def jobs_moved(self, queue: str, ids: list[int], was: str, became: str) -> None:
+        """An action just committed: `ids`, of `queue`, went from `was` to `became`. The
+        queue's counts, the Jobs view's rows and the leases say so at once; the re-read
+        that follows (`show_touched`) confirms them."""
+        if self.data is None:
             return
-        changed = set(ids)
-        jobs = [replace(j, status=status) if j.id in changed else j for j in data.jobs]
-        self.data = replace(data, jobs=jobs)
-        self.query_one(JobsTable).show(jobs, self.host.clock(), self.data)
+        self.data = self.data.with_moved(queue, ids, was, became)
+        now = self.host.clock()
+        self.query_one(QueuesTable).show(self.data, self.host.throughput, now, self.host.latency)
+        self.query_one(LeasesTable).show(self.data, now)
+        self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+
+    def show_touched(self, read: ActionRead) -> None:
+        """An action committed: the rows it touched, read again at once, replace theirs (the
+        Jobs view's only when read for the query it shows); the refresh it asks for brings the
+        rest."""
+        if self.data is None:
+            return
+        jobs = read.jobs if read.jobs_query == self.jobs_query() else None
+        self.data = self.data.with_touched(read.stats, jobs, read.jobs_query, read.leases, read.at)
+        now = self.host.clock()
+        self.query_one(QueuesTable).show(self.data, self.host.throughput, now, self.host.latency)
+        self.query_one(LeasesTable).show(self.data, now)
+        if jobs is not None:
+            self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+        self._show_workers(now)
+        self._render_tab_labels()
+        self._render_jobs_bar()
+        self.render_status_line()
 
     def show_errors(self, groups: list[ErrorGroup], now: float) -> None:
         self.errors = groups

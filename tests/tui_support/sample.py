@@ -521,6 +521,9 @@ class SampleSource:
     async def stats_window(self, offset: int, limit: int) -> QueueWindow:
         return QueueWindow(STATS[offset : offset + limit], offset, len(STATS))
 
+    async def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        return [s for s in STATS if s.queue in queues]
+
     async def latency(self, queues: Sequence[str]) -> LatencyReport:
         return latency_report(queues)
 
