@@ -84,10 +84,12 @@ async def test_a_heartbeat_conflict_under_serializable_costs_no_attempt(
                 await until(lambda: q.job(job_id).status == "done", what="the job done")
         detail = q.job(job_id)
         assert detail.attempts == 1 and detail.result == {"ok": True}
-        assert runs == [job_id, job_id]
-        assert _effects(own_database) == [(job_id, 1)]
+        # a slow machine may see another heartbeat land inside a later run's transaction too:
+        # each such run is handed back uncharged, so count hand-backs, not runs
         released = _released(q, job_id)
-        assert len(released) == 1 and "40001" in released[0], released
+        assert released and all("40001" in line for line in released), released
+        assert runs == [job_id] * (len(released) + 1)
+        assert _effects(own_database) == [(job_id, 1)]
         assert "the attempt not counted (1 of" in caplog.text
 
 
