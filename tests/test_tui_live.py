@@ -73,22 +73,23 @@ def set_lease_left(conn: psycopg.Connection[Any], schema: str, job_id: int, left
 async def test_a_notify_reaches_the_screen_without_waiting_for_a_poll(
     dsn: str, schema: str, queue: Queue
 ) -> None:
+    """No poll timer runs (`timed_polls=False`): after the first poll, only a NOTIFY asks for
+    another, so every change seen came through LISTEN. How fast is measured by
+    benchmarks/dashboard_latency.py, not here."""
     queue.enqueue("n", {})
     app = dashboard(dsn, schema, refresh=3600)
+    app.timed_polls = False  # read when the screen is ready: no poll timer is ever set
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: shown_int(app, "n", "ready") == 1, "first poll")
         await pilot.pause(0.5)  # the LISTEN connection comes up
-        took = []
         for expected in range(2, 7):
-            started = time.monotonic()
+            polls = app.polls
             queue.enqueue("n", {})
             await wait_for(
                 pilot, lambda e=expected: shown_int(app, "n", "ready") == e, f"{expected} ready"
             )
-            took.append(time.monotonic() - started)
+            assert app.polls > polls  # a poll the notification asked for, none other can run
             await pilot.pause(0.1)
-        # a bound with slack: the old 0.3 s debounce alone made every one of these >= 0.3 s
-        assert sorted(took)[len(took) // 2] < 0.3, took
 
 
 async def test_the_countdown_follows_a_heartbeat_within_a_second(
