@@ -1,9 +1,10 @@
 """Browsing and acting on jobs: `pgq jobs`, `show`, `requeue`, `kill`, `delete` and `errors`,
 over one filter grammar.
 
-`jobs`, `requeue` and `kill` keep a plain form (job ids, `--queue Q --dead`, `--all-queues
---dead`, `--queue/--status/--limit`) with its own exact behaviour and output; any filter option
-makes them filtered commands, as is `delete`.
+The filter options reach each command as one typed `FilterOptions` (gathered by
+`takes_filter`). `jobs`, `requeue` and `kill` keep a plain form (job ids, `--queue Q --dead`,
+`--all-queues --dead`, `--queue/--status/--limit`) with its own exact output; any filter option
+makes them filtered commands, as is `delete`. Each verb is one function choosing between them.
 
 Invariants: no SQL here (every statement is a named one in pgq_core/sql/*.sql, reached
 through `Queue`); every database text printed for humans passes through `output`; `--json`
@@ -13,8 +14,10 @@ changes rows in bounded batches.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -59,9 +62,6 @@ from .context import (
 
 #: Characters of a payload `pgq show` prints unless --full.
 SHOW_CHARS = 64 * 1024
-#: Options that make `jobs`, `requeue` or `kill` a filtered command (the rest are the plain
-#: forms' own).
-FILTER_ONLY = ("error", "payload", "older_than", "newer_than", "error_group", "dry_run")
 VERBS = {"requeue": "requeued", "kill": "killed", "delete": "deleted"}
 
 
@@ -158,40 +158,61 @@ def _bulk_params() -> list[click.Parameter]:
     ]
 
 
-def _filter_of(kw: dict[str, Any]) -> JobFilter:
-    """The filter a command's options describe (see `_filter_params`)."""
-    return _build_filter(
-        kw["queue_name"],
-        kw["status"],
-        kw["error"],
-        kw["payload"],
-        kw["older_than"],
-        kw["newer_than"],
-        kw["error_group"],
-    )
+@dataclass(frozen=True)
+class FilterOptions:
+    """The filter grammar's options as given (`queue_name` from the command's own --queue when
+    the grammar's is left out); `narrowing`: any beyond queue and status was given."""
 
+    queue_name: str | None
+    statuses: tuple[str, ...]
+    error: str | None
+    payload: tuple[PayloadMatch, ...]
+    older_than: timedelta | None
+    newer_than: timedelta | None
+    error_group: str | None
 
-def _build_filter(
-    queue_name: str | None,
-    statuses: Sequence[str],
-    error: str | None,
-    payload: Sequence[PayloadMatch],
-    older_than: timedelta | None,
-    newer_than: timedelta | None,
-    error_group: str | None,
-) -> JobFilter:
-    try:
-        return JobFilter(
-            queue=queue_name,
-            statuses=tuple(dict.fromkeys(statuses)),
-            error=error,
-            payload=tuple(payload),
-            older_than=older_than,
-            newer_than=newer_than,
-            error_group=error_group,
+    @property
+    def narrowing(self) -> bool:
+        return bool(self.payload) or any(
+            value is not None
+            for value in (self.error, self.older_than, self.newer_than, self.error_group)
         )
-    except FilterError as exc:
-        raise click.UsageError(str(exc)) from None
+
+    def job_filter(self, *more_statuses: str) -> JobFilter:
+        """The `JobFilter` these options describe (statuses each once); a usage error if they
+        contradict each other."""
+        try:
+            return JobFilter(
+                queue=self.queue_name,
+                statuses=tuple(dict.fromkeys((*self.statuses, *more_statuses))),
+                error=self.error,
+                payload=self.payload,
+                older_than=self.older_than,
+                newer_than=self.newer_than,
+                error_group=self.error_group,
+            )
+        except FilterError as exc:
+            raise click.UsageError(str(exc)) from None
+
+
+def takes_filter(command: Callable[..., None]) -> Callable[..., None]:
+    """Gathers the options of `_filter_params` (and the command's own --queue) into one
+    `filters: FilterOptions` before `command` runs."""
+
+    @functools.wraps(command)
+    def gathered(*args: Any, **kw: Any) -> None:
+        filters = FilterOptions(
+            queue_name=kw.pop("queue_name"),
+            statuses=tuple(kw.pop("status")),
+            error=kw.pop("error"),
+            payload=tuple(kw.pop("payload")),
+            older_than=kw.pop("older_than"),
+            newer_than=kw.pop("newer_than"),
+            error_group=kw.pop("error_group"),
+        )
+        command(*args, filters=filters, **kw)
+
+    return gathered
 
 
 def _narrows(f: JobFilter) -> bool:
@@ -501,61 +522,40 @@ def _report(verb: str, done: list[int], skipped: dict[int, str], why: str, as_js
     help="List jobs matching a filter, newest first (payloads are shown by `pgq show`).",
 )
 @click.pass_context
-def jobs_command(ctx: click.Context, /, **kw: Any) -> None:
-    statuses: tuple[str, ...] = kw["status"]
-    is_plain = not _filter_given({**kw, "status": ()}) and len(statuses) <= 1
-    is_plain = is_plain and "failed" not in statuses
-    if is_plain:
-        status = statuses[0] if statuses else None
-        _list_jobs(ctx, kw["queue_name"], status, kw["limit"], kw["as_json"])
-        return
-    where = _build_filter(
-        kw["queue_name"],
-        statuses,
-        kw["error"],
-        kw["payload"],
-        kw["older_than"],
-        kw["newer_than"],
-        kw["error_group"],
-    )
-    group = settings(ctx)
-    with group.reader() as q:
-        rows = q.jobs_matching(where, kw["limit"])
-        role = group.read_from(q)
-    if kw["as_json"]:
-        echo_json(with_read_from([r.to_dict() for r in rows], role))
-        return
-    say_read_from(role)
-    if not rows:
-        click.echo(f"no jobs matching: {printable(where.describe())}")
-    else:
-        output.console().print(jobs_table(rows))
-
-
-def _list_jobs(
-    ctx: click.Context, queue_name: str | None, status: str | None, limit: int, as_json: bool
+@takes_filter
+def jobs_command(
+    ctx: click.Context, /, *, filters: FilterOptions, limit: int, as_json: bool
 ) -> None:
-    """The plain `pgq jobs`: at most one queue and one status, no filter."""
+    statuses = filters.statuses
+    plain = not filters.narrowing and len(statuses) <= 1 and "failed" not in statuses
+    # plain: at most one queue and one status, no filter (`Queue.jobs`)
+    where = None if plain else filters.job_filter()
     group = settings(ctx)
     with group.reader() as q:
-        rows = q.jobs(queue_name, status, limit)
+        if where is None:
+            rows = q.jobs(filters.queue_name, statuses[0] if statuses else None, limit)
+        else:
+            rows = q.jobs_matching(where, limit)
         role = group.read_from(q)
     if as_json:
         echo_json(with_read_from([r.to_dict() for r in rows], role))
         return
     say_read_from(role)
-    if not rows:
+    if rows:
+        output.console().print(jobs_table(rows))
+    elif where is None:
         click.echo("no jobs")
-        return
-    output.console().print(jobs_table(rows))
+    else:
+        click.echo(f"no jobs matching: {printable(where.describe())}")
 
 
 # ---------------------------------------------------------------------------- requeue, kill, delete
 
 
-def _filter_given(kw: dict[str, Any]) -> bool:
-    """True when any filter-only option was given (even empty, so it is checked)."""
-    return any(kw.get(k) not in (None, False, ()) for k in (*FILTER_ONLY, "status"))
+def _filter_given(filters: FilterOptions, dry_run: bool) -> bool:
+    """True when an option only a filtered `requeue` or `kill` has was given (even empty, so
+    that it is checked)."""
+    return filters.narrowing or bool(filters.statuses) or dry_run
 
 
 @click.command(
@@ -581,59 +581,44 @@ def _filter_given(kw: dict[str, Any]) -> bool:
     "(--queue Q --dead, --all-queues --dead), or the dead jobs matching a filter.",
 )
 @click.pass_context
-def requeue_command(ctx: click.Context, /, **kw: Any) -> None:
-    if not _filter_given(kw):
-        _requeue_by_id_or_queue(
-            ctx,
-            kw["job_ids"],
-            kw["queue_name"],
-            kw["all_queues"],
-            kw["dead"],
-            kw["as_json"],
-            kw["batch"],
-        )
-        return
-    if kw["job_ids"]:
-        raise click.UsageError("give job ids or a filter, not both")
-    if kw["queue_name"] is not None and kw["all_queues"]:
-        raise click.UsageError("give --queue or --all-queues, not both")
-    statuses = tuple(kw["status"]) + (("dead",) if kw["dead"] else ())
-    where = _build_filter(
-        kw["queue_name"],
-        statuses,
-        kw["error"],
-        kw["payload"],
-        kw["older_than"],
-        kw["newer_than"],
-        kw["error_group"],
-    )
-    _run_bulk(
-        ctx,
-        "requeue",
-        where,
-        all_queues=kw["all_queues"],
-        dry_run=kw["dry_run"],
-        batch=kw["batch"],
-        as_json=kw["as_json"],
-    )
-
-
-def _requeue_by_id_or_queue(
+@takes_filter
+def requeue_command(
     ctx: click.Context,
+    /,
+    *,
     job_ids: tuple[int, ...],
-    queue_name: str | None,
+    filters: FilterOptions,
     all_queues: bool,
     dead: bool,
     as_json: bool,
+    dry_run: bool,
     batch: int,
 ) -> None:
-    """The plain `pgq requeue`: by id, or every dead job of a queue (or of all), in batches of
-    `batch` (each its own statement and commit), each batch's progress on stderr."""
+    """By id, every dead job of a queue (or of all) in batches of `batch` (each its own
+    statement and commit, each batch's progress on stderr), or the jobs a filter matches."""
+    by_filter = _filter_given(filters, dry_run)
+    queue_name = filters.queue_name
     by_queue = queue_name is not None or all_queues
-    if job_ids and by_queue:
-        raise click.UsageError("give job ids or --queue/--all-queues, not both")
+    if job_ids and (by_filter or by_queue):
+        raise click.UsageError(
+            "give job ids or a filter, not both"
+            if by_filter
+            else "give job ids or --queue/--all-queues, not both"
+        )
     if queue_name is not None and all_queues:
         raise click.UsageError("give --queue or --all-queues, not both")
+    if by_filter:
+        where = filters.job_filter(*(("dead",) if dead else ()))
+        _run_bulk(
+            ctx,
+            "requeue",
+            where,
+            all_queues=all_queues,
+            dry_run=dry_run,
+            batch=batch,
+            as_json=as_json,
+        )
+        return
     if by_queue and not dead:
         raise click.UsageError("--queue/--all-queues need --dead (only dead jobs are requeued)")
     if not job_ids and not by_queue:
@@ -655,8 +640,8 @@ def _requeue_by_id_or_queue(
                     }
                 )
             else:
-                where = "every queue" if all_queues else f"queue {printable(queue_name or '')}"
-                click.echo(f"requeued {output.plural(len(requeued), 'dead job')} of {where}")
+                where_text = "every queue" if all_queues else f"queue {printable(queue_name or '')}"
+                click.echo(f"requeued {output.plural(len(requeued), 'dead job')} of {where_text}")
                 if key_held:
                     click.echo(
                         f"left dead (a ready or running job holds their unique key): "
@@ -729,36 +714,41 @@ def orphan_text(parent: int, state: str) -> str:
     "lease): by id, or those matching a filter.",
 )
 @click.pass_context
-def kill_command(ctx: click.Context, /, **kw: Any) -> None:
-    by_filter = _filter_given(kw) or kw["queue_name"] is not None or kw["all_queues"]
-    if not by_filter:
-        if not kw["job_ids"]:
-            raise click.UsageError("Missing argument 'JOB_ID...' (or give a filter)")
-        _kill_by_id(ctx, kw["job_ids"], kw["reason"], kw["as_json"])
-        return
-    if kw["job_ids"]:
+@takes_filter
+def kill_command(
+    ctx: click.Context,
+    /,
+    *,
+    job_ids: tuple[int, ...],
+    reason: str,
+    as_json: bool,
+    filters: FilterOptions,
+    all_queues: bool,
+    dry_run: bool,
+    batch: int,
+) -> None:
+    """By id (a worker still running one loses its lease), or the jobs a filter matches."""
+    by_filter = _filter_given(filters, dry_run) or filters.queue_name is not None or all_queues
+    if not by_filter and not job_ids:
+        raise click.UsageError("Missing argument 'JOB_ID...' (or give a filter)")
+    if by_filter and job_ids:
         raise click.UsageError("give job ids or a filter, not both")
-    if kw["queue_name"] is not None and kw["all_queues"]:
+    if filters.queue_name is not None and all_queues:
         raise click.UsageError("give --queue or --all-queues, not both")
-    if not kw["reason"].strip():
-        raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
-    where = _filter_of(kw)
-    _run_bulk(
-        ctx,
-        "kill",
-        where,
-        all_queues=kw["all_queues"],
-        dry_run=kw["dry_run"],
-        batch=kw["batch"],
-        as_json=kw["as_json"],
-        reason=kw["reason"],
-    )
-
-
-def _kill_by_id(ctx: click.Context, job_ids: tuple[int, ...], reason: str, as_json: bool) -> None:
-    """The plain `pgq kill`: these ids to dead; a worker still running one loses its lease."""
     if not reason.strip():
         raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
+    if by_filter:
+        _run_bulk(
+            ctx,
+            "kill",
+            filters.job_filter(),
+            all_queues=all_queues,
+            dry_run=dry_run,
+            batch=batch,
+            as_json=as_json,
+            reason=reason,
+        )
+        return
     ids = unique(job_ids)
     with settings(ctx).queue() as q:
         _require_jobs(q, ids)
@@ -768,18 +758,27 @@ def _kill_by_id(ctx: click.Context, job_ids: tuple[int, ...], reason: str, as_js
 
 
 @click.pass_context
-def _delete(ctx: click.Context, /, **kw: Any) -> None:
-    if kw["queue_name"] is not None and kw["all_queues"]:
+@takes_filter
+def _delete(
+    ctx: click.Context,
+    /,
+    *,
+    filters: FilterOptions,
+    all_queues: bool,
+    dry_run: bool,
+    batch: int,
+    as_json: bool,
+) -> None:
+    if filters.queue_name is not None and all_queues:
         raise click.UsageError("give --queue or --all-queues, not both")
-    where = _filter_of(kw)
     _run_bulk(
         ctx,
         "delete",
-        where,
-        all_queues=kw["all_queues"],
-        dry_run=kw["dry_run"],
-        batch=kw["batch"],
-        as_json=kw["as_json"],
+        filters.job_filter(),
+        all_queues=all_queues,
+        dry_run=dry_run,
+        batch=batch,
+        as_json=as_json,
     )
 
 
