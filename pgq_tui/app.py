@@ -109,18 +109,20 @@ class DashboardApp(App[None]):
     #: only for screens it pushes)
     CSS_PATH = ["app.tcss", "screens/dashboard.tcss"]
     ENABLE_COMMAND_PALETTE = True
-    #: `?` and `q` first: the footer shows keys in this order and cuts what does not fit
+    #: The footer shows keys in this order and cuts what does not fit: help and quit, the
+    #: actions on the selected rows, filter and pause, then this app's own workers. Labels are
+    #: short so that all of them fit at 80 columns (the footer is compact there).
     BINDINGS = [
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
         Binding("r", "requeue_job", "Requeue"),
-        Binding("R", "requeue_queue", "Requeue all"),
+        Binding("R", "requeue_queue", "Req all"),
         Binding("k", "kill_job", "Kill"),
         Binding("p", "pause_queue", "Pause queue", show=False),
-        Binding("w", "start_worker", "Worker+"),
-        Binding("W", "stop_workers", "Stop workers"),
         Binding("slash", "filter", "Filter"),
         Binding("space", "pause", "Pause"),
+        Binding("w", "start_worker", "Worker+"),
+        Binding("W", "stop_workers", "Stop"),
     ]
 
     def __init__(
@@ -707,10 +709,11 @@ class DashboardApp(App[None]):
 
     # actions ---------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Read-only: the write actions stay in the footer, greyed out, and do not run."""
+        """Read-only: the write actions stay in the footer, greyed out, and do not run. On a
+        job's screen `w` (a worker on the queue the dashboard has selected) is not offered."""
         if self.read_only and action in WRITE_ACTIONS:
             return None
-        return True
+        return not (action == "start_worker" and isinstance(self.screen, JobDetailScreen))
 
     async def run_action(
         self,

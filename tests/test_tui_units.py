@@ -429,6 +429,51 @@ async def test_at_80x24_the_footer_shows_help_and_quit_and_help_fits() -> None:
         assert box.right <= 80 and box.bottom <= 24
 
 
+async def test_at_80x24_the_footer_keeps_every_key_it_shows_wider() -> None:
+    """Compact below 110 columns, without the palette's key: every key shown at 132 columns
+    fits at 80, on the dashboard and (but `w`) on a job's screen."""
+    from textual.geometry import Region
+    from textual.widgets._footer import FooterKey
+    from tui_support.pilot import VIEWS, sample_app, settle
+
+    from pgq_tui.app import DashboardApp
+    from pgq_tui.screens.job_detail import JobDetailScreen
+
+    def keys(app: DashboardApp) -> dict[str, Region]:
+        return {k.action: k.region for k in app.screen.query(FooterKey)}
+
+    wide = sample_app()
+    async with wide.run_test(size=(132, 38)) as pilot:
+        await settle(pilot)
+        shown = set(keys(wide)) - {"app.command_palette", "command_palette"}
+    assert {"filter", "pause", "stop_workers", "start_worker"} <= shown
+    app = sample_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        regions = keys(app)
+        for action in shown:
+            assert regions[action].width and regions[action].right <= 80, action
+        await VIEWS["job-detail"](pilot)
+        assert isinstance(app.screen, JobDetailScreen)
+        regions = keys(app)
+        for action in shown - {"start_worker"} | {"back"}:
+            assert regions[action].width and regions[action].right <= 80, action
+
+
+def test_at_80_columns_the_header_cuts_the_database_before_the_schema() -> None:
+    from pgq_tui.state import CONNECTED, HeaderState
+    from pgq_tui.widgets.status_header import header_text
+
+    database = "ops@db-primary.eu-west-1.example.com:5432/shop"
+    state = HeaderState(database, "pgq_billing_eu_west", CONNECTED, host="10.0.0.5:5432")
+    text = header_text(state, 0.0, 80).plain
+    assert len(text) <= 80 and text.endswith("00:00:00 UTC")
+    assert "schema pgq_billing_eu_west " in text
+    assert "ops@db-" in text and "/shop" in text and "…" in text  # its middle went
+    wide = header_text(state, 0.0, 160).plain
+    assert f"{database}  ·  schema pgq_billing_eu_west  ·  10.0.0.5:5432" in wide
+
+
 async def test_at_80_columns_low_priority_columns_hide_and_the_rest_fit() -> None:
     from tui_support.pilot import sample_app, settle
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
 from textual.widgets.data_table import RowDoesNotExist
 
 from pgq_core import JobRow, Lease, QueueStats
@@ -41,6 +41,7 @@ from ..widgets.errors_table import ErrorsTable, example_text
 from ..widgets.health_panel import HealthPanel
 from ..widgets.jobs_table import STATUS_STYLE, JobsTable
 from ..widgets.keyed_table import KeyedTable
+from ..widgets.keys_footer import KeysFooter
 from ..widgets.leases_table import LeasesTable
 from ..widgets.log_panel import LogPanel
 from ..widgets.queues_table import QueuesTable
@@ -126,7 +127,7 @@ class DashboardScreen(Screen[None]):
             select_on_focus=False,
         )
         yield Static(id="status-line")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#queues").border_title = "queues"

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from pgq_core import JobDetail, JobEvent, JobLink, JobNotFound, PgqError
 
@@ -28,6 +28,7 @@ from ..source import Disconnected
 from ..state import MESSAGE_SECONDS, urgency
 from ..widgets.fence import fence_style, fence_text
 from ..widgets.jobs_table import STATUS_STYLE
+from ..widgets.keys_footer import KeysFooter
 from ..widgets.leases_table import lease_left_text, progress_cell
 from ..widgets.status_header import StatusHeader
 from ..widgets.timeline import EVENTS, timeline
@@ -229,7 +230,7 @@ class JobDetailScreen(Screen[None]):
             restrict=humanize.TYPED_TEXT,
         )
         yield Static(id="status-line")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#payload-box").border_title = "payload"
