@@ -78,14 +78,22 @@ def create(
     """Create (if missing) and grant each of `kinds`' roles, in one transaction: (kind, role,
     created). A role that exists gets its comment and its grants anew."""
     done = []
-    with conn.transaction():
-        for kind in kinds:
-            role = role_name(schema, kind, prefix)
-            created = not exists(conn, role)
-            steps = create_statements(schema, kind, role)
-            for step in steps if created else steps[1:]:
-                conn.execute(step)
-            done.append((kind, role, created))
+    role = ""
+    try:
+        with conn.transaction():
+            for kind in kinds:
+                role = role_name(schema, kind, prefix)
+                created = not exists(conn, role)
+                steps = create_statements(schema, kind, role)
+                for step in steps if created else steps[1:]:
+                    conn.execute(step)
+                done.append((kind, role, created))
+    except psycopg.errors.InsufficientPrivilege as exc:
+        said = " ".join(filter(None, [exc.diag.message_primary, exc.diag.message_detail]))
+        raise PgqError(
+            f"may not create or grant role {role!r}: {said} (run it as the schema's owner, "
+            "with CREATEROLE)"
+        ) from None
     return done
 
 

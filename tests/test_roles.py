@@ -533,6 +533,18 @@ def test_roles_cli_prints_creates_and_grants(dsn: str, schema: str) -> None:
         bad = cli(dsn, schema, "roles", "grant", "admin", "x")
         assert bad.exit_code == 2
         with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(
+                    sql.Identifier(f"{mine}_plain")
+                )
+            )
+        plain = make_conninfo(dsn, user=f"{mine}_plain", password="pw")
+        refused_create = cli(plain, schema, "roles", "create", "--prefix", mine)
+        assert refused_create.exit_code == 1
+        assert refused_create.output.startswith(
+            f"pgq: error: may not create or grant role '{mine}_producer': permission denied"
+        ), refused_create.output
+        with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(f"{mine}_app")))
         granted = cli(dsn, schema, "roles", "grant", "worker", f"{mine}_app", "--prefix", mine)
         assert granted.output.strip() == f"granted {mine}_worker to {mine}_app"
@@ -542,6 +554,6 @@ def test_roles_cli_prints_creates_and_grants(dsn: str, schema: str) -> None:
             ).fetchone() == (True,)
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
-            for kind in (*roles.KINDS, "app"):
+            for kind in (*roles.KINDS, "app", "plain"):
                 if roles.exists(admin, f"{mine}_{kind}"):
                     drop(admin, f"{mine}_{kind}")
