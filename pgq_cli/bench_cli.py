@@ -14,7 +14,9 @@ from typing import Any
 
 import click
 
-from .context import FiniteFloatRange, at_most, duration, fail, lease_duration, settings
+from .failures import fail
+from .options import FiniteFloatRange, at_most, duration, lease_duration
+from .session import settings
 
 
 def load_bench() -> ModuleType:

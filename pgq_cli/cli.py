@@ -4,8 +4,9 @@ This module is the group, its global options and the table of commands; each com
 the module of its family (enqueue_cli, jobs_cli, queue_cli, schedule_cli, latency_cli,
 maintenance_cli, worker_cli, tui_cli, metrics_cli, bench_cli, db_cli, roles_cli) and is
 imported only when run, so `pgq --help` stays fast and loads no heavy module. What they print
-for humans goes through `output`; parameters and errors shared by several families are in
-`context`.
+for humans goes through `output`; what they share is in `options` (option types and
+validators), `session` (the database target and bounded sessions), `failures` (error lines and
+exit codes) and `group` (the group's error handling).
 
 Every command reaches the database through pgq_core's `Queue`; none holds SQL. Commands that
 print data take `--json`; bad input is one `pgq: error: ...` line (exit 2 for usage, 1 for
@@ -27,7 +28,9 @@ import click
 
 from pgq_core.config import check_dsn
 
-from .context import PgqGroup, Settings, at_most
+from .group import PgqGroup
+from .options import at_most
+from .session import Settings
 
 #: The longest --statement-timeout, as for a worker's (PostgreSQL itself refuses more than
 #: 2^31 - 1 ms, 24.8 days, with a bare "invalid value").

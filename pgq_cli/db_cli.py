@@ -20,7 +20,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgq_core import embedded
 from pgq_core.config import pooled
 
-from .context import echo_json, fail, settings
+from .failures import fail
+from .output import echo_json
+from .session import settings
 
 
 def psql_program(embedded_target: bool) -> str | None:

@@ -20,16 +20,10 @@ from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from . import output
-from .context import (
-    INT4,
-    JOB_ID,
-    DocstringCommand,
-    duration,
-    echo_json,
-    new_queue_option,
-    raw_byte,
-    settings,
-)
+from .failures import raw_byte
+from .options import INT4, JOB_ID, DocstringCommand, duration, new_queue_option
+from .output import echo_json
+from .session import settings
 
 #: Files with at least this many jobs get a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 5000

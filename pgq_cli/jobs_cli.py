@@ -44,21 +44,10 @@ from pgq_core.ops import BULK_BATCH
 from pgq_core.text import first_line, keep_end, printable
 
 from . import output
-from .context import (
-    INT4,
-    INT4_MAX,
-    JOB_ID,
-    DocstringCommand,
-    duration,
-    echo_json,
-    fail,
-    queue_option,
-    say_read_from,
-    settings,
-    unique,
-    when,
-    with_read_from,
-)
+from .failures import fail
+from .options import INT4, INT4_MAX, JOB_ID, DocstringCommand, duration, queue_option, unique
+from .output import echo_json, say_read_from, when, with_read_from
+from .session import settings
 
 #: Characters of a payload `pgq show` prints unless --full.
 SHOW_CHARS = 64 * 1024

@@ -23,15 +23,9 @@ from rich.text import Text
 from pgq_core.ops import LATENCY_CAP, LatencyWindow
 
 from . import output
-from .context import (
-    INT4_MAX,
-    duration,
-    echo_json,
-    queue_option,
-    say_read_from,
-    settings,
-    with_read_from,
-)
+from .options import INT4_MAX, duration, queue_option
+from .output import echo_json, say_read_from, with_read_from
+from .session import settings
 
 #: queues a human table shows at most (by name); --limit changes it
 DEFAULT_LIMIT = 50

@@ -27,18 +27,10 @@ from pgq_core.ops import (
 from pgq_core.text import printable
 
 from . import output
-from .context import (
-    INT4,
-    DocstringCommand,
-    FiniteFloatRange,
-    duration,
-    echo_json,
-    fail,
-    say_read_from,
-    settings,
-    when,
-    with_read_from,
-)
+from .failures import fail
+from .options import INT4, DocstringCommand, FiniteFloatRange, duration
+from .output import echo_json, say_read_from, when, with_read_from
+from .session import settings
 
 # ------------------------------------------------------------------------ schema, leases, history
 

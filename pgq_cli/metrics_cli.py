@@ -17,7 +17,8 @@ from pgq_core.config import connect_options, describe, schema_name
 from pgq_core.extras import require
 from pgq_core.text import printable
 
-from .context import at_most, settings
+from .options import at_most
+from .session import settings
 
 _LISTEN = re.compile(r"(?:\[(?P<bracketed>[^\[\]]*)\]|(?P<host>[^\[\]]*)):(?P<port>[0-9]{1,5})")
 

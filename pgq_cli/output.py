@@ -1,5 +1,6 @@
 """What every `pgq` command prints for humans: the console, database text made safe for the
-terminal, plurals, id lists, sizes, durations and the progress display.
+terminal, plurals, id lists, sizes, durations, timestamps, JSON (and where a read was made)
+and the progress display.
 
 Invariants: database text reaches Rich only as `Text` (`text`) or markup-escaped (`escaped`),
 both through `pgq_core.text.printable`, so no control character or markup gets through; counts
@@ -9,15 +10,21 @@ progress module is imported only when a progress display is made, so `pgq --help
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import click
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from pgq_core.cluster import read_from
+from pgq_core.models import ServerRole
 from pgq_core.text import printable
+
+from .failures import one_line
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -94,3 +101,38 @@ def progress(total_hint: bool) -> Progress:
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
     return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def echo_json(data: Any) -> None:
+    """Datetimes as ISO 8601, durations as seconds."""
+    click.echo(json.dumps(data, default=_json_default, indent=2))
+
+
+def when(value: datetime | None) -> str:
+    """A timestamp as the operator's local time to the second; empty for None."""
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def say_read_from(role: ServerRole | None) -> None:
+    """Before figures read through --read-dsn: where from, and how far behind the primary."""
+    if role is not None:
+        click.echo(one_line(read_from(role)))
+
+
+def with_read_from(data: Any, role: ServerRole | None) -> Any:
+    """`data` (a JSON object, or an array of objects) with `read_from` (the server read, its
+    lag) in the object, or in each element of the array, when read through --read-dsn."""
+    if role is None:
+        return data
+    where = role.to_dict()
+    if isinstance(data, list):
+        return [{**row, "read_from": where} for row in data]
+    return {**data, "read_from": where}

@@ -16,30 +16,23 @@ from pgq_core.durations import short_duration
 from pgq_core.text import printable
 
 from . import output
-from .context import (
-    INT4_MAX,
-    echo_json,
-    new_queue_option,
-    queue_option,
-    say_read_from,
-    settings,
-    when,
-    with_read_from,
-)
+from .options import INT4_MAX, new_queue_option, queue_option
+from .output import echo_json, say_read_from, when, with_read_from
+from .session import settings
 
 #: the most cells a queue name takes in a table; a longer one is cut with an ellipsis
 NAME_CELLS = 40
 
 
 def _queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A queue name a job can have (`context.queue_option`): any queue can be resumed."""
+    """A queue name a job can have (`options.queue_option`): any queue can be resumed."""
     name = queue_option(ctx, param, value)
     assert name is not None
     return name
 
 
 def _new_queue_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A queue name as `pgq enqueue` takes it (`context.new_queue_option`)."""
+    """A queue name as `pgq enqueue` takes it (`options.new_queue_option`)."""
     name = new_queue_option(ctx, param, value)
     assert name is not None
     return name

@@ -12,7 +12,8 @@ import click
 from pgq_core import roles
 from pgq_core.text import printable
 
-from .context import PgqGroup, settings
+from .group import PgqGroup
+from .session import settings
 
 _PREFIX = click.option(
     "--prefix",

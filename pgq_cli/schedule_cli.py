@@ -20,8 +20,12 @@ from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from . import output
-from .context import INT4, PgqGroup, echo_json, fail, new_queue_option, settings, when
 from .enqueue_cli import parse_payload
+from .failures import fail
+from .group import PgqGroup
+from .options import INT4, new_queue_option
+from .output import echo_json, when
+from .session import settings
 
 #: Schedules `schedule list` shows by default, and at most (a page each; --after for the next).
 SCHEDULES_PAGE = 100

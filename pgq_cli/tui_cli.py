@@ -18,14 +18,9 @@ from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
 from pgq_core.extras import require
 from pgq_core.worker import load_handler
 
-from .context import (
-    FiniteFloatRange,
-    OneLineUsageError,
-    command_name,
-    fail,
-    lease_duration,
-    settings,
-)
+from .failures import OneLineUsageError, fail
+from .options import FiniteFloatRange, lease_duration
+from .session import command_name, settings
 
 if TYPE_CHECKING:
     from pgq_tui.app import DashboardApp

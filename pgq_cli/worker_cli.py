@@ -22,7 +22,10 @@ from pgq_core.text import printable
 from pgq_core.worker import Worker, catch_stop_signals, load_handler, run_until_stopped
 from pgq_core.worker.policy import PREFETCH_CAP
 
-from .context import at_most, fail, lease_duration, queue_names, settings, when
+from .failures import fail
+from .options import at_most, lease_duration, queue_names
+from .output import when
+from .session import settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SWITCH_INTERVAL = 0.0005

@@ -18,7 +18,7 @@ from replication import SCHEMA, Pair, running_pair
 from support import ENV
 
 from pgq_cli.cli import main
-from pgq_cli.context import Settings
+from pgq_cli.session import Settings
 from pgq_core import Queue
 from pgq_core.exporter import QueueCollector
 from pgq_core.worker import Worker

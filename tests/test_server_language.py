@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 from support import ENV
 
 from pgq_cli.cli import main
-from pgq_cli.context import explain
+from pgq_cli.failures import explain
 from pgq_core import session
 from pgq_core.cluster import no_primary
 from pgq_core.session import Failure
@@ -96,7 +96,7 @@ def test_an_internal_exception_reaching_the_cli_is_not_named(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise fault
 
-    monkeypatch.setattr("pgq_cli.context.Settings.reader", boom)
+    monkeypatch.setattr("pgq_cli.session.Settings.reader", boom)
     line = one_error_line(run("--dsn", "postgresql://u@127.0.0.1:1/x", "stats"))
     assert type(fault).__name__ not in line
     assert "unexpected error: Spalte »queue« existiert nicht" in line

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from rich.text import Text
 from tui_support.sample import latency_report
 
-from pgq_cli.context import PgqGroup, Settings
+from pgq_cli.group import PgqGroup
+from pgq_cli.session import Settings
 from pgq_cli.tui_cli import dashboard_command, demo_command
 from pgq_tui import humanize
 from pgq_tui.latency import LatencyTrend
