@@ -258,6 +258,31 @@ def test_jobs_plain_forms_still_work(pgq: Pgq, queue: Queue) -> None:
     assert "mail" in ok(pgq("jobs", "-q", "mail", "-s", "ready", "-n", "1"))
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # --dry-run alone makes requeue and kill filtered commands
+        (["requeue", "1", "--dry-run"], "give job ids or a filter, not both"),
+        (["requeue", "1", "--queue", "mail", "--dead"], "give job ids or --queue/--all-queues"),
+        (["kill", "1", "--dry-run"], "give job ids or a filter, not both"),
+        (["kill", "--queue", "a", "--all-queues"], "give --queue or --all-queues, not both"),
+    ],
+)
+def test_which_form_a_command_takes_decides_its_usage_error(
+    pgq: Pgq, queue: Queue, args: list[str], message: str
+) -> None:
+    dead = dead_job(queue, "x")
+    error_line(pgq(*args), 2, message)
+    assert queue.job(dead).status == "dead"
+
+
+def test_jobs_says_no_jobs_plainly_unless_filtered(pgq: Pgq, queue: Queue) -> None:
+    """One queue and one status is the plain list; a second status (or failed) filters."""
+    assert ok(pgq("jobs", "--queue", "mail", "--status", "ready")) == "no jobs\n"
+    filtered = ok(pgq("jobs", "--queue", "mail", "--status", "ready", "--status", "dead"))
+    assert filtered.startswith("no jobs matching: ") and "mail" in filtered
+
+
 def test_jobs_output_is_inert(pgq: Pgq, queue: Queue) -> None:
     failed_job(queue, "\x1b[2J[red]boom[/red]\nsecond line", name="q\x1b[31m")
     out = ok(pgq("jobs", "--status", "failed"))
