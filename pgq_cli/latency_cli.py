@@ -20,6 +20,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from pgq_core.durations import short_duration
 from pgq_core.ops import LATENCY_CAP, LatencyWindow
 
 from . import output
@@ -35,17 +36,9 @@ DASH = "—"
 
 
 def seconds_text(value: float | None) -> str:
-    """A latency the way it is read: 12ms, 1.25s, 4m05s, 2h03m; `—` without jobs."""
-    if value is None:
-        return DASH
-    if value < 1:
-        return f"{value * 1000:.0f}ms"
-    if value < 60:
-        return f"{value:.2f}s"
-    whole = round(value)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    """A latency as the dashboard prints it (`short_duration`: 12ms, 1.2s, 4m05s, 2h03m); `—`
+    without jobs."""
+    return DASH if value is None else short_duration(value)
 
 
 def jobs_text(window: LatencyWindow) -> str:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from pgq_core import migrate as run_migrate
 from pgq_core.cluster import standby_refusal
+from pgq_core.durations import short_duration
 from pgq_core.models import Health, PruneReport, StrandedJobs, StuckJobs
 from pgq_core.ops import (
     NOTIFY_MODES,
@@ -194,7 +195,7 @@ def _print_health(h: Health) -> None:
     if x is None:
         console.print("oldest transaction: none holds back vacuum")
     else:
-        age = "" if x.age_seconds is None else f"{x.age_seconds:,.1f}s"
+        age = "" if x.age_seconds is None else short_duration(x.age_seconds)
         console.print(
             f"oldest transaction: pid {x.pid}, open {age}, {output.escaped(x.state)}, "
             f"user {output.escaped(x.user)}, app {output.escaped(x.application)}: "
@@ -205,7 +206,7 @@ def _print_health(h: Health) -> None:
     if not h.lock_waits:
         console.print("lock waits on jobs: none")
     for w in h.lock_waits:
-        waited = "" if w.waited_seconds is None else f"{w.waited_seconds:,.1f}s"
+        waited = "" if w.waited_seconds is None else short_duration(w.waited_seconds)
         by = ", ".join(map(str, w.blocked_by)) or "?"
         console.print(
             f"lock wait: pid {w.pid} {output.escaped(w.mode)} ({output.escaped(w.locktype)}) "

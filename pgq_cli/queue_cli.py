@@ -10,10 +10,11 @@ import re
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from pgq_core.config import check_new_queue_name
 from pgq_core.durations import short_duration
-from pgq_core.text import printable
+from pgq_core.text import keep_end, printable
 
 from . import output
 from .options import INT4_MAX, new_queue_option, queue_option
@@ -210,6 +211,11 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
     output.console().print(table)
 
 
+#: cells of `pgq workers`' worker column at least, and what the other columns take at 80
+WORKER_CELLS = 16
+OTHER_WORKER_CELLS = 64
+
+
 @click.command("workers")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
@@ -226,11 +232,23 @@ def workers_command(ctx: click.Context, as_json: bool) -> None:
         output.console().print("no live workers")
         return
     table = Table(title=output.text(f"workers · {settings(ctx).target().display}"))
-    for col in ("worker", "queues", "conc", "running", "done", "failed", "up", "beat", "version"):
-        table.add_column(col, justify="left" if col in ("worker", "queues", "version") else "right")
+    # the worker column keeps each id's end (pid and suffix tell workers apart), cut at its
+    # start; below 100 columns the version goes first
+    width = output.console().width
+    cells = max(WORKER_CELLS, width - OTHER_WORKER_CELLS)
+    columns = ["worker", "queues", "conc", "run", "done", "fail", "up", "beat"]
+    if width >= 100:
+        columns.append("version")
+    for col in columns:
+        table.add_column(
+            col,
+            justify="left" if col in ("worker", "queues", "version") else "right",
+            no_wrap=col != "queues",
+            min_width=min(cells, max(len(r.id) for r in rows)) if col == "worker" else None,
+        )
     for r in rows:
-        table.add_row(
-            output.text(r.id),
+        cells_of_row: list[str | Text] = [
+            output.text(keep_end(printable(r.id), cells)),
             output.text(",".join(r.queues)),
             str(r.concurrency),
             str(r.running),
@@ -239,5 +257,6 @@ def workers_command(ctx: click.Context, as_json: bool) -> None:
             short_duration(r.up_seconds),
             f"{short_duration(r.beat_seconds)} ago",
             output.text(r.version),
-        )
+        ]
+        table.add_row(*cells_of_row[: len(columns)])
     output.console().print(table)
