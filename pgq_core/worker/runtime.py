@@ -129,7 +129,6 @@ class Worker:
         self._dispatcher: Dispatcher | None = None
         self._heart: Heartbeater | None = None
         self._background = Background()
-        self._registered = False
         self.metrics = metrics
         if metrics is not None:
             metrics.attach(self.snapshot, self.id)
@@ -247,7 +246,7 @@ class Worker:
         )
         self._ledger.on_hold = self._track
         link = self._main_lane.link
-        started = False
+        started = registered = False
         try:
             await open_checked(link, self.dsn, self.schema, self.burst)
             log.info(
@@ -272,7 +271,7 @@ class Worker:
             self._background.start(
                 heart, hints, link.call, self.reap_interval, self.id, beat, on_due=self._on_hint
             )
-            self._registered = True
+            registered = True
             try:
                 await main.run()
             except SchemaMissing:
@@ -291,7 +290,7 @@ class Worker:
                 raise PgqError(f"stopped before the queues drained: {self._life.refusal}")
         finally:
             await self._background.stop(HAND_BACK_TIMEOUT)
-            if self._registered:
+            if registered:
                 await say_gone(link.call, self.id)
             await asyncio.to_thread(heart.stop)
             await self._lanes.close()
