@@ -363,13 +363,36 @@ class Lane:
         return results
 
 
-async def open_checked(link: Link, dsn: str, schema: str, burst: bool) -> None:
+async def open_checked(
+    link: Link, dsn: str, schema: str, burst: bool, stopping: Callable[[], bool] = bool
+) -> bool:
     """Open `link` and check the schema's version; a burst worker's server must not be a
-    standby (nothing there can be claimed). Raises PgqError in the operator's words."""
-    try:
-        await link.open()
-    except psycopg.OperationalError as exc:
-        raise PgqError(f"database unavailable: {scrub(first_line(str(exc)), dsn)}") from None
+    standby (nothing there can be claimed). Raises PgqError in the operator's words.
+
+    While the servers answer but none takes writes (a failover under way), a long-running
+    worker waits for the new primary, saying so once, as it does after a reconnect; False
+    when a stop came first. Nothing answering at all still fails at once."""
+    backoff = Backoff(first=0.25, cap=5.0)
+    said = False
+    while True:
+        try:
+            await link.open()
+            break
+        except psycopg.OperationalError as exc:
+            waiting = None if burst else no_primary(exc, dsn)
+            if waiting is None:
+                text = scrub(first_line(str(exc)), dsn)
+                raise PgqError(f"database unavailable: {text}") from None
+            if not said:
+                said = True
+                log.warning("worker starting: %s", scrub(waiting, dsn))
+            pause_until = time.monotonic() + backoff.next()
+            while time.monotonic() < pause_until:
+                if stopping():
+                    return False
+                await asyncio.sleep(0.05)
+    if said:
+        log.info("worker starting: a writable primary answers")
     try:
         await link.call(ops.require_schema(latest_version(), schema))
     except Refused as exc:  # in the operator's words, never the class's name
@@ -382,3 +405,4 @@ async def open_checked(link: Link, dsn: str, schema: str, burst: bool) -> None:
         (role,) = await link.call(ops.server_role())
         if role.standby:
             raise PgqError(standby_worker(role))
+    return True

@@ -248,7 +248,11 @@ class Worker:
         link = self._main_lane.link
         started = registered = False
         try:
-            await open_checked(link, self.dsn, self.schema, self.burst)
+            if not await open_checked(
+                link, self.dsn, self.schema, self.burst, lambda: self._life.state.stopping
+            ):
+                log.info("worker %s stopped before a writable primary answered", self.id)
+                return
             log.info(
                 "worker %s started: queues %s, concurrency %d, lease %gs, database %s%s",
                 self.id,
