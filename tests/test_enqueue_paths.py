@@ -4,7 +4,6 @@ writes the jobs, wakes listeners and refuses bad input as the general path does.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement, ops, queries
+from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
 
 COLUMNS = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap, trace"
 
@@ -202,38 +201,3 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
         )
     )
     assert calls() == before + 3
-
-
-def test_the_edge_probe_reads_the_ready_index_whatever_the_table_holds(
-    queue: Queue, dsn: str
-) -> None:
-    """`enqueue_one_then_notify`'s `edge` probe, as a generic plan (a prepared statement's from
-    its sixth run), reads the queue's first entry of jobs_ready_idx, with the table all ready
-    jobs or mostly done ones: never a scan of the table."""
-    ident = sql.Identifier(queue.schema)
-    queue.enqueue_many([JobSpec("p", {"n": n}) for n in range(2000)])
-    text = queries.statement("enqueue_one_then_notify", queue.schema).decode()
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
-    params = ops.enqueue_job("p", {}, None, None, 5, 0, None, None, alone=True).params
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(sql.SQL("PREPARE probe AS {}").format(sql.SQL(numbered)))
-        execute = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe({})").format(
-            sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
-        )
-        for finished in (False, True):
-            if finished:
-                conn.execute(
-                    sql.SQL(
-                        "UPDATE {}.jobs SET status = 'done', finished_at = now()"
-                        " WHERE status = 'ready' AND id % 50 <> 0"
-                    ).format(ident)
-                )
-            conn.execute(sql.SQL("ANALYZE {}.jobs").format(ident))
-            with conn.transaction(force_rollback=True):
-                rows = conn.execute(execute).fetchall()
-            plan = "\n".join(str(r[0]) for r in rows)
-            probe = plan[plan.index("SubPlan") :]
-            assert "Index Only Scan using jobs_ready_idx on jobs j" in probe, plan
-            assert "Limit" in probe and "Seq Scan on jobs" not in plan, plan

@@ -9,10 +9,9 @@
 -- sets pgq.enqueue_decided for its transaction, so the jobs INSERT trigger does not fire
 -- (migration 32), and the producer sends the NOTIFY it returns once this has committed
 -- (`notify_committed`). Rows: (id, the queue to notify, or NULL: the job is not due, the
--- setting is `off`, or it is `edge` and the queue had another due ready job). The probe reads
--- the queue's first entry of jobs_ready_idx (its earliest ready job: due or not), whatever
--- the table holds, in this statement's snapshot, which holds no row of its own: a due ready
--- job it finds was there before, as the trigger's count of more than its own rows found.
+-- setting is `off`, or it is `edge` and the queue had another due ready job). The probe runs
+-- in this statement's snapshot, which holds no row of its own: any due ready job it finds
+-- was there before, as the trigger's count of more than its own rows found.
 WITH decided AS (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)),
 job AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
@@ -28,10 +27,10 @@ SELECT job.id,
        CASE WHEN job.run_at <= now() THEN
          CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
            WHEN 'always' THEN job.queue
-           WHEN 'edge' THEN CASE WHEN coalesce((SELECT j.run_at > now() FROM {schema}.jobs j
-                                                 WHERE j.queue = job.queue AND j.status = 'ready'
-                                                 ORDER BY j.run_at LIMIT 1), true)
-                                 THEN job.queue END
+           WHEN 'edge' THEN CASE WHEN NOT EXISTS (
+                                   SELECT 1 FROM {schema}.jobs j
+                                    WHERE j.queue = job.queue AND j.status = 'ready'
+                                      AND j.run_at <= now()) THEN job.queue END
          END
        END
   FROM job;
