@@ -170,10 +170,10 @@ async def test_async_always_notifies_after_the_commit(aqueue: AsyncQueue, dsn: s
 
 
 def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue) -> None:
-    """Version 32: `Queue.enqueue` alone in its transaction decides its NOTIFY itself, so the
-    jobs INSERT trigger does not fire for it; a batch, an enqueue in the caller's transaction
-    and an application's own INSERT fire it as before (counted by the server's function
-    statistics, flushed by the backend that ran them)."""
+    """Version 32: `Queue.enqueue` alone in its transaction decides its NOTIFY itself under
+    `always` and `off`, so the jobs INSERT trigger does not fire for it; under `edge`, and for
+    a batch, an enqueue in the caller's transaction and an application's own INSERT, it fires
+    as before (counted by the server's function statistics, flushed by the backend)."""
     own = queue.conn
     if own.info.server_version < 150000:
         pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
@@ -201,3 +201,7 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
         )
     )
     assert calls() == before + 3
+    # under `edge` the trigger decides at commit, as before version 32 (cheaper at 16 producers)
+    queue.set_notify("edge")
+    queue.enqueue("n", {})
+    assert calls() == before + 4

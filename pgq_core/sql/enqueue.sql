@@ -5,14 +5,22 @@
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
 
 -- name: enqueue_one_then_notify
--- `enqueue_one` as a transaction of its own (autocommit) that decides its NOTIFY itself: it
--- sets pgq.enqueue_decided for its transaction, so the jobs INSERT trigger does not fire
--- (migration 32), and the producer sends the NOTIFY it returns once this has committed
--- (`notify_committed`). Rows: (id, the queue to notify, or NULL: the job is not due, the
--- setting is `off`, or it is `edge` and the queue had another due ready job). The probe runs
--- in this statement's snapshot, which holds no row of its own: any due ready job it finds
--- was there before, as the trigger's count of more than its own rows found.
-WITH decided AS (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)),
+-- `enqueue_one` as a transaction of its own (autocommit). Under `always` and `off` it decides
+-- its NOTIFY itself and sets pgq.enqueue_decided for its transaction, so the jobs INSERT
+-- trigger does not fire (migration 32); the producer sends the NOTIFY it returns once this has
+-- committed (`notify_committed`). Under `edge` it leaves the flag off and the trigger decides
+-- at commit as before: the same probe in this statement ran 16 producers at 0.29-0.30x the
+-- plain INSERT against the trigger's 0.51-0.53x (docs/performance.md). Rows: (id, the queue
+-- to notify, or NULL: the job is not due, or the setting is not `always`).
+WITH notify AS (
+  SELECT coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
+         AS mode
+),
+decided AS (
+  SELECT pg_catalog.set_config('pgq.enqueue_decided',
+                               CASE WHEN n.mode = 'edge' THEN 'off' ELSE 'on' END, true)
+    FROM notify n
+),
 job AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
                              backoff_cap, trace)
@@ -23,17 +31,8 @@ job AS (
     FROM decided
   RETURNING id, queue, run_at
 )
-SELECT job.id,
-       CASE WHEN job.run_at <= now() THEN
-         CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
-           WHEN 'always' THEN job.queue
-           WHEN 'edge' THEN CASE WHEN NOT EXISTS (
-                                   SELECT 1 FROM {schema}.jobs j
-                                    WHERE j.queue = job.queue AND j.status = 'ready'
-                                      AND j.run_at <= now()) THEN job.queue END
-         END
-       END
-  FROM job;
+SELECT job.id, CASE WHEN job.run_at <= now() AND n.mode = 'always' THEN job.queue END
+  FROM job, notify n;
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
