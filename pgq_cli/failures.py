@@ -11,7 +11,7 @@ import psycopg
 
 from pgq_core.cluster import no_primary
 from pgq_core.config import connect_timeout
-from pgq_core.text import first_surrogate, printable
+from pgq_core.text import first_surrogate, libpq_reason, printable
 
 #: Exit codes: 0 ok, 1 runtime failure (pgq or the database), 2 bad usage.
 EXIT_RUNTIME = 1
@@ -50,17 +50,6 @@ def raw_byte(text: str) -> str | None:
     return f"not valid UTF-8 text (a raw byte{byte})"
 
 
-def _reason(exc: BaseException) -> str:
-    """libpq's reason: its first line, completed by the next when it ends in ':'."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = lines[0]
-    if text.endswith(":") and len(lines) > 1:
-        text = f"{text} {lines[1]}"
-    return text.removeprefix("connection failed: ")
-
-
 _AUTH = ("authentication failed", "pg_hba.conf", "password authentication", "no password supplied")
 
 
@@ -71,7 +60,7 @@ def explain(exc: psycopg.Error, dsn: str | None) -> str:
     errors = psycopg.errors
     if (waiting := no_primary(exc, dsn)) is not None:
         return waiting
-    text = _reason(exc)
+    text = libpq_reason(exc)
     if isinstance(exc, errors.ConnectionTimeout) or text == "connection timeout expired":
         seconds = connect_timeout(dsn) if dsn else None
         within = f" within {seconds:g}s" if seconds else ""

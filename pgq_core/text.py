@@ -121,6 +121,18 @@ def first_line(text: str | None, cut: bool = False, width: int | None = None) ->
     return line + "…" if more else line
 
 
+def libpq_reason(exc: BaseException) -> str:
+    """One line from a libpq error: its first line, completed by the next when it ends in ':'
+    (libpq puts the actual reason, e.g. "Connection refused", on the second line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    return text.removeprefix("connection failed: ")
+
+
 def bounded_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:
     """`text` (a formatted traceback) fit for a text column and at most `limit` characters: a
     longer one keeps its first quarter and its end (the innermost frames and the error), the

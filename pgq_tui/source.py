@@ -47,21 +47,9 @@ from pgq_core.config import (
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health, ServerRole
 from pgq_core.session import adetect_pooler, is_pooler_error
-from pgq_core.text import first_line
+from pgq_core.text import first_line, libpq_reason
 
 APPLICATION_NAME = "pgq-dashboard"
-
-
-def reason(exc: BaseException) -> str:
-    """One line from a libpq error: its first line, completed by the next when it ends in ':'
-    (libpq puts the actual reason, e.g. "Connection refused", on the second line)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = lines[0]
-    if text.endswith(":") and len(lines) > 1:
-        text = f"{text} {lines[1]}"
-    return text.removeprefix("connection failed: ")
 
 
 class Disconnected(Exception):
@@ -207,7 +195,7 @@ class PgSource:
 
     def _disconnected(self, exc: BaseException) -> Disconnected:
         """The reason in one line: while no host takes writes, that in plain words."""
-        text = no_primary(exc, self.dsn) or reason(exc)
+        text = no_primary(exc, self.dsn) or libpq_reason(exc)
         for dsn in (self.dsn, self.read_dsn, os.environ.get("PGQ_LISTEN_DSN")):
             text = scrub(text, dsn)
         return Disconnected(text)

@@ -117,7 +117,7 @@ def test_dashboard_rejects_a_bad_refresh() -> None:
 
 
 def test_libpq_reasons_read_as_one_line() -> None:
-    from pgq_tui.source import reason
+    from pgq_core.text import libpq_reason as reason
 
     refused = Exception(
         'connection failed: connection to server at "127.0.0.1", port 9 failed:\n'
