@@ -58,6 +58,7 @@ from .messages import (
     WorkerLogged,
 )
 from .pool import QUIT_GRACE, QUIT_HAND_BACK, Pool
+from .scheduler import PollScheduler
 from .screens.confirm import BulkConfirmScreen, ConfirmScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
@@ -160,8 +161,9 @@ class DashboardApp(App[None]):
         self.throughput = throughput or Throughput()
         #: each queue's p95 wait, read every LATENCY_REFRESH seconds at most (after a poll)
         self.latency = latency or LatencyTrend()
-        self._latency_read: float | None = None
-        self._latency_reading = False
+        #: which reads are in flight and when each last started: "poll", "leases", "latency",
+        #: "primary", and "errors" / "health" (the slow views)
+        self.scheduler = PollScheduler()
         self.connection = CONNECTING
         self.problem = ""
         #: every connection state the app went through, in order (tests read it)
@@ -169,10 +171,7 @@ class DashboardApp(App[None]):
         self.paused = False
         self.polls = 0
         self.poll_failures = 0
-        self._polling = False
-        self._poll_again = False
         self._debounce: Timer | None = None
-        self._poll_started = 0.0
         #: actions committed so far; the count when the poll in flight began; the last
         #: action's re-read rows (a poll begun before that action overlays them, as it read
         #: older rows)
@@ -184,13 +183,9 @@ class DashboardApp(App[None]):
         #: that their statements do not queue behind a poll's on the connection
         self._acting = 0
         self._touching = 0
-        self._leases_reading = False
         self._quitting = False
         self._log_handler = WorkerLogHandler(lambda line: self.post_message(WorkerLogged(line)))
         self._dashboard: DashboardScreen | None = None
-        #: when (monotonic) the Errors and Health views were last read, and which are in flight
-        self._slow_read: dict[str, float] = {}
-        self._slow_reading: set[str] = set()
         self.start_workers = tuple(start_workers)
         #: the first queue (by name) of the Queues view's window
         self.queues_offset = 0
@@ -202,12 +197,19 @@ class DashboardApp(App[None]):
         self.primary_changed = ""
         #: reading a standby: why the primary is out of reach (empty while it answers)
         self.writes_problem = ""
-        self._primary_reading = False
-        self._primary_read: float | None = None
         #: the source reads a standby and asks the primary apart (`Source.primary` answered)
         self._reads_apart = False
         #: what the status line last said of LISTEN (each said once, until LISTEN works)
         self._listen_said = ""
+
+    @property
+    def _polling(self) -> bool:
+        """A full poll is in flight (tests wait on it)."""
+        return self.scheduler.running("poll")
+
+    @property
+    def _latency_reading(self) -> bool:
+        return self.scheduler.running("latency")
 
     def get_default_screen(self) -> Screen[Any]:
         return self.dashboard
@@ -308,16 +310,12 @@ class DashboardApp(App[None]):
     def request_refresh(self) -> None:
         if self.paused or self._quitting or self._touching:
             return  # an action's re-read asks for one when done
-        if self._polling:
-            self._poll_again = True
-            return
         try:
             jobs_query = self.dashboard.jobs_query()
         except NoMatches:  # tearing down
             return
-        self._polling = True
-        self._poll_again = False
-        self._poll_started = time.monotonic()
+        if not self.scheduler.start("poll", again=True):
+            return  # one poll at a time: this one runs when the poll in flight ends
         self._poll_commits = self._commits
         self.poll(jobs_query)
 
@@ -399,16 +397,10 @@ class DashboardApp(App[None]):
 
     def refresh_leases(self) -> None:
         """Between polls, the leases alone (cheap: the running jobs' index, LIMIT rows)."""
-        if (
-            self.paused
-            or self._quitting
-            or self._polling
-            or self._leases_reading
-            or self.connection != CONNECTED
-        ):
+        if self.paused or self._quitting or self._polling or self.connection != CONNECTED:
             return
-        self._leases_reading = True
-        self.read_leases()
+        if self.scheduler.start("leases"):
+            self.read_leases()
 
     @work(group="leases", exit_on_error=False)
     async def read_leases(self) -> None:
@@ -420,7 +412,7 @@ class DashboardApp(App[None]):
         except (PgqError, TimeoutError):
             return  # the next full poll says what is wrong
         finally:
-            self._leases_reading = False
+            self.scheduler.end("leases")
         self.post_message(LeasesPolled(leases, self.clock()))
 
     def on_leases_polled(self, message: LeasesPolled) -> None:
@@ -474,14 +466,10 @@ class DashboardApp(App[None]):
             return
         with contextlib.suppress(NoMatches):
             view = self.dashboard.active_view()
-            if view not in ("errors", "health") or view in self._slow_reading:
-                return
-            last = self._slow_read.get(view)
-            if not force and last is not None and time.monotonic() - last < SLOW_REFRESH:
-                return
-            self._slow_reading.add(view)
-            self._slow_read[view] = time.monotonic()
-            self.read_slow(view)
+            if view in ("errors", "health") and self.scheduler.start(
+                view, 0.0 if force else SLOW_REFRESH
+            ):
+                self.read_slow(view)
 
     @work(group="slow", exit_on_error=False)
     async def read_slow(self, view: str) -> None:
@@ -500,19 +488,15 @@ class DashboardApp(App[None]):
             text = first_line(str(exc)) or "timed out"
             self.alert(text, title=f"{view} not read", severity="error")
         finally:
-            self._slow_reading.discard(view)
+            self.scheduler.end(view)
 
     # latency: each shown queue's p95 wait, read in a worker of its own after a poll, at most
     # every LATENCY_REFRESH seconds (bounded: the queues of the window, 20,000 jobs each)
     def refresh_latency(self, queues: list[str]) -> None:
-        if self.paused or self._quitting or self._latency_reading or not queues:
+        if self.paused or self._quitting or not queues:
             return
-        now = time.monotonic()
-        if self._latency_read is not None and now - self._latency_read < LATENCY_REFRESH:
-            return
-        self._latency_reading = True
-        self._latency_read = now
-        self.read_latency(queues)
+        if self.scheduler.start("latency", LATENCY_REFRESH):
+            self.read_latency(queues)
 
     @work(group="latency", exit_on_error=False)
     async def read_latency(self, queues: list[str]) -> None:
@@ -524,7 +508,7 @@ class DashboardApp(App[None]):
         except (PgqError, TimeoutError):
             return  # the column keeps its last figures; the next poll says what is wrong
         finally:
-            self._latency_reading = False
+            self.scheduler.end("latency")
         self.post_message(LatencyPolled(report, self.clock()))
 
     def on_latency_polled(self, message: LatencyPolled) -> None:
@@ -545,8 +529,7 @@ class DashboardApp(App[None]):
                 self.dashboard.show_health(message.health, message.at)
 
     def _poll_done(self) -> None:
-        self._polling = False
-        if self._poll_again:
+        if self.scheduler.end("poll"):
             self.call_later(self.request_refresh)
 
     def on_polled(self, message: Polled) -> None:
@@ -593,14 +576,10 @@ class DashboardApp(App[None]):
     def refresh_primary(self) -> None:
         """Reading a standby, the primary is asked after a poll (at most once a refresh) where
         it is and which timeline it writes; otherwise the poll itself says so."""
-        if self.paused or self._quitting or self._primary_reading:
+        if self.paused or self._quitting:
             return
-        now = time.monotonic()
-        if self._primary_read is not None and now - self._primary_read < self.refresh_seconds:
-            return
-        self._primary_reading = True
-        self._primary_read = now
-        self.read_primary()
+        if self.scheduler.start("primary", self.refresh_seconds):
+            self.read_primary()
 
     @work(group="primary", exit_on_error=False)
     async def read_primary(self) -> None:
@@ -613,7 +592,7 @@ class DashboardApp(App[None]):
         except (PgqError, TimeoutError) as exc:
             problem = first_line(str(exc)) or f"no answer within {self.poll_timeout:g}s"
         finally:
-            self._primary_reading = False
+            self.scheduler.end("primary")
         self.post_message(PrimaryChecked(role, problem))
 
     def on_primary_checked(self, message: PrimaryChecked) -> None:
@@ -697,7 +676,7 @@ class DashboardApp(App[None]):
         A poll in flight takes one more afterwards, however many notifications came."""
         if self._debounce is not None or self._acting:
             return  # an action's end asks for a refresh
-        wait = self._poll_started + NOTIFY_GAP - time.monotonic()
+        wait = self.scheduler.wait("poll", NOTIFY_GAP)
         if wait <= 0:
             self.request_refresh()
         else:
