@@ -200,10 +200,9 @@ class DashboardScreen(Screen[None]):
     def show(self, data: Snapshot) -> None:
         self.data = data
         now = self.host.clock()
-        self.query_one(QueuesTable).show(data, self.host.throughput, now, self.host.latency)
+        self._show_rows(now, jobs=False)
         self._render_queues_title()
-        self._auto_status()
-        self.query_one(LeasesTable).show(data, now)
+        self._auto_status()  # after the queues' rows: the cursor's queue picks the jobs
         if data.jobs_query == self.jobs_query():
             self.query_one(JobsTable).show(data.jobs, now, data)
         else:
@@ -237,10 +236,7 @@ class DashboardScreen(Screen[None]):
         if self.data is None:
             return
         self.data = self.data.with_moved(queue, ids, was, became)
-        now = self.host.clock()
-        self.query_one(QueuesTable).show(self.data, self.host.throughput, now, self.host.latency)
-        self.query_one(LeasesTable).show(self.data, now)
-        self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+        self._show_rows(self.host.clock())
 
     def show_touched(self, read: ActionRead) -> None:
         """An action committed: the rows it touched, read again at once, replace theirs (the
@@ -251,10 +247,7 @@ class DashboardScreen(Screen[None]):
         jobs = read.jobs if read.jobs_query == self.jobs_query() else None
         self.data = self.data.with_touched(read.stats, jobs, read.jobs_query, read.leases, read.at)
         now = self.host.clock()
-        self.query_one(QueuesTable).show(self.data, self.host.throughput, now, self.host.latency)
-        self.query_one(LeasesTable).show(self.data, now)
-        if jobs is not None:
-            self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+        self._show_rows(now, jobs=jobs is not None)
         self._show_workers(now)
         self._render_tab_labels()
         self._render_jobs_bar()
@@ -281,17 +274,22 @@ class DashboardScreen(Screen[None]):
 
     def tick(self, now: float) -> None:
         """Between polls: countdowns, worker activity and the status line move on."""
-        if self.data is not None:
-            self.query_one(LeasesTable).show(self.data, now)
-            self.query_one(QueuesTable).show(
-                self.data, self.host.throughput, now, self.host.latency
-            )
-            if self.active_view() == "jobs":
-                self.query_one(JobsTable).show(self.data.jobs, now, self.data)
+        self._show_rows(now, jobs=self.active_view() == "jobs")
         self._show_workers(now)
         self._render_workers_hint()
         self._render_tab_labels()
         self.render_status_line()
+
+    def _show_rows(self, now: float, *, jobs: bool = True) -> None:
+        """The Queues and Leases tables and (`jobs`) the Jobs view's from `data` as of `now`:
+        each table edits only the cells that changed."""
+        data = self.data
+        if data is None:
+            return
+        self.query_one(QueuesTable).show(data, self.host.throughput, now, self.host.latency)
+        self.query_one(LeasesTable).show(data, now)
+        if jobs:
+            self.query_one(JobsTable).show(data.jobs, now, data)
 
     def set_stale(self, stale_for: float | None) -> None:
         """Data older than a refresh during an outage: the tables dim and the age shows."""
