@@ -248,3 +248,62 @@ def test_a_claimed_batch_keeps_its_new_row_versions_on_their_pages(
     after = dict(conn.execute(page_of.format(table)).fetchall())
     moved = sum(before[i] != after[i] for i in before)
     assert moved <= 0.2 * len(before), (moved, len(before))
+
+
+def test_the_per_column_checks_are_domains_attached_without_a_rewrite(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 33 moves the checks on max_attempts, the backoffs and progress into domains:
+    the table keeps its file (no rewrite), and every bad value is still refused, by an INSERT,
+    an UPDATE or a COPY."""
+    m = importlib.import_module("pgq_core.migrate")
+    shipped = m.migrations()
+    name = f"t_{secrets.token_hex(5)}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            monkeypatch.setattr(m, "migrations", lambda: [v for v in shipped if v[0] < 33])
+            migrate(conn, name)
+            insert = sql.SQL("INSERT INTO {}.jobs (queue, payload) VALUES ('q', '{{}}')")
+            conn.execute(insert.format(ident))
+            filenode = "SELECT pg_relation_filenode(%s::regclass)"
+            before = conn.execute(filenode, [f"{name}.jobs"]).fetchone()
+            monkeypatch.setattr(m, "migrations", lambda: shipped)
+            assert 33 in migrate(conn, name)
+            assert conn.execute(filenode, [f"{name}.jobs"]).fetchone() == before
+            constraints = conn.execute(
+                "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'c'",
+                [f"{name}.jobs"],
+            ).fetchall()
+            assert sorted(c for (c,) in constraints) == [
+                "jobs_progress_order_check",
+                "jobs_status_check",
+            ]
+            bad = [
+                ("INSERT INTO {}.jobs (queue, payload, max_attempts) VALUES ('q', '{{}}', 0)", {}),
+                ("INSERT INTO {}.jobs (queue, payload, backoff_base) VALUES ('q', '{{}}', -1)", {}),
+                ("INSERT INTO {}.jobs (queue, payload, backoff_cap) VALUES ('q', '{{}}', 4e7)", {}),
+                ("UPDATE {}.jobs SET max_attempts = 0", {}),
+                ("UPDATE {}.jobs SET progress_done = -1", {}),
+                ("UPDATE {}.jobs SET progress_total = 0", {}),
+                ("UPDATE {}.jobs SET progress_done = 5, progress_total = 3", {}),
+                ("UPDATE {}.jobs SET progress_note = repeat('x', 1001)", {}),
+            ]
+            for statement, params in bad:
+                with pytest.raises(psycopg.errors.CheckViolation):
+                    conn.execute(sql.SQL(statement).format(ident), params)
+            copy = sql.SQL("COPY {}.jobs (queue, payload, max_attempts) FROM STDIN")
+            with (
+                pytest.raises(psycopg.errors.CheckViolation),
+                conn.cursor() as cur,
+                cur.copy(copy.format(ident)) as cp,
+            ):
+                cp.write_row(("q", "{}", 0))
+            good = sql.SQL(
+                "UPDATE {}.jobs SET max_attempts = 1, backoff_base = 0, backoff_cap = 31536000,"
+                " progress_done = 3, progress_total = 3, progress_note = repeat('x', 1000)"
+                " RETURNING max_attempts, backoff_cap, progress_done"
+            )
+            assert conn.execute(good.format(ident)).fetchall() == [(1, 31536000.0, 3)]
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(ident))
