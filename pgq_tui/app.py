@@ -30,6 +30,7 @@ from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.worker import get_current_worker
 
 from pgq_core import JobRow, Lease, PgqError, QueueStats, QueueWindow, WorkerInfo
 from pgq_core.config import first_line
@@ -339,12 +340,11 @@ class DashboardApp(App[None]):
         started = self.clock()
         done, _ = await asyncio.wait({fetch}, timeout=self.poll_timeout)
         if not done:
-            # Close the connection under the hung call first, so cancelling it does not wait
-            # on the server (psycopg would try to cancel the query there).
+            # The next poll takes a new connection; the hung call unwinds on its own (psycopg
+            # cancels it on the server, bounded) and its connection is closed when it ends.
             with contextlib.suppress(Exception):
                 await self.source.reset()
             fetch.cancel()
-            await asyncio.wait({fetch}, timeout=5)
             return PollFailed(f"no answer within {self.poll_timeout:g}s", disconnected=True)
         try:
             window, leases, leases_at, jobs, server, workers = fetch.result()
@@ -1103,10 +1103,22 @@ class DashboardApp(App[None]):
                     self.pool.stop_all(immediately=True)
                     await self.pool.wait(QUIT_HAND_BACK)
             self.pool.close()
+            await self._end_reads()
             with contextlib.suppress(Exception):  # leaving anyway
                 await asyncio.wait_for(self.source.close(), timeout=3)
         finally:
             self.exit()
+
+    async def _end_reads(self) -> None:
+        """Cancel this app's other workers (polls, LISTEN, actions) and give them a moment to
+        unwind, so the source closes idle connections rather than busy ones."""
+        me = get_current_worker()
+        others = [w for w in self.workers if w is not me and not w.is_finished]
+        for worker in others:
+            worker.cancel()
+        deadline = time.monotonic() + QUIT_HAND_BACK
+        while any(not w.is_finished for w in others) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

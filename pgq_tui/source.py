@@ -119,7 +119,11 @@ class Source(Protocol):
 
 
 class PgSource:
-    """pgq_core's AsyncQueue on a dedicated autocommit connection, reconnected on demand."""
+    """pgq_core's AsyncQueue on a dedicated autocommit connection, reconnected on demand.
+
+    A connection is never closed under a call running on it (libpq's connection would be freed
+    under psycopg's statement, which can crash the process): a connection given up while busy
+    is closed by the last call that leaves it."""
 
     def __init__(
         self,
@@ -146,6 +150,9 @@ class PgSource:
         self._queue: AsyncQueue | None = None
         self._writer: AsyncQueue | None = None
         self._lock = asyncio.Lock()
+        #: calls running per connection, and the given-up connections they keep open
+        self._busy: dict[AsyncQueue, int] = {}
+        self._retired: set[AsyncQueue] = set()
 
     async def _connect(
         self, dsn: str | None = None, reader: bool = False
@@ -201,11 +208,19 @@ class PgSource:
         return Disconnected(text)
 
     async def _forget(self, queue: AsyncQueue) -> None:
-        """Close `queue`'s connection; if it is a current one, the next call reconnects."""
+        """Give `queue`'s connection up: the next call reconnects. It is closed now if no call
+        runs on it, else by the last one to leave (`_call`)."""
         if self._queue is queue:
             self._queue = None
         if self._writer is queue:
             self._writer = None
+        if self._busy.get(queue):
+            self._retired.add(queue)
+        else:
+            await self._close(queue)
+
+    @staticmethod
+    async def _close(queue: AsyncQueue) -> None:
         with contextlib.suppress(Exception):  # the connection is already broken
             await queue.close()
 
@@ -215,6 +230,18 @@ class PgSource:
 
     async def _call(self, name: str, *args: Any, write: bool = False) -> Any:
         queue = await self._get(write)
+        self._busy[queue] = self._busy.get(queue, 0) + 1
+        try:
+            return await self._run(queue, name, *args)
+        finally:
+            self._busy[queue] -= 1
+            if not self._busy[queue]:
+                del self._busy[queue]
+                if queue in self._retired:
+                    self._retired.discard(queue)
+                    await self._close(queue)
+
+    async def _run(self, queue: AsyncQueue, name: str, *args: Any) -> Any:
         try:
             return await getattr(queue, name)(*args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -339,8 +366,9 @@ class PgSource:
                 await conn.close()
 
     async def reset(self) -> None:
-        """Close the connection at once, even while a call hangs on it (that call then fails
-        instead of waiting on the server); the next call reconnects."""
+        """Give the connections up: the next call reconnects. One a call hangs on is closed
+        when that call ends (cancelled by its caller: psycopg then cancels the statement on the
+        server, or closes the connection itself after a few seconds)."""
         for queue in (self._queue, self._writer):
             if queue is not None:
                 await self._forget(queue)

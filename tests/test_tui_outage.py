@@ -207,3 +207,54 @@ async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeo
         assert await source.stats() == []
     finally:
         await source.close()
+
+
+def _backends(dsn: str, application_name: str, waiting: bool = False) -> int:
+    """The server's sessions of `application_name` (only those waiting on a lock: `waiting`)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        " AND (NOT %s OR wait_event_type = 'Lock')"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, (application_name, waiting)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(int(TIMEOUT / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Quitting (or a hung poll's reset) while a call runs must not free libpq's connection
+    under psycopg's statement (that crashed the process): the call ends normally, and only
+    then is its connection closed."""
+    queue.enqueue("held", {})
+    source = PgSource(dsn, schema, lock_timeout=timedelta(seconds=20))
+    name = source.application_name
+    try:
+        await source.stats()
+        with psycopg.connect(dsn) as holder:
+            holder.execute(
+                sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(schema)
+                )
+            )
+            call = asyncio.ensure_future(source.stats())
+            await _until(lambda: _backends(dsn, name, waiting=True) == 1, "the call to wait")
+            await source.close()
+            await asyncio.sleep(0.2)
+            assert not call.done()
+            assert _backends(dsn, name) == 1  # still open under the call
+            holder.rollback()
+        stats = await asyncio.wait_for(call, TIMEOUT)
+        assert [(s.queue, s.ready) for s in stats] == [("held", 1)]
+        await _until(lambda: _backends(dsn, name) == 0, "the connection to close")
+    finally:
+        await source.close()
