@@ -237,10 +237,16 @@ def check_test_command(words: list[str], assignments: list[str], where: str) -> 
 
 
 #: `pgq ARGS` with the dashboard's app run headless until its first poll came back, then quit
-#: with `q` (in a process of its own: the demo's hanging handlers end it with os._exit).
+#: with `q` (in a process of its own: the demo's hanging handlers end it with os._exit). The
+#: key goes in without `pilot.press`, whose wait for the animator an exiting app may leave
+#: unanswered; a hang anywhere still dumps every thread's stack before the test's timeout.
 HEADLESS = """
-import asyncio, sys
+import asyncio, faulthandler, sys, time
+from textual import events
 from pgq_tui.app import DashboardApp
+
+faulthandler.enable()
+faulthandler.dump_traceback_later(100, exit=True)
 
 def headless(app, *args, **kwargs):
     async def drive():
@@ -250,7 +256,13 @@ def headless(app, *args, **kwargs):
                     break
                 await pilot.pause(0.1)
             print(f"headless polls={app.polls}", file=sys.stderr, flush=True)
-            await pilot.press("q")
+            key = events.Key("q", "q")
+            key.set_sender(app)
+            app._driver.send_message(key)
+            deadline = time.monotonic() + 30
+            while app.return_code is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            print(f"headless quit={app.return_code is not None}", file=sys.stderr, flush=True)
     asyncio.run(drive())
 
 DashboardApp.run = headless
@@ -265,6 +277,7 @@ def run_dashboard_headless(page: Page, args: list[str], where: str) -> None:
     assert done.returncode == 0, f"{where}: exit {done.returncode}\n{done.stderr}"
     polls = re.search(r"headless polls=(\d+)", done.stderr)
     assert polls and int(polls.group(1)) >= 1, f"{where}: the dashboard never polled"
+    assert "headless quit=True" in done.stderr, f"{where}: q did not quit\n{done.stderr}"
 
 
 def run_web_dashboard(page: Page, args: list[str], assignments: list[str], where: str) -> None:

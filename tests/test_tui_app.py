@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +18,7 @@ from psycopg import sql
 from support import dashboard
 from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
-from tui_support.pilot import wait_for
+from tui_support.pilot import quit_with_q, until, wait_for
 
 from pgq_core import JobSpec, LeaseLost, Queue
 from pgq_tui.app import DashboardApp, Notified
@@ -314,8 +312,8 @@ async def test_w_starts_a_worker_that_drains_the_queue_and_q_stops_it(
             pilot, lambda: cells(workers, worker_id).get("done") == "25", "worker done count"
         )
         assert cells(workers, worker_id)["state"] == "running"
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+        await quit_with_q(pilot)
+        await until(lambda: app.pool.active() == 0, "workers stopped")
     assert [s.state for s in app.pool.snapshots()] == ["stopped"]
 
 
@@ -541,8 +539,8 @@ async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue)
             await wait_for(
                 pilot, lambda: shown_counts(app, "webhooks").get("dead", 0) > 0, "dead shown"
             )
-            await pilot.press("q")
-            await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+            await quit_with_q(pilot)
+            await until(lambda: app.pool.active() == 0, "workers stopped")
     finally:
         producer.stop()
 
@@ -587,15 +585,6 @@ async def _hold_until_lost(ctx: Any) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Like wait_for, for after the app has exited (no pilot)."""
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
@@ -610,9 +599,8 @@ async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
         select_queue(app, "slow")
         await pilot.press("w")
         await wait_for(pilot, lambda: db_counts(queue, "slow")["running"] == 3, "3 running")
-        await pilot.press(*["q"] * presses)
-        await _until(lambda: app.return_code is not None, "the app to exit")
-    await _until(lambda: app.pool.active() == 0, "the worker to end")
+        await quit_with_q(pilot, presses)
+    await until(lambda: app.pool.active() == 0, "the worker to end")
     assert [s.state for s in app.pool.snapshots()] == ["stopped"]
     assert db_counts(queue, "slow")["ready"] == 3  # handed back, not left to expire
     assert {j.id for j in queue.jobs("slow", "ready")} == set(ids)
@@ -643,16 +631,15 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
             select_queue(app, "stuck")
             await pilot.press("w")
             await wait_for(pilot, lambda: db_counts(queue, "stuck")["running"] == 1, "running")
-            await pilot.press("q")
-            await _until(lambda: app.return_code is not None, "the app to exit")
-        await _until(lambda: app.pool.active() == 0, "the worker to end")
+            await quit_with_q(pilot)
+        await until(lambda: app.pool.active() == 0, "the worker to end")
         assert app.pool.handlers_still_running() == 1
         assert db_counts(queue, "stuck")["ready"] == 1  # handed back all the same
         leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
         assert exits == [0]
     finally:
         release.set()
-    await _until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
+    await until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
     leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
     assert exits == [0]
 
@@ -688,7 +675,7 @@ async def test_leases_and_workers_show_a_jobs_progress(dsn: str, schema: str, qu
             assert f"#{job_id}" in jobs and "25%" in jobs and "[red]chunk" in jobs
             release.set()
             await wait_for(pilot, lambda: db_counts(queue, "slow")["done"] == 1, "done")
-            await pilot.press("q")
-            await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+            await quit_with_q(pilot)
+            await until(lambda: app.pool.active() == 0, "workers stopped")
     finally:
         release.set()

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from support import dashboard
-from tui_support.pilot import wait_for
+from tui_support.pilot import quit_with_q, until, wait_for
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
@@ -187,8 +187,8 @@ async def test_the_log_view_shows_what_the_apps_workers_log(
         await pilot.press("4")
         assert book.unseen_warnings == 0
         assert "⚠" not in str(tab.label)
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+        await quit_with_q(pilot)
+        await until(lambda: app.pool.active() == 0, "workers stopped")
 
 
 @pytest.mark.slow
@@ -219,5 +219,5 @@ async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
             assert time.monotonic() - t0 < 1.5, view
         assert started.is_set() and app.pool.active() == 1  # the handler is still sleeping
         await wait_for(pilot, lambda: queue.stats()[0].done == 1, "the job to finish")
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.pool.active() == 0, "workers stopped")
+        await quit_with_q(pilot)
+        await until(lambda: app.pool.active() == 0, "workers stopped")

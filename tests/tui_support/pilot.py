@@ -5,10 +5,12 @@ Shared by the layout snapshot tests and scripts/screenshots.py, so both show the
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from textual import events
 from textual.pilot import Pilot
 
 from pgq_tui.app import DashboardApp
@@ -145,3 +147,33 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.05)
+
+
+async def quit_with_q(pilot: Pilot[Any], presses: int = 1, timeout: float = 30.0) -> None:
+    """Press `q` (`presses` times) and wait until the app has exited; AssertionError after
+    `timeout`.
+
+    Not `pilot.press("q")`: after a key it waits for the animator to go idle, and an app that
+    exits meanwhile (the dashboard's quit ends in a worker) may leave that wait unanswered
+    for ever."""
+    app = pilot.app
+    driver = app._driver
+    assert driver is not None, "the app is not running"
+    for _ in range(presses):
+        key = events.Key("q", "q")
+        key.set_sender(app)
+        driver.send_message(key)
+    deadline = time.monotonic() + timeout
+    while app.return_code is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"q did not quit the app within {timeout:g}s")
+        await asyncio.sleep(0.05)
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Like `wait_for`, without a pilot: for after the app has exited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
