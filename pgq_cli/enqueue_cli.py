@@ -16,7 +16,7 @@ from typing import IO, Any
 import click
 
 from pgq_core import JobSpec, ops
-from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
+from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from . import output

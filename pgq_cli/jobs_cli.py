@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgq_core import JobDetail, JobNotFound, Queue, ops
+from pgq_core.defaults import BULK_BATCH
 from pgq_core.filters import (
     ACTION_STATUSES,
     FILTER_STATUSES,
@@ -40,7 +41,6 @@ from pgq_core.filters import (
     parse_payload_match,
 )
 from pgq_core.models import ErrorGroup, JobLink, JobRow, PayloadPreview, progress_text
-from pgq_core.ops import BULK_BATCH
 from pgq_core.text import first_line, keep_end, printable
 
 from . import output

@@ -20,8 +20,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from pgq_core.defaults import LATENCY_CAP
 from pgq_core.durations import short_duration
-from pgq_core.ops import LATENCY_CAP, LatencyWindow
+from pgq_core.models import LatencyWindow
 
 from . import output
 from .options import INT4_MAX, duration, queue_option

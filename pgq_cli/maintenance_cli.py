@@ -15,16 +15,10 @@ from rich.text import Text
 
 from pgq_core import migrate as run_migrate
 from pgq_core.cluster import standby_refusal
+from pgq_core.defaults import PRUNE_BATCH, REAP_BATCH, STUCK_FACTOR, STUCK_FLOOR, STUCK_MIN_DONE
 from pgq_core.durations import short_duration
 from pgq_core.models import Health, PruneReport, StrandedJobs, StuckJobs
-from pgq_core.ops import (
-    NOTIFY_MODES,
-    PRUNE_BATCH,
-    REAP_BATCH,
-    STUCK_FACTOR,
-    STUCK_FLOOR,
-    STUCK_MIN_DONE,
-)
+from pgq_core.ops import NOTIFY_MODES
 from pgq_core.text import printable
 
 from . import output

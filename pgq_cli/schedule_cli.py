@@ -15,8 +15,8 @@ from rich.table import Table
 
 from pgq_core import ops
 from pgq_core.cron import check_cron
+from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.errors import ScheduleExists
-from pgq_core.ops import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
 from . import output

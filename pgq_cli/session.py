@@ -18,14 +18,8 @@ import click
 import psycopg
 
 from pgq_core import Queue, Target, find_target, ops
-from pgq_core.config import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_STATEMENT_TIMEOUT,
-    connect_options,
-    describe,
-    pooled,
-    schema_name,
-)
+from pgq_core.config import connect_options, describe, pooled, schema_name
+from pgq_core.defaults import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from pgq_core.models import ServerRole
 from pgq_core.session import detect_pooler
 

@@ -14,7 +14,8 @@ import click
 import psycopg
 
 from pgq_core import embedded, migrate, resolve
-from pgq_core.config import CONCURRENCY_MAX, Target, connect_options
+from pgq_core.config import Target, connect_options
+from pgq_core.defaults import CONCURRENCY_MAX
 from pgq_core.extras import require
 from pgq_core.worker import load_handler
 

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from pgq_core.config import CONCURRENCY_MAX, LEASE_MAX
+from pgq_core.defaults import CONCURRENCY_MAX, LEASE_MAX
 from pgq_core.errors import PgqError
 from pgq_core.extras import require
 from pgq_core.text import printable

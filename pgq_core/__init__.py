@@ -25,14 +25,18 @@ from .models import (
     JobEvent,
     JobLink,
     JobRow,
+    LatencyReport,
+    LatencyWindow,
     Lease,
+    Percentiles,
+    QueueLatency,
     QueueStats,
     QueueWindow,
     Schedule,
     Settled,
     WorkerInfo,
 )
-from .ops import JobSpec, LatencyReport, LatencyWindow, Percentiles, QueueLatency
+from .ops import JobSpec
 from .queue import AsyncQueue, Queue, channel, listen_statement, make_worker_id
 from .target import find_target
 from .tasks import (

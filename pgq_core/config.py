@@ -15,26 +15,18 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import embedded
 from .cluster import hosts, reader_options, writer_options
+from .defaults import (
+    CONCURRENCY_MAX,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SCHEMA,
+    LEASE_MAX,
+    LEASE_MIN,
+    NOTIFY_PAYLOAD_MAX_BYTES,
+    QUEUE_NAME_MAX_BYTES,
+)
 from .errors import PgqError
 from .text import first_invisible
 
-DEFAULT_SCHEMA = "pgq"
-#: Seconds to wait for a connection when neither the DSN nor PGCONNECT_TIMEOUT says otherwise.
-DEFAULT_CONNECT_TIMEOUT = 5
-#: Statement and lock timeouts of the CLI's sessions unless the role, database or the operator
-#: (--statement-timeout, PGQ_STATEMENT_TIMEOUT) set one.
-DEFAULT_STATEMENT_TIMEOUT = timedelta(seconds=30)
-DEFAULT_LOCK_TIMEOUT = timedelta(seconds=10)
-#: Bounds of a worker's lease: under a second the heartbeat cannot keep up (jobs run twice);
-#: over a day an expired lease is noticed too late to matter.
-LEASE_MIN = timedelta(seconds=1)
-LEASE_MAX = timedelta(days=1)
-#: Jobs one worker runs at once (each holds a task and, for sync handlers, a thread).
-CONCURRENCY_MAX = 1000
-#: A queue name is the payload of NOTIFY (at most 7999 bytes) and a key of btree indexes
-#: (a row holds at most 2704 bytes, incompressible names reach it first): 2 kB fits both.
-NOTIFY_PAYLOAD_MAX_BYTES = 7999
-QUEUE_NAME_MAX_BYTES = 2048
 #: Passwords shorter than this are not searched for inside a message (that would garble
 #: words); a message holding one as a whole token is replaced by HIDDEN.
 SHORT_PASSWORD = 4

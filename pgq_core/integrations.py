@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .config import connect_options, schema_name
+from .defaults import DEFAULT_MAX_ATTEMPTS
 from .errors import PgqError
 from .extras import require
-from .ops import DEFAULT_MAX_ATTEMPTS
 from .queue import Queue
 from .target import find_target
 

@@ -10,8 +10,9 @@ import psycopg
 from psycopg import sql
 
 from .config import check_schema
+from .defaults import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD
 from .errors import PgqError
-from .ops import ENSURE_LOCK_TIMEOUT, PARTITIONS_AHEAD, encoding_refusal
+from .ops import encoding_refusal
 from .queries import statement
 from .roles import regrant
 

@@ -566,3 +566,74 @@ class ServerRole:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "address": self.address}
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Seconds at the 50th, 95th and 99th percentile (continuous); None without jobs."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class LatencyWindow:
+    """A queue's done jobs finished within the last `seconds`: `jobs` of them were read, at
+    most the cap (`capped`: the window may hold more; the most recent ones were read). `wait`
+    is due to claimed (claimed_at - run_at), `run` claimed to done (finished_at - claimed_at)."""
+
+    seconds: float
+    jobs: int
+    capped: bool
+    wait: Percentiles
+    run: Percentiles
+    #: jobs whose wait or run was negative (clocks that disagree): counted as 0 above
+    skewed: int = 0
+    #: the most negative of those, as seconds (0 when none)
+    skew_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        def pct(p: Percentiles) -> dict[str, float | None]:
+            return {"p50": p.p50, "p95": p.p95, "p99": p.p99}
+
+        return {
+            "seconds": self.seconds,
+            "jobs": self.jobs,
+            "capped": self.capped,
+            "wait": pct(self.wait),
+            "run": pct(self.run),
+            "skewed": self.skewed,
+            "skew_seconds": self.skew_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class QueueLatency:
+    """One queue's latency windows by label (`5m`, `1h`), the shortest first."""
+
+    queue: str
+    windows: dict[str, LatencyWindow]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {label: window.to_dict() for label, window in self.windows.items()}
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """Latency of the queues asked for, by name. `total`: how many queues there are in all
+    (more than `queues` holds when a limit cut the list); `cap`: the most jobs read per queue
+    and window; `windows`: the labels, the shortest first."""
+
+    queues: list[QueueLatency]
+    total: int
+    cap: int
+    windows: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cap_per_queue": self.cap,
+            "windows": list(self.windows),
+            "queues_in_all": self.total,
+            "queues": [{"queue": q.queue, "windows": q.to_dict()} for q in self.queues],
+        }

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import psycopg
 
-from .config import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_STATEMENT_TIMEOUT,
-    Target,
-    connect_options,
-    resolve,
-)
+from .config import Target, connect_options, resolve
+from .defaults import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from .migrate import migrate
 from .ops import session_limits
 from .queries import statement

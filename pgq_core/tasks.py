@@ -66,9 +66,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 import psycopg
 
 from .config import check_queue_name, schema_name
+from .defaults import DEFAULT_MAX_ATTEMPTS
 from .errors import DontRetry, LeaseLost, PgqError, Snooze
 from .integrations import driver_connection
-from .ops import DEFAULT_MAX_ATTEMPTS, JobSpec, check_backoff, check_unique_key
+from .ops import JobSpec, check_backoff, check_unique_key
 from .queue import AsyncQueue, Queue
 
 if TYPE_CHECKING:

@@ -36,14 +36,8 @@ from pgq_core import (
     ops,
 )
 from pgq_core.cluster import no_primary
-from pgq_core.config import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_STATEMENT_TIMEOUT,
-    connect_options,
-    listen_dsn,
-    pooled,
-    scrub,
-)
+from pgq_core.config import connect_options, listen_dsn, pooled, scrub
+from pgq_core.defaults import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from pgq_core.filters import JobFilter
 from pgq_core.models import ErrorGroup, Health, ServerRole
 from pgq_core.session import adetect_pooler, is_pooler_error

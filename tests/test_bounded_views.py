@@ -16,8 +16,8 @@ from psycopg import sql
 from support import Pgq, ok
 
 from pgq_core import JobSpec, Queue, QueueStats, migrate
+from pgq_core.defaults import LIST_TEXT_CHARS
 from pgq_core.filters import JobFilter
-from pgq_core.ops import LIST_TEXT_CHARS
 
 #: a first line of 150,000 characters, then a second line; 'é' is two bytes in UTF-8
 BIG_ERROR = "RuntimeError: job failed " + "é" * 150_000 + "\nsecond line"

@@ -26,16 +26,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgq_cli import cli, enqueue_cli
 from pgq_cli.cli import main
 from pgq_core import PgqError, Queue, migrate, parse_duration
-from pgq_core.config import (
-    CONCURRENCY_MAX,
-    HIDDEN,
-    QUEUE_NAME_MAX_BYTES,
-    check_concurrency,
-    check_dsn,
-    check_lease,
-    check_schema,
-    scrub,
-)
+from pgq_core.config import HIDDEN, check_concurrency, check_dsn, check_lease, check_schema, scrub
+from pgq_core.defaults import CONCURRENCY_MAX, QUEUE_NAME_MAX_BYTES
 from pgq_core.exporter import QueueCollector
 from pgq_core.worker.link import Timeouts, open_sync_connection
 

@@ -16,7 +16,7 @@ from psycopg import sql
 from support import Pgq, error_line, ok
 
 from pgq_core import Queue, ops
-from pgq_core.config import QUEUE_NAME_MAX_BYTES
+from pgq_core.defaults import QUEUE_NAME_MAX_BYTES
 from pgq_core.filters import JobFilter, parse_payload_match
 from pgq_core.queries import query_with
 

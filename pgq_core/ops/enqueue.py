@@ -1,0 +1,272 @@
+"""Enqueueing (sql/enqueue.sql, and the enqueue statements of sql/protocol.sql): one job, a
+batch with unique keys, the COPY path, and `enqueue_flow`, which drives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from .. import tracing
+from ..config import check_new_queue_name
+from ..defaults import UNIQUE_ROUNDS
+from ..errors import PgqError
+from ..models import Enqueued
+from .op import Op, Rows, read_nothing
+from .spec import JobSpec, check_backoff, check_spec, job_arrays, trace_context
+from .workflows import enqueue_after
+
+#: One enqueue round's answer per spec: its outcome, or None when a ready or running job held
+#: its key but committed after the statement's snapshot (look the holder up again).
+Round = list[Enqueued | None]
+
+
+def enqueue_one(spec: JobSpec) -> Op[int]:
+    """One `enqueue_one` statement for `spec`, already checked and without a unique key."""
+    return Op(
+        "enqueue_one",
+        {
+            "queue": spec.queue,
+            "payload": Jsonb(spec.payload),
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "max_attempts": spec.max_attempts,
+            "priority": spec.priority,
+            "backoff_base": spec.backoff_base,
+            "backoff_cap": spec.backoff_cap,
+            "trace": trace_context(),
+        },
+        lambda rows: int(rows[0][0]),
+    )
+
+
+def _id_and_wake(rows: Rows) -> tuple[int, str | None]:
+    """(the new id, the queue to notify after the commit, if the statement left it to us)."""
+    row = rows[0]
+    return int(row[0]), (str(row[1]) if len(row) > 1 and row[1] is not None else None)
+
+
+def enqueue_job(
+    queue: str,
+    payload: Any,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    max_attempts: int,
+    priority: int,
+    backoff_base: float | None,
+    backoff_cap: float | None,
+    alone: bool = False,
+) -> Op[tuple[int, str | None]]:
+    """`enqueue_one` for one job without a unique key or dependencies, checked as `JobSpec`s
+    are (ValueError): what `Queue.enqueue` sends, without a spec, a flow or its arrays (they
+    cost a one-job enqueue ~30 us of Python). `alone`: the statement is its own transaction
+    (autocommit), so `enqueue_one_then_notify` decides its NOTIFY itself (no trigger fires)
+    and leaves it to the caller, who sends `notify_committed` for the queue it answers once
+    the statement has returned."""
+    check_new_queue_name(queue)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and run_at.tzinfo is None:
+        run_at = run_at.astimezone()  # the client's local time, as JobSpec reads it
+    carrier = tracing.current()
+    params = {
+        "queue": queue,
+        "payload": Jsonb(payload),
+        "run_at": run_at,
+        "delay": delay,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "backoff_base": check_backoff(backoff_base, "backoff_base"),
+        "backoff_cap": check_backoff(backoff_cap, "backoff_cap"),
+        "trace": None if carrier is None else Jsonb(carrier),
+    }
+    if alone:
+        return Op("enqueue_one_then_notify", params, _id_and_wake)
+    return Op("enqueue_one", params, _id_and_wake)
+
+
+def notify_committed(channel: str, queue: str) -> Op[None]:
+    """The NOTIFY an `enqueue_one_then_notify` left to its caller, sent after its commit."""
+    return Op("notify_committed", {"channel": channel, "queue": queue}, read_nothing)
+
+
+def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
+    """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
+    with a key already in the batch are duplicates of the first (same outcome, not inserted)."""
+    first: dict[str, int] = {}
+    sent: list[JobSpec] = []
+    source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
+    repeated: list[bool] = []  # for each spec, whether an earlier spec had its key
+    for spec in specs:
+        key = spec.unique_key
+        repeated.append(key is not None and key in first)
+        if key is not None and key in first:
+            source.append(first[key])
+            continue
+        if key is not None:
+            first[key] = len(sent)
+        source.append(len(sent))
+        sent.append(spec)
+
+    def read(rows: Rows) -> Round:
+        plain = iter(sorted(int(r[0]) for r in rows if r[1] and r[2] is None))
+        keyed = {str(r[2]): (None if r[0] is None else int(r[0]), bool(r[1])) for r in rows if r[2]}
+        outcomes: list[Enqueued | None] = []
+        for spec in sent:
+            if spec.unique_key is None:
+                outcomes.append(Enqueued(next(plain), True))
+                continue
+            job_id, inserted = keyed[spec.unique_key]
+            outcomes.append(None if job_id is None else Enqueued(job_id, inserted))
+        result: Round = []
+        for at, again in zip(source, repeated, strict=True):
+            outcome = outcomes[at]
+            if outcome is not None and outcome.inserted and again:
+                outcome = Enqueued(outcome.id, False)  # a duplicate within the batch
+            result.append(outcome)
+        return result
+
+    return Op("enqueue", job_arrays(sent), read)
+
+
+#: The bulk path's COPY: an op naming the statement, run through a cursor's `copy` (its rows
+#: from `copy_rows`) rather than executed.
+ENQUEUE_COPY: Op[None] = Op("enqueue_copy", {}, read_nothing)
+#: The column types of `enqueue_copy`'s rows, in its column order.
+COPY_TYPES = ("int8", "text", "jsonb", "timestamptz", "int4", "int4", "float8", "float8", "jsonb")
+_NO_DELAY = timedelta(0)
+
+
+def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
+    """Check `specs` for the bulk path (ValueError): as `enqueue_flow` does, and none with a
+    unique key or dependencies (those need `enqueue_many`). The distinct delays of the specs
+    without a run_at, no delay (due now) first."""
+    delays = {_NO_DELAY: None}
+    for spec in specs:
+        check_spec(spec)
+        if spec.unique_key is not None or spec.depends_on:
+            raise ValueError(
+                "enqueue_copy takes jobs without a unique_key or depends_on: use enqueue_many"
+            )
+        if spec.run_at is None and spec.delay is not None:
+            delays[spec.delay] = None
+    return list(delays)
+
+
+def copy_ids(schema: str, n: int, delays: Sequence[timedelta]) -> Op[tuple[list[int], list[Any]]]:
+    """`n` new job ids (ascending) and the run_at each of `delays` gives, from now()."""
+    return Op(
+        "enqueue_copy_ids",
+        {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs", "n": n, "delays": list(delays)},
+        lambda rows: (sorted(int(i) for i in rows[0][0]), list(rows[0][1])),
+    )
+
+
+def may_copy(schema: str) -> Op[bool]:
+    """Whether the session's role may enqueue through COPY (INSERT on jobs.id)."""
+    return Op(
+        "may_copy",
+        {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs"},
+        lambda rows: bool(rows[0][0]),
+    )
+
+
+def copy_rows(
+    specs: Sequence[JobSpec],
+    ids: Sequence[int],
+    delays: Sequence[timedelta],
+    run_ats: Sequence[Any],
+) -> Iterator[tuple[Any, ...]]:
+    """The row of each spec for `enqueue_copy` (COPY_TYPES), its run_at as the enqueue
+    statements compute it: its own, else now() plus its delay (from `copy_ids`)."""
+    due = dict(zip(delays, run_ats, strict=True))
+    trace = trace_context()
+    for job_id, spec in zip(ids, specs, strict=True):
+        run_at = spec.run_at
+        if run_at is None:
+            run_at = due[_NO_DELAY if spec.delay is None else spec.delay]
+        yield (
+            job_id, spec.queue, Jsonb(spec.payload), run_at, spec.max_attempts, spec.priority,
+            spec.backoff_base, spec.backoff_cap, trace,
+        )  # fmt: skip
+
+
+def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:
+    """The id of the ready or running job holding each key (keys nobody holds are absent)."""
+    return Op(
+        "unique_holders",
+        {"keys": list(keys)},
+        lambda rows: {str(r[0]): int(r[1]) for r in rows},
+    )
+
+
+def enqueue_is_one_statement(specs: Sequence[JobSpec]) -> bool:
+    """Whether `enqueue_flow` sends `specs` in one statement (mostly): false when jobs with
+    dependencies come with jobs with unique keys, which go in two (the caller makes it one
+    transaction)."""
+    return not (any(s.depends_on for s in specs) and any(s.unique_key for s in specs))
+
+
+def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enqueued]]:
+    """Enqueue `specs` (checked first: nothing is sent if any is invalid), one outcome each.
+
+    A generator of ops: the caller runs each op yielded and sends its result back (`Queue` and
+    `AsyncQueue` drive it alike). Mostly one round trip. When a key's holder committed after
+    the statement's snapshot, the holder is looked up in a new statement; if it finished in
+    between, the spec is enqueued again. Never a read-then-write: the unique index decides.
+    """
+    specs = list(specs)
+    for spec in specs:
+        check_spec(spec)
+    if any(spec.depends_on for spec in specs):
+        # jobs with dependencies, and those without a key, in one `enqueue_after`; the keyed
+        # ones (none has dependencies) first, as usual
+        plain = [i for i, spec in enumerate(specs) if spec.unique_key is None]
+        keyed = [i for i, spec in enumerate(specs) if spec.unique_key is not None]
+        outcomes: dict[int, Enqueued] = {}
+        if keyed:
+            done = yield from enqueue_flow([specs[i] for i in keyed])
+            outcomes.update(zip(keyed, done, strict=True))
+        ids: list[int] = yield enqueue_after([specs[i] for i in plain])
+        outcomes.update((i, Enqueued(job_id, True)) for i, job_id in zip(plain, ids, strict=True))
+        return [outcomes[i] for i in range(len(specs))]
+    if len(specs) == 1 and specs[0].unique_key is None:
+        return [Enqueued((yield enqueue_one(specs[0])), True)]
+    results: Round = yield enqueue_round(specs)
+    for _ in range(UNIQUE_ROUNDS):
+        missing = [i for i, r in enumerate(results) if r is None]
+        if not missing:
+            return [r for r in results if r is not None]
+        keys = list(dict.fromkeys(str(specs[i].unique_key) for i in missing))
+        holders: dict[str, int] = yield unique_holders(keys)
+        again: list[int] = []
+        for i in missing:
+            holder = holders.get(str(specs[i].unique_key))
+            if holder is None:
+                again.append(i)
+            else:
+                results[i] = Enqueued(holder, False)
+        if again:
+            retried: Round = yield enqueue_round([specs[i] for i in again])
+            for i, outcome in zip(again, retried, strict=True):
+                results[i] = outcome
+    if any(r is None for r in results):
+        raise PgqError(
+            f"unique keys contended too long ({UNIQUE_ROUNDS} rounds): their jobs kept "
+            "finishing and reappearing while this enqueue ran; try again"
+        )
+    return [r for r in results if r is not None]
+
+
+def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
+    """One statement enqueuing `specs`: their ids (for a duplicate, its holder's id, or 0 if
+    the holder committed after the statement's snapshot). `enqueue_flow` never answers 0."""
+    specs = list(specs)
+    for spec in specs:
+        check_spec(spec)
+    op = enqueue_round(specs)
+    return Op(op.name, op.params, lambda rows: [r.id if r else 0 for r in op.read(rows)])
