@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import Queue
+from pgq_core import Queue, ops
 from pgq_core.worker.link import Link, Timeouts
 from pgq_core.worker.scheduler import SlotCounts, schedule_forever
 
@@ -224,3 +224,62 @@ async def test_two_thousand_5s_schedules_with_three_schedulers_lose_no_slot(
         have = sum(1 for i in range(1, 2001) if f"schedule:s{i}:{slot.isoformat()}" in keys)
         assert have == 2000, (slot, have)
     assert sum(c.skipped for c in counts) == 0
+
+
+def opens_at(queue: Queue, name: str) -> str:
+    row = queue.conn.execute(
+        sql.SQL("SELECT opens_at::text FROM {}.schedules WHERE name = %s").format(
+            sql.Identifier(queue.schema)
+        ),
+        [name],
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def test_a_pass_reads_only_due_schedules_and_any_change_makes_one_due(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Once a pass has worked out when each schedule opens, the schedules not due are not read
+    again (`due_schedules` is empty) until they open; a new cron, by `replace` or plain SQL,
+    or a last slot written by another writer, makes the row due at once."""
+    queue.add_schedule("hourly", "later", "0 * * * *")
+    queue.conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.schedules (name, queue, cron)"
+            " VALUES ('unreadable', 'later', '61 * * * *')"
+        ).format(sql.Identifier(queue.schema))
+    )
+    assert {r[0] for r in queue.run(ops.due_schedules(10))} == {"hourly", "unreadable"}  # new
+    async with links(dsn, schema, 1) as opened, scheduling(opened):
+        await asyncio.sleep(0.4)
+    assert queue.run(ops.due_schedules(10)) == []
+    assert opens_at(queue, "unreadable") == "infinity"  # said once, not read again
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    opens = datetime.fromisoformat(opens_at(queue, "hourly").replace(" ", "T"))
+    assert opens == hour - timedelta(seconds=10)  # AHEAD of the next hour's slot
+    queue.add_schedule("hourly", "later", "* * * * * *", replace=True)
+    assert [r[0] for r in queue.run(ops.due_schedules(10))] == ["hourly"]
+    queue.add_schedule("hourly", "later", "0 * * * *", replace=True)
+    async with links(dsn, schema, 1) as opened, scheduling(opened):
+        await asyncio.sleep(0.4)  # the pass may enqueue the 1 s schedule's slot first: fine
+    queue.conn.execute(
+        sql.SQL("UPDATE {}.schedules SET last_slot = now() - interval '1 day' WHERE name = %s")
+        .format(sql.Identifier(queue.schema)),
+        ["hourly"],
+    )
+    assert opens_at(queue, "hourly") == "-infinity"
+    assert [r[0] for r in queue.run(ops.due_schedules(10))] == ["hourly"]
+
+
+def test_a_slot_worked_out_from_an_old_cron_is_refused(queue: Queue) -> None:
+    """A pass that read a cron the row no longer has enqueues nothing for it (its slot and its
+    next opening would be the old expression's)."""
+    queue.add_schedule("changing", "later", "* * * * * *")
+    slot = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)  # after creation
+    ahead = timedelta(seconds=10)
+    stale = ops.enqueue_due_slots([("changing", slot)], "w", ahead, [("0 * * * *", None)])
+    assert queue.run(stale) == []
+    fresh = ops.enqueue_due_slots([("changing", slot)], "w", ahead, [("* * * * * *", slot)])
+    assert [(name, at) for name, at, _ in queue.run(fresh)] == [("changing", slot)]
+    assert opens_at(queue, "changing") != "-infinity"

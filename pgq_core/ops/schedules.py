@@ -112,20 +112,42 @@ def enqueue_due_slot(
     )
 
 
+#: What `opens_at` says of a schedule: None, never (its expression fires no more, or cannot be
+#: read); _NOT_KNOWN, the next scheduler pass works it out (a datetime: when it opens).
+_NOT_KNOWN = "-infinity"
+
+
+def _opens_text(opens: datetime | str | None) -> str:
+    """An `opens_at` as the statements take it (text, so 'infinity' can be said)."""
+    if opens is None:
+        return "infinity"
+    return opens if isinstance(opens, str) else opens.isoformat()
+
+
 def enqueue_due_slots(
-    slots: Sequence[tuple[str, datetime]], worker: str | None, ahead: timedelta = timedelta(0)
+    slots: Sequence[tuple[str, datetime]],
+    worker: str | None,
+    ahead: timedelta = timedelta(0),
+    then: Sequence[tuple[str, datetime | None]] | None = None,
 ) -> Op[list[tuple[str, datetime, int | None]]]:
     """Enqueue each (schedule name, slot) unless it (or a later slot) already was, in one
     statement: (name, slot, new job id or None) per slot advanced; a slot another worker
-    enqueued, or whose row it holds, is not among them. Never waits on a lock."""
+    enqueued, or whose row it holds, is not among them. Never waits on a lock. `then`, per
+    slot: the cron it was worked out from (a row whose cron differs is not advanced) and when
+    the slot after it may be enqueued (None: never); without it, the next pass works that out."""
     from ..cron import slot_key
 
+    pairs: Sequence[tuple[str | None, datetime | str | None]] = (
+        then if then is not None else [(None, _NOT_KNOWN)] * len(slots)
+    )
     return Op(
         "enqueue_due_slots",
         {
             "names": [n for n, _ in slots],
             "slots": [s for _, s in slots],
             "keys": [slot_key(n, s) for n, s in slots],
+            "crons": [cron for cron, _ in pairs],
+            "opens": [_opens_text(opens) for _, opens in pairs],
             "worker": worker,
             "ahead": ahead,
         },
@@ -133,6 +155,40 @@ def enqueue_due_slots(
     )
 
 
-def schedule_slots() -> Op[list[tuple[str, str, datetime, datetime | None]]]:
-    """Every schedule's (name, cron, created_at, last_slot): what a scheduler pass reads."""
-    return Op("schedule_slots", {}, lambda rows: [(r[0], r[1], r[2], r[3]) for r in rows])
+def due_schedules(limit: int) -> Op[list[tuple[str, str, datetime, datetime | None]]]:
+    """Up to `limit` schedules whose next slot may be enqueued now, earliest first: each one's
+    (name, cron, created_at, last_slot), what a scheduler pass works on."""
+    return Op(
+        "due_schedules", {"limit": limit}, lambda rows: [(r[0], r[1], r[2], r[3]) for r in rows]
+    )
+
+
+def schedules_clock(
+    before: datetime | None,
+) -> Op[tuple[datetime, datetime | None, datetime | None, bool]]:
+    """The database's time, the next `opens_at` to come, the next slot enqueued ahead to come
+    due (None: none), and whether a slot enqueued ahead came due after `before`."""
+    return Op(
+        "schedules_clock",
+        {"before": before},
+        lambda rows: (rows[0][0], rows[0][1], rows[0][2], bool(rows[0][3])),
+    )
+
+
+def schedules_opens(
+    rows: Sequence[tuple[str, str, datetime, datetime | None, datetime | None]],
+) -> Op[list[str]]:
+    """Write when each (name, cron, created_at, last_slot) schedule's next slot may be
+    enqueued (None: never), unless its row changed since it was read or another worker holds
+    it: the names written."""
+    return Op(
+        "schedules_opens",
+        {
+            "names": [r[0] for r in rows],
+            "crons": [r[1] for r in rows],
+            "created": [r[2] for r in rows],
+            "lasts": [r[3] for r in rows],
+            "opens": [_opens_text(r[4]) for r in rows],
+        },
+        lambda rows: [str(r[0]) for r in rows],
+    )

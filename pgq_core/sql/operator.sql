@@ -300,26 +300,65 @@ INSERT INTO {schema}.settings (name, value) VALUES ('notify', %(mode)s)
 RETURNING value;
 
 -- The workers' schedulers (pgq_core/worker/scheduler.py): periodic jobs' due slots.
--- name: schedule_slots
--- A scheduler pass reads each schedule's name, cron, created_at and last_slot (no payload).
-SELECT name, cron, created_at, last_slot FROM {schema}.schedules ORDER BY name;
+-- name: due_schedules
+-- The schedules whose next slot may be enqueued now (`opens_at` come, by its index), earliest
+-- first and in random order among equals (workers waking together take different rows):
+-- each one's name, cron, created_at and last_slot (no payload).
+SELECT name, cron, created_at, last_slot FROM {schema}.schedules
+ WHERE opens_at <= pg_catalog.now()
+ ORDER BY opens_at, pg_catalog.random() LIMIT %(limit)s::int;
+
+-- name: schedules_clock
+-- The database's time, the next `opens_at` to come and the next slot enqueued ahead to come
+-- due (each by its index; NULL: none), and whether a slot enqueued ahead came due after
+-- `before` (NULL: no).
+SELECT pg_catalog.now(),
+       (SELECT pg_catalog.min(opens_at) FROM {schema}.schedules
+         WHERE opens_at > pg_catalog.now() AND opens_at < 'infinity'),
+       (SELECT pg_catalog.min(last_slot) FROM {schema}.schedules
+         WHERE last_slot > pg_catalog.now()),
+       EXISTS (SELECT FROM {schema}.schedules
+                WHERE last_slot > %(before)s::timestamptz AND last_slot <= pg_catalog.now());
+
+-- name: schedules_opens
+-- When each schedule's next slot may be enqueued ('infinity': never), written only while the
+-- row is still as the pass read it (cron, created_at, last_slot) and skipping a row another
+-- worker holds (never waiting).
+WITH seen AS (
+  SELECT s.name, i.opens FROM {schema}.schedules s
+    JOIN ROWS FROM (pg_catalog.unnest(%(names)s::text[]), pg_catalog.unnest(%(crons)s::text[]),
+                    pg_catalog.unnest(%(created)s::timestamptz[]),
+                    pg_catalog.unnest(%(lasts)s::timestamptz[]),
+                    pg_catalog.unnest(%(opens)s::timestamptz[]))
+      AS i (name, cron, created_at, last_slot, opens) USING (name)
+   WHERE s.cron = i.cron AND s.created_at = i.created_at
+     AND s.last_slot IS NOT DISTINCT FROM i.last_slot
+     FOR UPDATE OF s SKIP LOCKED
+)
+UPDATE {schema}.schedules s SET opens_at = seen.opens FROM seen WHERE s.name = seen.name
+RETURNING s.name;
 
 -- name: enqueue_due_slots
--- Each (name, slot) due: `last_slot` advances to it and its job is inserted, in one statement,
--- so a slot is enqueued once whatever the workers (a row another holds is skipped: a later
--- pass sees it). A slot may be enqueued up to `ahead` before it is due: its job's run_at is the
--- slot, so it is claimed no earlier. A slot before its schedule or later than the clock plus
--- `ahead` is refused; the unique key `schedule:<name>:<slot>` guards it too.
+-- Each (name, slot) due: `last_slot` advances to it, `opens_at` to when the slot after it may
+-- be enqueued ('-infinity': not known, the next pass works it out), and its job is inserted, in
+-- one statement, so a slot is enqueued once whatever the workers (a row another holds is
+-- skipped: a later pass sees it). A slot may be enqueued up to `ahead` before it is due: its
+-- job's run_at is the slot, so it is claimed no earlier. A slot before its schedule or later
+-- than the clock plus `ahead`, or worked out from a cron the row no longer has, is refused;
+-- the unique key `schedule:<name>:<slot>` guards it too.
 -- Rows: (name, slot, new id or NULL) per slot advanced.
 WITH due AS (
-  SELECT name, i.slot, i.key FROM {schema}.schedules s
+  SELECT name, i.slot, i.key, i.opens FROM {schema}.schedules s
     JOIN ROWS FROM (pg_catalog.unnest(%(names)s::text[]), pg_catalog.unnest(%(slots)s::timestamptz[]),
-                    pg_catalog.unnest(%(keys)s::text[])) AS i (name, slot, key) USING (name)
-   WHERE (s.last_slot IS NULL OR s.last_slot < i.slot)
+                    pg_catalog.unnest(%(keys)s::text[]), pg_catalog.unnest(%(crons)s::text[]),
+                    pg_catalog.unnest(%(opens)s::timestamptz[]))
+      AS i (name, slot, key, cron, opens) USING (name)
+   WHERE (s.last_slot IS NULL OR s.last_slot < i.slot) AND (i.cron IS NULL OR s.cron = i.cron)
      AND i.slot >= s.created_at AND i.slot <= pg_catalog.now() + %(ahead)s::interval
      FOR UPDATE OF s SKIP LOCKED
 ), advanced AS (
-  UPDATE {schema}.schedules s SET last_slot = due.slot FROM due WHERE s.name = due.name
+  UPDATE {schema}.schedules s SET last_slot = due.slot, opens_at = due.opens
+    FROM due WHERE s.name = due.name
   RETURNING s.name, s.queue, s.payload, s.max_attempts, due.slot, due.key
 ), new_jobs AS (
   INSERT INTO {schema}.jobs (queue, payload, max_attempts, unique_key, run_at)

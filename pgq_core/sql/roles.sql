@@ -78,9 +78,9 @@ GRANT UPDATE (status, run_at, attempts, lease_until, fence, last_error, worker, 
 GRANT INSERT (job_id, event, fence, worker, detail, claimed_at, claimed_by, traceback)
   ON {schema}.job_events TO {role};
 GRANT SELECT (queue, paused_at, max_running) ON {schema}.queue_settings TO {role};
-GRANT SELECT (name, queue, cron, payload, max_attempts, created_at, last_slot)
+GRANT SELECT (name, queue, cron, payload, max_attempts, created_at, last_slot, opens_at)
   ON {schema}.schedules TO {role};
-GRANT UPDATE (last_slot) ON {schema}.schedules TO {role};
+GRANT UPDATE (last_slot, opens_at) ON {schema}.schedules TO {role};
 GRANT SELECT (id, host, pid, queues, concurrency, version, started_at, beat_at, expires_at,
               running, done, failed)
   ON {schema}.workers TO {role};

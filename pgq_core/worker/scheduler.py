@@ -1,22 +1,28 @@
-"""The scheduler: every worker enqueues the due slots of every schedule (periodic jobs).
+"""The scheduler: every worker enqueues the due slots of schedules (periodic jobs).
 
 Invariants:
 - Each slot of a schedule is enqueued at most once, whatever the number of workers and with no
-  leader: `enqueue_due_slot` advances the schedule's `last_slot` and inserts the slot's job in
+  leader: `enqueue_due_slots` advances the schedule's `last_slot` and inserts the slot's job in
   one statement, skipping a schedule row another worker has locked (never waiting). The job's
   unique key `schedule:<name>:<slot>` guards it as well.
 - Only the latest due slot (at or before now) is enqueued: slots missed while no worker ran
   are skipped, except the latest, which is enqueued once a worker runs again; the worker that
   advances past them says how many in a warning line and counts them (`SlotCounts.skipped`).
   Slots before a schedule was created are never enqueued.
-- A pass is two round trips whatever the number of schedules: one reads every schedule's
-  name, cron, creation and last slot; one enqueues every due slot (`enqueue_due_slots`, per
-  SLOTS_PER_STATEMENT). A schedule's first pending slot is computed again only when its row
-  changed, so a pass with nothing due evaluates no cron expression. An enqueued slot is a
-  debug line, never one at INFO per slot.
+- A pass reads only the schedules that are due: each row keeps `opens_at`, when its next slot
+  may be enqueued, which the statement enqueuing a slot sets for the slot after it
+  ('-infinity' when any other writer changed the row: due, worked out again). A pass is one
+  round trip when nothing is due (the due rows, none, and the clock, by indexes), whatever
+  the number of schedules; due rows come DUE_PER_PASS at a time, earliest first and in random
+  order among equals, so workers waking together mostly take different rows. A due row whose
+  slot is not open yet (a new row) gets its `opens_at` written, 'infinity' when it never
+  fires again or its cron cannot be read (said once, by the worker that read it).
+- Which slot a due row gets, and when the schedule opens next, is `plan`: no I/O, the time an
+  argument. Cron expressions are evaluated once per expression and last slot in a pass.
+  An enqueued slot is a debug line, never one at INFO per slot.
 - Slots are computed on the database's clock, in UTC, whatever this host's clock says: each
-  pass reads the database's time with the schedules (one round trip) and takes the offset of
-  this host's clock (`wall_clock`) from it when the reply arrives; the pass's slots and its
+  pass reads the database's time (the same transaction as its due rows) and takes the offset
+  of this host's clock (`wall_clock`) from it when the reply arrives; the pass's slots and its
   wake-up use the host's clock corrected by that offset. The reading is never later than the
   reply, so the corrected clock runs behind the database's by at most the reply's way back
   (a slot is that much late, never early); the database still refuses a slot later than its
@@ -25,10 +31,10 @@ Invariants:
   period ahead, so one slot at a time), with its run_at at the slot: thousands of slots due at
   one instant are inserted before it, and none is claimed before it. The database refuses a
   slot later than its clock plus AHEAD.
-- A pass wakes at the latest when the next slot of any schedule may be enqueued, and just
-  after a slot enqueued ahead comes due, when it tells the worker's claim loop (`on_due`: the
-  jobs' NOTIFY came before they were due); at least every `interval` seconds, so new schedules
-  are seen within one interval and a 1-second schedule loses no slot.
+- A pass wakes at the latest when the next schedule opens, and just after a slot enqueued
+  ahead comes due, when it tells the worker's claim loop (`on_due`: the jobs' NOTIFY came
+  before they were due); at least every `interval` seconds, so new schedules are seen within
+  one interval and a 1-second schedule loses no slot.
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,8 +60,8 @@ INTERVAL = 1.0
 SLOT_DELAY = 0.05
 #: Schedules with skipped slots one statement names in a line each; more are one line.
 SKIPS_NAMED = 3
-#: Schedules a pass looks at between yields to the event loop.
-YIELD_EVERY = 1000
+#: Due schedules one pass reads at most (more: the next pass follows at once).
+DUE_PER_PASS = 1000
 #: Seconds between passes at least (a row another worker holds is not asked for in a spin).
 MIN_GAP = 0.02
 #: Due slots enqueued per statement (one round trip each).
@@ -83,17 +89,7 @@ class SlotCounts:
     skipped: int = 0
 
 
-@dataclass
-class _Pending:
-    """A schedule as last read, its first slot not yet enqueued (None: never again), and
-    when that slot may be enqueued (`_Slots.opens`)."""
-
-    row: tuple[str, datetime, datetime | None]
-    first: datetime | None
-    opens: datetime | None
-
-
-class _Slots:
+class Slots:
     """One pass's cron arithmetic, memoized: schedules sharing an expression and a last slot
     (thousands of `* * * * *`) cost one evaluation, not one each (about 0.15 ms apiece)."""
 
@@ -150,6 +146,73 @@ class _Slots:
         return n, True
 
 
+Row = tuple[str, str, datetime, datetime | None]
+
+
+@dataclass
+class Plan:
+    """What a pass does with its due rows (`plan`)."""
+
+    #: (name, slot) to enqueue, and per slot (its cron, when the slot after it opens: None,
+    #: never)
+    due: list[tuple[str, datetime]] = field(default_factory=list)
+    then: list[tuple[str, datetime | None]] = field(default_factory=list)
+    #: per schedule to enqueue: its cron and first pending slot (what a skip is counted from)
+    firsts: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    #: rows not open yet, or never again: the row as read and when it opens (None: never)
+    opens: list[tuple[str, str, datetime, datetime | None, datetime | None]] = field(
+        default_factory=list
+    )
+    #: rows whose cron cannot be read: (name, why)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    #: the earliest time a row of this pass opens again (None: none)
+    wake_at: datetime | None = None
+
+    def wake(self, at: datetime | None) -> None:
+        if at is not None and (self.wake_at is None or at < self.wake_at):
+            self.wake_at = at
+
+
+def plan(rows: Sequence[Row], slots: Slots) -> Plan:
+    """Per due row (name, cron, created_at, last_slot) at `slots.now`: the slot to enqueue
+    (the first pending one when it is open but not yet due, else the latest at or before
+    now, passing over missed ones) and when the slot after it opens; or, when nothing is to
+    be enqueued, when the row opens (None: never). No I/O."""
+    out = Plan()
+    now = slots.now
+    for name, cron, created_at, last_slot in rows:
+        try:
+            first = slots.first_pending(cron, created_at, last_slot)
+            if first is None:
+                out.opens.append((name, cron, created_at, last_slot, None))
+                continue
+            opens = slots.opens(cron, first)
+            if first > now:
+                if opens > now:  # not open yet: say when it is
+                    out.opens.append((name, cron, created_at, last_slot, opens))
+                    out.wake(opens)
+                    continue
+                slot = first  # ahead of its time
+            else:
+                latest = slots.latest(cron)
+                if latest is None or latest < first:  # not due after all: read it again
+                    out.opens.append((name, cron, created_at, last_slot, opens))
+                    out.wake(opens)
+                    continue
+                slot = latest
+            upcoming = slots.next(cron, slot)
+            reopens = None if upcoming is None else slots.opens(cron, upcoming)
+        except ValueError as exc:
+            out.unreadable.append((name, str(exc)))
+            out.opens.append((name, cron, created_at, last_slot, None))
+            continue
+        out.due.append((name, slot))
+        out.then.append((cron, reopens))
+        out.firsts[name] = (cron, first)
+        out.wake(reopens)
+    return out
+
+
 async def schedule_forever(
     call: Callable[..., Awaitable[list[Any]]],
     worker_id: str,
@@ -159,14 +222,17 @@ async def schedule_forever(
 ) -> None:
     """Enqueue due slots until cancelled (see the module's invariants)."""
     counts = counts if counts is not None else SlotCounts()
-    unreadable: set[tuple[str, str]] = set()
-    known: dict[str, _Pending] = {}
     offset = timedelta(0)
     before: datetime | None = None  # the previous pass's time
     ahead = timedelta(seconds=AHEAD)
     while True:
+        next_open: datetime | None = None
+        next_due: datetime | None = None
+        came_due = False
         try:
-            rows, database_now = await call(ops.schedule_slots(), ops.database_clock())
+            rows, (database_now, next_open, next_due, came_due) = await call(
+                ops.due_schedules(DUE_PER_PASS), ops.schedules_clock(before)
+            )
             offset = database_now - wall_clock()
         except SchemaMissing:
             log.warning(
@@ -178,68 +244,34 @@ async def schedule_forever(
         except (Disconnected, Transient, DataFault):
             rows = []
         now = wall_clock() + offset
-        slots = _Slots(now)
-        wake_at = now + timedelta(seconds=interval)  # datetimes compare cheaper than seconds
-        due: list[tuple[str, datetime]] = []
-        firsts: dict[str, tuple[str, datetime]] = {}
-        seen: set[str] = set()
-        came_due = False
-        for n, (name, cron, created_at, last_slot) in enumerate(rows, 1):
-            seen.add(name)
-            if n % YIELD_EVERY == 0:  # 10,000 schedules: let the worker's other tasks run
-                await asyncio.sleep(0)
-            try:
-                if last_slot is not None and last_slot > now:  # enqueued ahead: due later
-                    wake_at = min(wake_at, last_slot)
-                elif last_slot is not None and before is not None and last_slot > before:
-                    came_due = True
-                pending = known.get(name)
-                if pending is None or pending.row != (cron, created_at, last_slot):
-                    first = slots.first_pending(cron, created_at, last_slot)
-                    opens = None if first is None else slots.opens(cron, first)
-                    pending = known[name] = _Pending((cron, created_at, last_slot), first, opens)
-                if pending.first is None or pending.opens is None:
-                    continue
-                if pending.first > now:
-                    if pending.opens > now:
-                        wake_at = min(wake_at, pending.opens)
-                        continue
-                    slot = pending.first  # ahead of its time
-                else:
-                    latest = slots.latest(cron)
-                    if latest is None or latest < pending.first:
-                        continue
-                    slot = latest
-                due.append((name, slot))
-                firsts[name] = (cron, pending.first)
-                upcoming = slots.next(cron, slot)
-                if upcoming is not None:
-                    wake_at = min(wake_at, slots.opens(cron, upcoming))
-            except ValueError as exc:
-                if (name, cron) not in unreadable:
-                    unreadable.add((name, cron))
-                    log.warning(
-                        "worker %s: schedule %s skipped: %s",
-                        worker_id,
-                        printable(name),
-                        printable(str(exc)),
-                    )
-        for gone in set(known) - seen:
-            del known[gone]
+        slots = Slots(now)
+        planned = plan(rows, slots)
+        for name, why in planned.unreadable:
+            log.warning(
+                "worker %s: schedule %s skipped: %s", worker_id, printable(name), printable(why)
+            )
         if came_due and on_due is not None:
             on_due()
         before = now
-        chunks = [
-            due[start : start + SLOTS_PER_STATEMENT]
-            for start in range(0, len(due), SLOTS_PER_STATEMENT)
-        ]
-        random.shuffle(chunks)  # workers take different chunks first, not queue behind one
-        for chunk in chunks:
-            try:
-                (advanced,) = await call(ops.enqueue_due_slots(chunk, worker_id, ahead))
-            except (Disconnected, Transient, DataFault):
-                break
-            _said(advanced, firsts, slots, counts, worker_id)
+        wake_at = now + timedelta(seconds=interval)
+        for at in (next_open, next_due, planned.wake_at):
+            if at is not None and at < wake_at:
+                wake_at = at
+        if len(rows) >= DUE_PER_PASS:  # more are due: the next pass at once
+            wake_at = now
+        try:
+            if planned.opens:
+                await call(ops.schedules_opens(planned.opens))
+            for start in range(0, len(planned.due), SLOTS_PER_STATEMENT):
+                end = start + SLOTS_PER_STATEMENT
+                (advanced,) = await call(
+                    ops.enqueue_due_slots(
+                        planned.due[start:end], worker_id, ahead, planned.then[start:end]
+                    )
+                )
+                _said(advanced, planned.firsts, slots, counts, worker_id)
+        except (Disconnected, Transient, DataFault):
+            pass
         wake = (wake_at - now).total_seconds()
         elapsed = (wall_clock() + offset - now).total_seconds()
         await asyncio.sleep(max(wake - elapsed, MIN_GAP) + random.uniform(0.0, SLOT_DELAY))
@@ -248,7 +280,7 @@ async def schedule_forever(
 def _said(
     advanced: list[tuple[str, datetime, int | None]],
     firsts: dict[str, tuple[str, datetime]],
-    slots: _Slots,
+    slots: Slots,
     counts: SlotCounts,
     worker_id: str,
 ) -> None:
