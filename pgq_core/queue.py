@@ -142,9 +142,12 @@ def _health(
     return health
 
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
 def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether a statement on `conn` is a transaction of its own (autocommit, none open)."""
-    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    return conn.autocommit and conn.pgconn.transaction_status == _IDLE
 
 
 def _chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:

@@ -91,9 +91,11 @@ def current() -> dict[str, str] | None:
     there is none to record (no OpenTelemetry, or no span is active)."""
     if not available():
         return None
-    baggage, propagate, trace = _api()
+    baggage, propagate, trace, context = _api()
     carrier: dict[str, str] = {}
     with contextlib.suppress(Exception):
+        if not context.get_current():  # an empty context holds no span and no baggage
+            return None
         # propagators carry the active span's context and the baggage: with neither there is
         # nothing to inject (asking is a few us cheaper than an injection that writes nothing)
         if not trace.get_current_span().get_span_context().is_valid and not baggage.get_all():
@@ -103,12 +105,12 @@ def current() -> dict[str, str] | None:
 
 
 @cache
-def _api() -> tuple[Any, Any, Any]:
-    """OpenTelemetry's baggage, propagate and trace modules, imported once (on each enqueue a
-    `from ... import` cost more than the look-ups it serves)."""
-    from opentelemetry import baggage, propagate, trace
+def _api() -> tuple[Any, Any, Any, Any]:
+    """OpenTelemetry's baggage, propagate, trace and context modules, imported once (on each
+    enqueue a `from ... import` cost more than the look-ups it serves)."""
+    from opentelemetry import baggage, context, propagate, trace
 
-    return baggage, propagate, trace
+    return baggage, propagate, trace, context
 
 
 _UNTRACED = contextlib.nullcontext()
