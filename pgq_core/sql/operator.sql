@@ -61,6 +61,25 @@ SELECT 'key_held', id, NULL FROM dead
 UNION ALL
 SELECT why, id, parent FROM orphaned
 
+-- fragment: kill_victims
+-- `kill`'s body: the jobs of CTE `victims` (locked: id, was, fence, worker, claimed_at, detail)
+-- to dead, last_error the `reason`, fence + 1 above the timeline's floor (CTE `killed`); a
+-- running one's attempt gets its 'claimed' row, and each its 'killed' row naming the operator.
+killed AS (
+  UPDATE {schema}.jobs j
+     SET status = 'dead', lease_until = NULL, finished_at = now(),
+         fence = greatest(j.fence + 1, (SELECT {schema}.fence_floor()) + 1),
+         last_error = %(reason)s
+    FROM victims v
+   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
+  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at, v.detail
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
+  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
+  UNION ALL
+  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, detail FROM killed
+)
+
 -- name: requeue_ids
 -- Operator: dead jobs back to ready with a fresh set of attempts. A dead job whose unique key a
 -- ready or running job holds stays dead (reported 'key_held'), and of several dead jobs
@@ -79,23 +98,11 @@ ORDER BY 2;
 -- its next write and gives the job up. A running job's attempt gets its 'claimed' row here
 -- (the kill's own row names the operator and the next fence).
 WITH victims AS (
-  SELECT id, status AS was, fence, worker, claimed_at FROM {schema}.jobs
+  SELECT id, status AS was, fence, worker, claimed_at, %(reason)s::text AS detail
+    FROM {schema}.jobs
    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('waiting', 'ready', 'running')
      FOR UPDATE
-), killed AS (
-  UPDATE {schema}.jobs j
-     SET status = 'dead', lease_until = NULL, finished_at = now(),
-         fence = greatest(j.fence + 1, (SELECT {schema}.fence_floor()) + 1),
-         last_error = %(reason)s
-    FROM victims v
-   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
-  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
-  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
-  UNION ALL
-  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(reason)s FROM killed
-)
+), {kill_victims}
 SELECT id FROM killed ORDER BY id;
 
 -- name: pause
@@ -162,25 +169,13 @@ ORDER BY 2;
 -- one fails its next write), one batch; a running job's attempt gets its 'claimed' row as in
 -- `kill`.
 WITH victims AS (
-  SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at FROM {schema}.jobs j
+  SELECT j.id, j.status AS was, j.fence, j.worker, j.claimed_at, %(detail)s::text AS detail
+    FROM {schema}.jobs j
    WHERE j.status IN ('waiting', 'ready', 'running') AND j.id > %(after)s AND {where}
    ORDER BY j.id
    LIMIT %(batch)s
    FOR UPDATE SKIP LOCKED
-), killed AS (
-  UPDATE {schema}.jobs j
-     SET status = 'dead', lease_until = NULL, finished_at = now(),
-         fence = greatest(j.fence + 1, (SELECT {schema}.fence_floor()) + 1),
-         last_error = %(reason)s
-    FROM victims v
-   WHERE j.id = v.id AND j.status IN ('waiting', 'ready', 'running')
-  RETURNING j.id, j.fence, v.was, v.fence AS attempt, v.worker, v.claimed_at
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, at, event, fence, worker, detail)
-  SELECT id, claimed_at, 'claimed', attempt, worker, NULL FROM killed WHERE was = 'running'
-  UNION ALL
-  SELECT id, clock_timestamp(), 'killed', fence, %(actor)s, %(detail)s FROM killed
-)
+), {kill_victims}
 SELECT (SELECT pg_catalog.max(id) FROM victims), ARRAY(SELECT id FROM killed ORDER BY id);
 
 -- name: delete_filtered
