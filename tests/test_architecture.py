@@ -172,16 +172,89 @@ def test_the_pgq_group_is_its_options_and_a_table_of_commands() -> None:
     assert done.stdout.split() == ["[]", "True"]
 
 
-def test_the_protocol_is_one_page_and_each_fragment_is_used() -> None:
-    """protocol.sql holds what every producer and worker runs and stays one page; a fragment
-    is written once and named by at least one statement (else it is dead text)."""
-    home = ROOT / "pgq_core" / "sql"
-    assert len((home / "protocol.sql").read_text().splitlines()) < 450
-    text = "\n".join((home / name).read_text() for name in queries.FILES)
+#: What protocol.sql is for, by role (what producers and workers run): every statement in it
+#: is one of these, and each of these is in it.
+PROTOCOL = {
+    "enqueue": {"enqueue", "enqueue_one", "unique_holders"},
+    "claim": {"claim"},
+    "settle": {"settle_complete_and_claim", "settle_fail", "settle_snooze", "record_stale"},
+    "extend": {"extend_leases"},
+    "hand back": {"hand_back", "hand_back_orphans", "hand_back_failed_over"},
+    "reap": {"reap"},
+}
+#: The public batch API (api.sql) by statement, and the worker's statement it waits where.
+TWINS = {
+    "complete": "settle_complete_and_claim",
+    "fail": "settle_fail",
+    "heartbeat": "extend_leases",
+    "release": "hand_back",
+}
+#: one page: the lines protocol.sql may hold
+PAGE = 390
+
+
+def _sql(name: str) -> tuple[dict[str, str], dict[str, str]]:
+    return queries.sections((ROOT / "pgq_core" / "sql" / name).read_text())
+
+
+def _named(body: str, fragments: dict[str, str]) -> set[str]:
+    return {name for name in fragments if "{" + name + "}" in body}
+
+
+def test_the_protocol_is_one_page_of_what_producers_and_workers_run() -> None:
+    """protocol.sql holds the statements of enqueue, claim, settle, extend, hand back and reap,
+    and nothing else, on one page."""
+    statements, _ = _sql("protocol.sql")
+    assert set(statements) == set().union(*PROTOCOL.values())
+    assert len(statements) == sum(len(names) for names in PROTOCOL.values()) == 13
+    assert len((ROOT / "pgq_core" / "sql" / "protocol.sql").read_text().splitlines()) <= PAGE
+
+
+def test_the_public_api_is_built_from_its_worker_twins_fragments() -> None:
+    """Each statement of api.sql writes its rows with the fragments its worker twin writes
+    them with, and differs in how it locks: it waits (`wait_held`, its only own fragment)
+    where the twin skips (`lock_held`)."""
+    api, api_fragments = _sql("api.sql")
+    worker, fragments = _sql("protocol.sql")
+    assert set(api) == set(TWINS)
+    assert set(api_fragments) == {"wait_held"}
+    for name, twin in TWINS.items():
+        waits = _named(api[name], fragments | api_fragments)
+        skips = _named(worker[twin], fragments)
+        assert "wait_held" in waits and "lock_held" not in waits, name
+        assert "lock_held" in skips and "wait_held" not in skips, twin
+        writes = waits - {"wait_held", "held_pairs"}
+        assert writes and writes <= skips, (name, writes, skips)
+
+
+def test_dead_or_retry_and_kill_are_each_written_once() -> None:
+    """The fail statements decide dead or retry by one fragment (the decision written once);
+    `kill` and `kill_filtered` differ only in how they choose their victims."""
+    texts = "\n".join((ROOT / "pgq_core" / "sql" / name).read_text() for name in queries.FILES)
+    statements, fragments = queries.sections(texts)
+    assert texts.count("j.attempts >= j.max_attempts OR") == 1
+    for name in ("fail", "settle_fail"):
+        assert "dead_or_retry" in _named(statements[name], fragments)
+        assert "max_attempts" not in statements[name], name
+    for name in ("kill", "kill_filtered"):
+        assert "kill_victims" in _named(statements[name], fragments)
+        body = statements[name]
+        assert "UPDATE {schema}" not in body and "INSERT INTO" not in body, name
+
+
+def test_each_fragment_is_used_and_spliced() -> None:
+    """A fragment is written once and named by a statement or by a fragment that is (else it
+    is dead text); no statement keeps a fragment's name after splicing."""
+    text = "\n".join((ROOT / "pgq_core" / "sql" / name).read_text() for name in queries.FILES)
     statements, fragments = queries.sections(text)
     assert fragments, "no fragments found"
-    for name in fragments:
-        assert any("{" + name + "}" in body for body in statements.values()), name
+    used = set().union(*(_named(body, fragments) for body in statements.values()))
+    while True:
+        more = used | set().union(*(_named(fragments[name], fragments) for name in used))
+        if more == used:
+            break
+        used = more
+    assert used == set(fragments), set(fragments) - used
     for body in queries._raw().values():
         assert not any("{" + name + "}" in body for name in fragments)
 

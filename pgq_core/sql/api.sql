@@ -2,8 +2,10 @@
 -- holding jobs it claimed itself runs, by name. Each is the protocol's statement of the same
 -- kind less its never-wait rule: it waits for a row lock another session holds, as a plain
 -- UPDATE would, then writes each held row by id and fence (a row a heartbeat updated while it
--- waited is still written). The other fragments it names live in protocol.sql. Rows not
--- returned are lost: a stale fence, a fence from before a promotion, or a job not running.
+-- waited is still written). Each writes its rows with its twin's fragment (protocol.sql):
+-- `complete` as `settle_complete_and_claim`, `fail` as `settle_fail`, `heartbeat` as
+-- `extend_leases`, `release` as `hand_back`. Rows not returned are lost: a stale fence, a fence
+-- from before a promotion, or a job not running.
 
 -- fragment: wait_held
 -- As `lock_held`, waiting for a lock another session holds. The update after it finds each row
@@ -19,7 +21,7 @@ mine AS (
 -- name: heartbeat
 -- Extend the leases of many held jobs; the rows not returned are lost.
 WITH {held_pairs}, {wait_held}
-UPDATE {schema}.jobs j SET lease_until = clock_timestamp() + j.lease_length
+UPDATE {schema}.jobs j SET {lease_renewed}
   FROM mine m WHERE j.id = m.id AND j.fence = m.fence
 RETURNING j.id, j.fence, j.lease_until;
 
@@ -30,8 +32,7 @@ WITH held AS (
     pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
     AS t(id, fence, result)
 ), {wait_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
+  UPDATE {schema}.jobs j SET {done_row}
     FROM mine m WHERE j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (
@@ -43,20 +44,14 @@ WITH held AS (
 SELECT id, fence FROM settled;
 
 -- name: fail
--- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts; the rows
--- not returned are lost.
+-- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts (never
+-- `final`); the rows not returned are lost.
 WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+  SELECT *, false AS final FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
     pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]))
     AS t(id, fence, error)
 ), {wait_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-         run_at      = CASE WHEN j.attempts >= j.max_attempts THEN now()
-                            ELSE {backoff} END,
-         lease_until = NULL,
-         last_error  = m.error,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+  UPDATE {schema}.jobs j SET {dead_or_retry}
     FROM mine m WHERE j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, j.worker
 ), history AS (
@@ -71,9 +66,7 @@ SELECT id, fence, status, run_at FROM settled;
 -- name: release
 -- Hand held jobs back, claimable at once; the attempt does not count. Rows not returned are lost.
 WITH {held_pairs}, {wait_held}, released AS (
-  UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), lease_until = NULL,
-         attempts = greatest(j.attempts - 1, 0)
+  UPDATE {schema}.jobs j SET {ready_again}
     FROM mine m WHERE j.id = m.id AND j.fence = m.fence
   RETURNING j.id, j.fence, j.claimed_at, j.worker
 ), history AS (

@@ -228,6 +228,14 @@ WITH new_jobs AS (
 )
 SELECT id FROM new_jobs;
 
+-- name: ensure_partitions
+-- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
+-- missing, never waiting on a lock past `lock_timeout`. Rows: (day, 'created' | 'exists' |
+-- 'default holds rows' | 'overlaps' | 'locked'), or (NULL, 'busy') if another session is at it.
+SELECT day, outcome FROM {schema}.job_events_add_partitions(
+  (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
+  %(lock_timeout)s::interval);
+
 -- name: prune
 -- Delete up to `limit` done jobs finished before the cutoff, with their history. A job's
 -- history lies between its enqueue and its end (the `at` of its last transition is at most a

@@ -1,17 +1,14 @@
--- The protocol: every statement a producer and a worker run, by name: a job's whole life on
--- one page (the operator's statements are in operator.sql, the readers' in observer.sql, the
--- session's own in session.sql). {schema} is the quoted schema identifier, %(name)s a bound
--- parameter, {fragment} a named piece of SQL (`-- fragment:`) spliced where it is named.
--- Every write a lease holder makes checks id, fence and status 'running', and that the fence
--- was handed out on this timeline (above `fence_floor()`, migration 21: a fence claimed before
--- a promotion writes nothing after it): a stale fence matches zero rows, and the caller treats
--- that as a lost lease. A claim's fence is above the floor, so fences never repeat. Each transition writes its
--- fence-history row in the same statement, one per attempt, with its claim time when it ends
--- (the running attempt is the job's own row; the view job_history shows every transition).
--- A statement that writes held jobs finds each by id through the running index (the cost
--- follows the rows held), locks it alone (a locking subquery is never made a join: no plan
--- compares held rows pairwise) and updates it checking id and fence, the worker's at the
--- address (ctid) the lock pins (no status test: a plan would scan the running index per row).
+-- The protocol: what producers and workers run, by name: enqueue, claim, settle, extend, hand
+-- back, reap. The waiting public API (api.sql) is built from the same fragments; operators',
+-- readers' and sessions' statements have their own files. {schema}: the schema identifier;
+-- %(name)s: a parameter; {fragment}: a `-- fragment:` spliced in as text.
+-- Every write a lease holder makes checks id, fence, status 'running', and a fence above
+-- `fence_floor()` (migration 21: claimed on this timeline); a stale fence matches no row, which
+-- the caller takes as a lost lease. A held job is found by id through the running index, locked
+-- alone without waiting (`lock_held`: a row another session holds is reported 'busy' and
+-- settled later; never a join that compares held rows pairwise) and updated at the address the
+-- lock pinned (`pinned`). A held job a statement does not report is lost. Each transition
+-- writes its history row in the same statement.
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
@@ -92,6 +89,44 @@ now() + pg_catalog.make_interval(secs => least(
             * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
           * (1::float8 - %(jitter)s::float8 * random()))
 
+-- fragment: dead_or_retry
+-- A failed attempt (`m`: error, final): dead once {spent}, else ready again at `backoff`.
+status      = CASE WHEN {spent} THEN 'dead' ELSE 'ready' END,
+run_at      = CASE WHEN {spent} THEN now() ELSE {backoff} END,
+lease_until = NULL,
+last_error  = m.error,
+finished_at = CASE WHEN {spent} THEN now() END
+
+-- fragment: spent
+-- Its attempts are spent, or its handler said not to retry (DontRetry: `final`).
+j.attempts >= j.max_attempts OR m.final
+
+-- fragment: done_row
+status = 'done', lease_until = NULL, finished_at = now(), result = m.result
+
+-- fragment: ready_again
+-- Handed back: claimable at once, the attempt not counted.
+status = 'ready', run_at = now(), lease_until = NULL, attempts = greatest(j.attempts - 1, 0)
+
+-- fragment: lease_renewed
+lease_until = clock_timestamp() + j.lease_length
+
+-- fragment: pinned
+-- The update's rows: the ones `lock_held` locked, at the address (ctid) the lock pinned.
+FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+
+-- fragment: unsettled
+-- The held jobs CTE `settled` left out: 'busy' while still running (another session holds
+-- the row: settled later), 'done' when our completion had committed unseen.
+SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
+  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled)
+
+-- fragment: failover_detail
+-- The history's detail of job `r` handed back because its fence is at or below the floor `fl`.
+'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
+  || ', the primary is now on timeline ' || ((fl.f >> 32) + 1)::text
+  || '; the attempt does not count'
+
 -- name: enqueue
 -- Insert many jobs in one round trip (`job_input`). A job with a unique key is inserted unless
 -- a ready or running job holds the key (the partial unique index arbitrates, so racing
@@ -142,31 +177,24 @@ SELECT unique_key, id FROM {schema}.jobs
  WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
 
 -- name: claim
--- The baseline claim: a short transaction, SKIP LOCKED, lease, fence + 1 (above the timeline's
--- floor), attempts + 1, under
--- queue control (`claim_ready`).
+-- The baseline claim: SKIP LOCKED, lease, fence + 1 above the timeline's floor, attempts + 1,
+-- under queue control (`claim_ready`).
 WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
   FROM claimed ORDER BY id;
 
 -- name: settle_complete_and_claim
--- The worker's hot path, one statement (one round trip, one commit): complete finished jobs,
--- each checked against its id + fence and storing its handler's result, and claim up to
--- `limit` more as `claim` does, never waiting on a row lock. Rows: ('completed' | 'busy' |
--- 'done', id, fence) per held job ('busy': locked by another session, settled later; 'done':
--- our completion had committed unseen; one not reported is lost), then ('claimed', job...)
--- per claim, in the order they are to run. A limited queue's running count leaves out the jobs
--- this statement completes: a worker at the limit takes the next job as it settles one.
+-- The worker's hot path, one round trip and one commit: complete held jobs, each with its
+-- handler's result, and claim up to `limit` more as `claim` does. Rows: ('completed' | 'busy'
+-- | 'done', id, fence) per held job, then ('claimed', job...) per claim in the order they are
+-- to run. A limited queue's running count leaves out the jobs this statement completes: a
+-- worker at the limit takes the next job as it settles one.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[]),
-                           pg_catalog.unnest(%(results)s::jsonb[]))
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
     AS t(id, fence, result)
 ), {lock_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status = 'done', lease_until = NULL, finished_at = now(), result = m.result
-    FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+  UPDATE {schema}.jobs j SET {done_row} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
 ), {claim_ready}, history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at)
@@ -185,28 +213,16 @@ UNION ALL
    FROM claimed ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
--- The worker's failures: as `fail`, never waiting on a row lock. Rows: ('failed' | 'busy' |
--- 'done', id, fence) per held job ('done': its handler completed it in its own transaction,
--- committed, then raised); one not reported is lost. `final` (DontRetry): dead at once.
+-- The worker's failures, as `fail` (`dead_or_retry`). Rows: ('failed' | 'busy' | 'done', id,
+-- fence) per held job ('done': its handler completed it in its own transaction, then raised).
 -- `traceback` (or NULL) goes on the attempt's history row; `last_error` keeps the error line.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[]),
-                           pg_catalog.unnest(%(errors)s::text[]),
-                           pg_catalog.unnest(%(finals)s::boolean[]),
-                           pg_catalog.unnest(%(tracebacks)s::text[]))
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]),
+    pg_catalog.unnest(%(finals)s::boolean[]), pg_catalog.unnest(%(tracebacks)s::text[]))
     AS t(id, fence, error, final, traceback)
 ), {lock_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN 'dead'
-                            ELSE 'ready' END,
-         run_at      = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now()
-                            ELSE {backoff} END,
-         lease_until = NULL,
-         last_error  = m.error,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts OR m.final THEN now() END
-    FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+  UPDATE {schema}.jobs j SET {dead_or_retry} {pinned}
   RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, m.traceback
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at,
@@ -216,34 +232,47 @@ WITH held AS (
          claimed_at, traceback
     FROM settled
 )
-SELECT 'failed' AS outcome, id, fence FROM settled
-UNION ALL
-SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled);
+SELECT 'failed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
 
--- name: extend_leases
--- The worker's heartbeat: extend the leases of every held job, never waiting on a row lock, and
--- write the progress handlers reported (`done` NULL: none new; `ages`: seconds since reported).
--- Rows: ('extended' | 'busy', id, fence) per held job; one not reported is lost. When a lease
--- moved, `channel` (if given) gets an empty notification at commit: a dashboard shows it at once.
+-- name: settle_snooze
+-- Snooze: ready at now() + `delay` s, no attempt spent. Rows: ('snoozed' | 'busy' | 'done', id,
+-- fence) per held job.
 WITH held AS (
   SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                           pg_catalog.unnest(%(fences)s::bigint[]),
-                           pg_catalog.unnest(%(done)s::bigint[]),
-                           pg_catalog.unnest(%(total)s::bigint[]),
-                           pg_catalog.unnest(%(notes)s::text[]),
-                           pg_catalog.unnest(%(ages)s::float8[]))
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(delays)s::float8[]))
+    AS t(id, fence, delay)
+), {lock_held}, settled AS (
+  UPDATE {schema}.jobs j SET status = 'ready', lease_until = NULL,
+         attempts = greatest(j.attempts - 1, 0),
+         run_at = now() + pg_catalog.make_interval(secs => m.delay) {pinned}
+  RETURNING j.id, j.fence, j.claimed_at, j.run_at, m.delay
+), history AS (
+  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+  SELECT id, 'snoozed', fence, %(worker)s,
+         'for ' || delay::text || 's (runs at ' || run_at::text || ')', claimed_at FROM settled
+)
+SELECT 'snoozed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
+
+-- name: extend_leases
+-- The worker's heartbeat: extend the leases of every held job and write the progress handlers
+-- reported (`done` NULL: none new; `ages`: seconds since reported). Rows: ('extended' | 'busy',
+-- id, fence) per held job. When a lease moved, `channel` (if given) gets an empty notification
+-- at commit: a dashboard shows it at once.
+WITH held AS (
+  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(done)s::bigint[]),
+    pg_catalog.unnest(%(total)s::bigint[]), pg_catalog.unnest(%(notes)s::text[]),
+    pg_catalog.unnest(%(ages)s::float8[]))
     AS t(id, fence, done, total, note, age)
 ), {lock_held}, beat AS (
   UPDATE {schema}.jobs j
-     SET lease_until    = clock_timestamp() + j.lease_length,
+     SET {lease_renewed},
          progress_done  = coalesce(m.done, j.progress_done),
          progress_total = CASE WHEN m.done IS NULL THEN j.progress_total ELSE m.total END,
          progress_note  = CASE WHEN m.done IS NULL THEN j.progress_note ELSE m.note END,
          progress_at    = CASE WHEN m.done IS NULL THEN j.progress_at
                                ELSE clock_timestamp() - pg_catalog.make_interval(secs => m.age) END
-    FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+   {pinned}
   RETURNING j.id, j.fence
 )
 SELECT 'extended' AS outcome, id, fence FROM beat
@@ -256,14 +285,9 @@ SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
  WHERE %(channel)s::text IS NOT NULL;
 
 -- name: hand_back
--- The worker hands unfinished jobs back, claimable at once; the attempt does not count. Never
--- waits on a row lock. Rows: ('released' | 'busy', id, fence); one not reported is lost.
+-- The worker hands unfinished jobs back (`ready_again`). Rows: ('released' | 'busy', id, fence).
 WITH {held_pairs}, {lock_held}, released AS (
-  UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), lease_until = NULL,
-         attempts = greatest(j.attempts - 1, 0)
-    FROM mine m
-   WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
+  UPDATE {schema}.jobs j SET {ready_again} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
@@ -274,35 +298,15 @@ UNION ALL
 SELECT 'busy', t.id, t.fence
   FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM released) AND j.status = 'running';
 
--- name: settle_snooze
--- Snooze: ready at now() + `delay` s, no attempt spent, no lock waited. Rows: (snoozed|busy|done, id, fence)
-WITH held AS (SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(delays)s::float8[])) AS t(id, fence, delay)
-), {lock_held}, snoozed AS (
-  UPDATE {schema}.jobs j SET status = 'ready', lease_until = NULL,
-         attempts = greatest(j.attempts - 1, 0), run_at = now() + pg_catalog.make_interval(secs => m.delay)
-    FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
-  RETURNING j.id, j.fence, j.claimed_at, j.run_at, m.delay
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'snoozed', fence, %(worker)s, 'for ' || delay::text || 's (runs at ' || run_at::text || ')',
-         claimed_at FROM snoozed
-)
-SELECT 'snoozed' AS outcome, id, fence FROM snoozed UNION ALL
-SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM snoozed);
-
 -- name: hand_back_orphans
 -- After a reconnect: jobs running under this worker's id that it does not hold were claimed
--- by a statement whose reply was lost. Hand them back at once, the attempt not counted.
+-- by a statement whose reply was lost. Handed back (`ready_again`).
 WITH orphans AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'running' AND worker = %(worker)s AND id <> ALL(%(held)s::bigint[])
      FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
-  UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), lease_until = NULL,
-         attempts = greatest(j.attempts - 1, 0)
+  UPDATE {schema}.jobs j SET {ready_again}
     FROM orphans o
    WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
   RETURNING j.id, j.fence, j.claimed_at
@@ -314,27 +318,18 @@ WITH orphans AS (
 )
 SELECT id FROM released ORDER BY id;
 
--- fragment: failover_detail
--- The history's detail of job `r` handed back because its fence is at or below the floor `fl`.
-'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
-  || ', the primary is now on timeline ' || ((fl.f >> 32) + 1)::text
-  || '; the attempt does not count'
-
 -- name: hand_back_failed_over
--- After a promotion: a job running under a fence from an older timeline (at or below
--- `fence_floor()`) can write nothing more, its holder's work possibly lost with the old
--- primary. It goes back to ready at once, the attempt not counted: a failover is never the
--- job's fault. Workers run it when they start and after every reconnect; SKIP LOCKED, at most
--- `limit` rows. Rows: (timeline, id) per job handed back, or one (timeline, NULL).
+-- After a promotion: a job running under a fence at or below `fence_floor()` can write nothing
+-- more, its holder's work possibly lost with the old primary. Handed back (`ready_again`): a
+-- failover is never the job's fault. Workers run it when they start and after every reconnect;
+-- at most `limit` rows. Rows: (timeline, id) per job handed back, or one (timeline, NULL).
 WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'running' AND fence <= (SELECT f FROM floor)
    LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
-  UPDATE {schema}.jobs j
-     SET status = 'ready', run_at = now(), lease_until = NULL,
-         attempts = greatest(j.attempts - 1, 0)
+  UPDATE {schema}.jobs j SET {ready_again}
     FROM lost l WHERE j.id = l.id
   RETURNING j.id, j.fence, j.worker, j.claimed_at
 ), history AS (
@@ -348,16 +343,13 @@ SELECT (fl.f >> 32) + 1 AS timeline, r.id FROM floor fl LEFT JOIN released r ON 
 -- A worker reports a write of its that matched nothing: its fence was stale.
 INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
 SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                         pg_catalog.unnest(%(events)s::text[]),
-                         pg_catalog.unnest(%(fences)s::bigint[]),
-                         pg_catalog.unnest(%(workers)s::text[]),
-                         pg_catalog.unnest(%(details)s::text[]));
+  pg_catalog.unnest(%(events)s::text[]), pg_catalog.unnest(%(fences)s::bigint[]),
+  pg_catalog.unnest(%(workers)s::text[]), pg_catalog.unnest(%(details)s::text[]));
 
 -- name: reap
 -- The baseline reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
 -- concurrent reapers (and a worker settling its job) never wait on each other. A lease taken
--- before a promotion (fence at or below the floor) goes back as `hand_back_failed_over` does:
--- ready, the attempt not counted.
+-- before a promotion (fence at or below the floor) goes back as `hand_back_failed_over` does.
 WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
   UPDATE {schema}.jobs j
      SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f THEN 'dead'
@@ -388,15 +380,3 @@ WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
     FROM reaped r, floor fl
 )
 SELECT id, status FROM reaped ORDER BY id;
-
--- name: database_clock
--- The database's time now (not the transaction's): a worker's scheduler computes slots from it.
-SELECT clock_timestamp();
-
--- name: ensure_partitions
--- The daily partitions of job_events from today (UTC) to `ahead` days later, each created if
--- missing, never waiting on a lock past `lock_timeout`. Rows: (day, 'created' | 'exists' |
--- 'default holds rows' | 'overlaps' | 'locked'), or (NULL, 'busy') if another session is at it.
-SELECT day, outcome FROM {schema}.job_events_add_partitions(
-  (now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + %(ahead)s::int,
-  %(lock_timeout)s::interval);

@@ -1,6 +1,6 @@
 -- The session's own statements, by name: the bounds an operator's session or a pooled
 -- transaction sets on itself, which server process it reached (a pooler tells itself apart by
--- that), and the schema's version. None reads or writes a job.
+-- that), the schema's version and the database's clock. None reads or writes a job.
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
 
 -- name: session_limits
@@ -77,3 +77,7 @@ SELECT pg_catalog.set_config('default_transaction_read_only', 'on', false);
 -- A private test schema (`pgq_core.testing.private_schema`) and everything in it, once its
 -- test is over.
 DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- name: database_clock
+-- The database's time now (not the transaction's): a worker's scheduler computes slots from it.
+SELECT clock_timestamp();
