@@ -126,6 +126,7 @@ from .operator import (
     check_notify_mode,
     dead_of,
     drop_event_partition,
+    ensure_partitions,
     event_partitions_before,
     kill,
     pause,
@@ -144,8 +145,6 @@ from .operator import (
 from .protocol import (
     claim,
     complete_and_claim,
-    database_clock,
-    ensure_partitions,
     extend_leases,
     fail_params,
     hand_back,
@@ -179,6 +178,7 @@ from .schedules import (
 from .session import (
     REFUSED_ENCODINGS,
     backend_pid,
+    database_clock,
     drop_schema,
     encoding_refusal,
     local_limits,

@@ -1,5 +1,5 @@
 """What an operator does to jobs and queues (sql/operator.sql): requeue, kill, bulk actions
-over a filter, prune, pause, resume, limits and settings.
+over a filter, prune and the history's partitions, pause, resume, limits and settings.
 """
 
 from __future__ import annotations
@@ -9,11 +9,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..config import check_new_queue_name
-from ..defaults import BULK_BATCH, DROP_ATTEMPTS, DROP_LOCK_TIMEOUT, PRUNE_BATCH
+from ..defaults import (
+    BULK_BATCH,
+    DROP_ATTEMPTS,
+    DROP_LOCK_TIMEOUT,
+    ENSURE_LOCK_TIMEOUT,
+    PARTITIONS_AHEAD,
+    PRUNE_BATCH,
+)
 from ..filters import JobFilter
 from ..models import EventPartition, PartitionDay, PruneReport
 from .op import Op, Rows, read_ids
-from .protocol import ensure_partitions
 from .spec import check_queue
 
 
@@ -255,3 +261,15 @@ def settings() -> Op[dict[str, str]]:
 
 def set_notify(mode: str) -> Op[str]:
     return Op("set_notify", {"mode": check_notify_mode(mode)}, lambda rows: str(rows[0][0]))
+
+
+def ensure_partitions(
+    ahead: int = PARTITIONS_AHEAD, lock_timeout: timedelta = ENSURE_LOCK_TIMEOUT
+) -> Op[list[PartitionDay]]:
+    """The daily partitions of job_events from today (UTC) to `ahead` days on, each created if
+    missing; never waits on a lock longer than `lock_timeout`."""
+    return Op(
+        "ensure_partitions",
+        {"ahead": ahead, "lock_timeout": lock_timeout},
+        lambda rows: [PartitionDay(*r) for r in rows],
+    )

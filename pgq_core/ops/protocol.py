@@ -5,18 +5,16 @@ reap. None of these statements waits on a row lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from ..defaults import (
     BACKOFF_BASE,
     BACKOFF_CAP,
     BACKOFF_JITTER,
-    ENSURE_LOCK_TIMEOUT,
-    PARTITIONS_AHEAD,
     REAP_BATCH,
 )
-from ..models import FailedOver, Job, JobProgress, PartitionDay, Settled
+from ..models import FailedOver, Job, JobProgress, Settled
 from .op import NamedRows, Op, Rows, read_ids
 
 
@@ -188,20 +186,3 @@ def record_stale(lost: Sequence[tuple[int, int]], worker: str | None, action: st
 
 def reap(limit: int = REAP_BATCH) -> Op[list[tuple[int, str]]]:
     return Op("reap", {"limit": limit}, lambda rows: [(int(r[0]), str(r[1])) for r in rows])
-
-
-def ensure_partitions(
-    ahead: int = PARTITIONS_AHEAD, lock_timeout: timedelta = ENSURE_LOCK_TIMEOUT
-) -> Op[list[PartitionDay]]:
-    """The daily partitions of job_events from today (UTC) to `ahead` days on, each created if
-    missing; never waits on a lock longer than `lock_timeout`."""
-    return Op(
-        "ensure_partitions",
-        {"ahead": ahead, "lock_timeout": lock_timeout},
-        lambda rows: [PartitionDay(*r) for r in rows],
-    )
-
-
-def database_clock() -> Op[datetime]:
-    """The database's time at the moment the statement runs."""
-    return Op("database_clock", {}, lambda rows: rows[0][0])

@@ -1,10 +1,10 @@
 """A session's settings and identity (sql/session.sql): timeouts, read-only, its backend pid,
-the schema's version, the server's role.
+the schema's version, the server's role, the database's clock.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import PgqError, SchemaMissing
@@ -116,3 +116,8 @@ def require_schema(needed: int, schema: str) -> Op[int]:
         return version
 
     return Op("schema_version", {}, read)
+
+
+def database_clock() -> Op[datetime]:
+    """The database's time at the moment the statement runs."""
+    return Op("database_clock", {}, lambda rows: rows[0][0])
