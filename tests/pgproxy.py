@@ -39,12 +39,16 @@ class _Link:
                 s.close()
 
 
+#: A claim's rows have 8 columns or more; the scheduler's read of the clock has 4.
+CLAIM_WIDER_THAN = 4
+
+
 class PgProxy:
     """`dsn` reaches the server through the proxy; `lose_next_reply(app)` makes the next
     request of a link whose application_name contains `app` reach the server (and run there),
     while its reply never comes back: the link is cut instead. `lose_next_rows(app)` does the
-    same to the next reply that carries rows of more than one column (a claim that found jobs, not
-    an idle poll nor the scheduler's one-column read of the database's clock)."""
+    same to the next reply that carries rows of more than CLAIM_WIDER_THAN columns (a claim that
+    found jobs, not an idle poll nor the scheduler's four-column read of the database's clock)."""
 
     def __init__(self, upstream_dsn: str) -> None:
         params = conninfo_to_dict(upstream_dsn)
@@ -154,7 +158,7 @@ class PgProxy:
                     message, pending = pending[: 1 + length], pending[1 + length :]
                     if (
                         message[:1] == b"D"
-                        and struct.unpack("!h", message[5:7])[0] > 1
+                        and struct.unpack("!h", message[5:7])[0] > CLAIM_WIDER_THAN
                         and self._arm_matches(link, rows=True)
                     ):
                         link.dropping = True
