@@ -33,6 +33,11 @@ QUEUE_NAME_MAX_BYTES = 2048
 
 # -- jobs, batches and bounded lists
 
+#: Specs per enqueue statement: a bigger batch goes in several, in one transaction.
+ENQUEUE_CHUNK = 5000
+#: The largest result a job may store, as UTF-8 JSON text: a settlement carrying more would
+#: travel and be written for longer than a lease may safely wait (docs: "Results").
+RESULT_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE = timedelta(seconds=30)
 #: Retry delay is min(cap, base * 2**attempts) seconds, less up to `jitter` of it at random.

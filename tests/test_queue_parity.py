@@ -61,3 +61,15 @@ async def test_the_async_operations_answer_as_the_sync_ones(
     assert list(queue.prune_batches(timedelta(days=1))) == []
     assert await aqueue.set_notify("edge") == "edge"
     assert queue.settings()["notify"] == "edge"
+
+
+def test_each_operation_has_one_docstring_and_both_queues_one_order() -> None:
+    """`Queue` is generated from `AsyncQueue`: every operation says what it does, in the same
+    words and the same place on both."""
+    sync, async_ = operations(Queue), operations(AsyncQueue)
+    undocumented = [name for name, method in sync.items() if not inspect.getdoc(method)]
+    assert undocumented == []
+    assert {n: inspect.getdoc(m) for n, m in sync.items()} == {
+        n: inspect.getdoc(m) for n, m in async_.items()
+    }
+    assert [n for n in vars(Queue) if n in sync] == [n for n in vars(AsyncQueue) if n in async_]

@@ -1,0 +1,615 @@
+"""`AsyncQueue`, the queue API for asyncio (the worker, the dashboard): every operation is an
+`ops.Op` run in one round trip.
+
+This file is the one place the queue API is written: `queue_sync.Queue` is generated from it
+by tools/async_to_sync.py (the same methods, order and docstrings, without `async`). Every
+call runs on the queue's own autocommit connection, so it commits by itself, unless a `conn`
+is passed: then it runs inside that connection's open transaction and commits or rolls back
+with the caller's own writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from . import ops, session
+from .config import connect_options
+from .defaults import ENQUEUE_CHUNK
+from .errors import JobNotFound, ScheduleExists
+from .filters import JobFilter
+from .models import (
+    Activity,
+    Enqueued,
+    ErrorGroup,
+    Health,
+    Job,
+    JobDetail,
+    JobEvent,
+    JobRow,
+    Lease,
+    PartitionDay,
+    PruneReport,
+    QueueLeases,
+    QueueStats,
+    QueueWindow,
+    Schedule,
+    ServerRole,
+    Settled,
+    TableSize,
+    WorkerInfo,
+)
+from .ops import JobSpec, Op
+from .queries import statement
+from .queue_common import (
+    Flow,
+    T,
+    alone,
+    channel,
+    checked,
+    chunks,
+    expect_applied,
+    health_of,
+    log,
+    make_worker_id,
+    operator_id,
+    result_json,
+    unknown_schedule,
+)
+from .session import Failure, adetect_pooler
+from .target import find_target
+
+
+async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
+    """An autocommit connection for a queue, bounded (`config.connect_options`); a pooler
+    nobody announced is found (`detect_pooler`) and logged once."""
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_options(dsn))
+    try:
+        line = await adetect_pooler(conn)
+    except BaseException:
+        await conn.close()
+        raise
+    if line is not None:
+        log.warning("%s", line)
+    return conn
+
+
+class AsyncQueue:
+    """Every operation on the queue, over one autocommit connection: enqueue, read jobs and
+    statistics, requeue, kill, pause, schedules. A context manager; `close()` otherwise."""
+
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], schema: str = "pgq", *, owns: bool = False
+    ):
+        self.conn = conn
+        self.schema = schema
+        self._owns = owns
+        #: where `connect` found the server: a broken connection is replaced from it
+        self._dsn: str | None = None
+
+    @classmethod
+    async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
+        """A queue on a connection of its own, to the database the CLI would use: `dsn`, else
+        PGQ_DSN, else the embedded server (started and migrated if needed; `AsyncQueue` finds
+        it in a thread, since that blocks); `schema`, else PGQ_SCHEMA, else pgq.
+
+        It follows a failover: a connection that broke, or that reached a server taking no
+        writes, is replaced on the next call (with a DSN naming every host, by the new
+        primary). The call that met the failure raises: whether it committed is unknown, as
+        with any lost connection."""
+        target = await asyncio.to_thread(find_target, dsn, schema)
+        queue = cls(await _aopen(target.dsn), target.schema, owns=True)
+        queue._dsn = target.dsn
+        return queue
+
+    async def close(self) -> None:
+        """Close the connection, if the queue opened it (`connect`)."""
+        if self._owns:
+            await self.conn.close()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _own(self) -> psycopg.AsyncConnection[Any]:
+        """The queue's own connection; one `connect` made is replaced first if it broke or left
+        a server taking no writes (see `connect`)."""
+        if self._dsn is not None and self.conn.closed:
+            self.conn = await _aopen(self._dsn)
+        return self.conn
+
+    async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
+        """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
+        text the database's encoding cannot hold `Unstorable`, any other failure the
+        database's own error (`session.classify` has noted a pooler)."""
+        target = conn or await self._own()
+        try:
+            return await session.arun(target, self.schema, op)
+        except psycopg.Error as exc:
+            failure = session.classify(exc, self.schema, target)
+            if failure is Failure.SCHEMA_MISSING:
+                raise session.schema_missing(exc, self.schema) from exc
+            if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
+                await target.close()
+            if (refused := session.unstorable(exc, target)) is not None:
+                raise refused from exc
+            raise
+
+    # producers
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+        unique_key: str | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
+        depends_on: Sequence[int] = (),
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """The new job's id; with `unique_key` held by a ready or running job, nothing is
+        inserted and that job's id is returned (`enqueue_many_detailed` tells which).
+        `backoff_base` / `backoff_cap` (seconds) are the job's own retry backoff (see JobSpec).
+        `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
+        exist."""
+        if unique_key is None and not depends_on:  # the common case: one INSERT
+            target = conn or await self._own()
+            job = ops.enqueue_job(
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
+                alone=alone(target),
+            )  # fmt: skip
+            job_id, wake = await self.run(job, target)
+            if wake is not None:
+                try:
+                    await self.run(ops.notify_committed(channel(self.schema), wake), target)
+                except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
+                    log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
+            return job_id
+        spec = JobSpec(
+            queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            depends_on=depends_on,
+        )
+        return (await self.enqueue_many_detailed([spec], conn))[0].id
+
+    async def _drive(self, flow: Flow[T], conn: psycopg.AsyncConnection[Any] | None) -> T:
+        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""
+        try:
+            op = next(flow)
+            while True:
+                op = flow.send(await self.run(op, conn))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    async def enqueue_many(
+        self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[int]:
+        """Enqueue every spec, all or nothing, in one transaction: one id per spec, in order (a
+        duplicate of a held unique key gets the holder's id). Thousands of jobs go in one
+        round trip."""
+        return [e.id for e in await self.enqueue_many_detailed(specs, conn)]
+
+    async def enqueue_many_detailed(
+        self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[Enqueued]:
+        """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
+        specs = list(specs)
+        target = conn or await self._own()
+        if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
+            return await self._drive(ops.enqueue_flow(specs), target)
+        done: list[Enqueued] = []
+        async with target.transaction():
+            for chunk in chunks(specs):
+                done.extend(await self._drive(ops.enqueue_flow(chunk), target))
+        return done
+
+    async def enqueue_copy(
+        self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[int]:
+        """The bulk path: `specs` (none with a unique_key or depends_on: ValueError) through
+        COPY, all or nothing, in one transaction (or the caller's, on `conn`); their new ids,
+        in order. The jobs and their effects are `enqueue_many`'s, at a fraction of its cost
+        per job."""
+        specs = list(specs)
+        delays = ops.copy_delays(specs)
+        if not specs:
+            return []
+        target = conn or await self._own()
+        # a connection not in autocommit has (or begins) the caller's transaction: join it
+        async with target.transaction() if target.autocommit else contextlib.nullcontext():
+            ids, run_ats = await self.run(ops.copy_ids(self.schema, len(specs), delays), target)
+            copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+            async with target.cursor() as cur, cur.copy(copy_in) as copy:
+                copy.set_types(ops.COPY_TYPES)
+                for row in ops.copy_rows(specs, ids, delays, run_ats):
+                    await copy.write_row(row)
+        return ids
+
+    # lease holders
+    async def claim(
+        self, queue: str, limit: int = 10, lease: timedelta = ops.DEFAULT_LEASE, worker: str = ""
+    ) -> list[Job]:
+        """Up to `limit` due jobs of `queue`, each leased to `worker` (a new id when empty) for
+        `lease`, under a new fence every write about it must carry."""
+        return await self.run(ops.claim(queue, limit, lease, worker or make_worker_id()))
+
+    async def heartbeat(self, job_id: int, fence: int) -> None:
+        """Extend the job's lease; LeaseLost if `fence` is no longer the job's."""
+        settled = await self.run(ops.heartbeat([(job_id, fence)]))
+        expect_applied(settled, job_id, fence, "heartbeat")
+
+    async def complete(
+        self,
+        job_id: int,
+        fence: int,
+        *,
+        worker: str | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        result: Any = None,
+    ) -> None:
+        """Mark the job done with `result` (JSON), if `fence` is still the job's; inside `conn`'s
+        transaction, with your own writes. LeaseLost if another claim holds the job now:
+        roll your transaction back."""
+        settled = await self.run(
+            ops.complete([(job_id, fence)], worker, [result_json(result)]), conn
+        )
+        expect_applied(settled, job_id, fence, "complete")
+
+    async def fail(self, job_id: int, fence: int, error: str, *, worker: str | None = None) -> None:
+        """Record the attempt's failure: the job retries after its backoff, or dies when its
+        attempts are spent; LeaseLost if `fence` is no longer the job's."""
+        settled = await self.run(ops.fail([(job_id, fence, error)], worker))
+        expect_applied(settled, job_id, fence, "fail")
+
+    async def complete_many(
+        self, held: Sequence[tuple[int, int]], worker: str | None = None
+    ) -> Settled:
+        """`complete` for many (id, fence) pairs in one statement: which applied, which lost."""
+        return await self.run(ops.complete(held, worker))
+
+    async def fail_many(
+        self, held: Sequence[tuple[int, int, str]], worker: str | None = None
+    ) -> Settled:
+        """`fail` for many (id, fence, error) in one statement: which applied, which lost."""
+        return await self.run(ops.fail(held, worker))
+
+    async def heartbeat_many(self, held: Sequence[tuple[int, int]]) -> Settled:
+        """`heartbeat` for many (id, fence) pairs in one statement."""
+        return await self.run(ops.heartbeat(held))
+
+    async def release_many(
+        self, held: Sequence[tuple[int, int]], worker: str | None = None, reason: str = "shutdown"
+    ) -> Settled:
+        """Held jobs back to ready, the attempt not counted (a worker shutting down)."""
+        return await self.run(ops.release(held, worker, reason))
+
+    async def record_stale(
+        self, lost: Sequence[tuple[int, int]], worker: str | None, action: str
+    ) -> None:
+        """History rows for writes that matched nothing: (job id, the stale fence it carried)."""
+        if lost:
+            await self.run(ops.record_stale(lost, worker, action))
+
+    # maintenance and operators
+    async def reap(self, limit: int = ops.REAP_BATCH) -> list[tuple[int, str]]:
+        """At most `limit` jobs whose lease expired back to ready, or dead when their attempts
+        are spent: (id, new status) of each."""
+        return await self.run(ops.reap(limit))
+
+    async def requeue(self, ids: Sequence[int]) -> list[int]:
+        """Dead jobs of `ids` back to ready with fresh attempts; the ids requeued (ids that are
+        not dead are left alone).
+        """
+        return await self.run(ops.requeue(ids, operator_id()))
+
+    async def requeue_dead(self, queue: str | None, batch: int = ops.BULK_BATCH) -> list[int]:
+        """Every dead job of `queue` (None: of every queue) back to ready with fresh attempts, in
+        batches of `batch`; the ids requeued.
+        """
+        return (await self.requeue_dead_report(queue, batch))[0]
+
+    async def requeue_report(self, ids: Sequence[int]) -> ops.RequeueReport:
+        """(requeued, left dead because a ready or running job holds their unique key,
+        {left dead: (its parent, "dead" | "gone")} for jobs whose parent is dead, or gone
+        before it was done, and not requeued too)."""
+        return await self.run(ops.requeue_report(ids, operator_id()))
+
+    async def requeue_dead_batches(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> AsyncIterator[ops.RequeueReport]:
+        """The dead jobs of `queue` (of every queue when None) back to ready, in batches of at
+        most `batch` (each one statement and one commit, whole or nothing), yielding each
+        batch's answer as `requeue_report`."""
+        after, actor, where = 0, operator_id(), ops.dead_of(queue)
+        while True:
+            last, report = await self.run(ops.requeue_batch(where, actor, after, batch))
+            if last is None:
+                return
+            after = last
+            yield report
+
+    async def requeue_dead_report(
+        self, queue: str | None, batch: int = ops.BULK_BATCH
+    ) -> ops.RequeueReport:
+        """`requeue_dead_batches`, summed."""
+        return ops.summed([r async for r in self.requeue_dead_batches(queue, batch)])
+
+    async def kill(self, ids: Sequence[int], reason: str = "killed by operator") -> list[int]:
+        """Ready or running jobs of `ids` to dead with `reason` as their error; the ids killed. A
+        worker running one loses its lease: nothing it writes afterwards lands.
+        """
+        return await self.run(ops.kill(ids, operator_id(), reason))
+
+    # schedules
+    async def add_schedule(
+        self,
+        name: str,
+        queue: str,
+        cron: str,
+        payload: Any = None,
+        *,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        replace: bool = False,
+    ) -> None:
+        """A periodic job: every worker enqueues `payload` on `queue` at each slot of `cron`
+        (UTC), each slot once. PgqError if the name exists (unless `replace`) or the input is
+        bad."""
+        op = checked(ops.add_schedule, name, queue, cron, payload, max_attempts, replace=replace)
+        if not await self.run(op):
+            raise ScheduleExists(name)
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return await self.run(ops.schedules())
+
+    async def schedules_page(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[Schedule], int]:
+        """At most `limit` schedules by name after `after`, and how many there are in all."""
+        return await self.run(ops.schedules_page(after, limit))
+
+    async def schedule(self, name: str) -> Schedule | None:
+        """The schedule named `name`, or None."""
+        return await self.run(ops.schedule(name))
+
+    async def remove_schedule(self, name: str) -> None:
+        """Remove the schedule; PgqError if there is none of that name. Jobs it enqueued stay."""
+        if not await self.run(ops.remove_schedule(name)):
+            raise unknown_schedule(name)
+
+    async def run_schedule(self, name: str) -> int:
+        """Enqueue the schedule's job now (outside its slots): the new job's id."""
+        job_id = await self.run(ops.run_schedule(name))
+        if job_id is None:
+            raise unknown_schedule(name)
+        return job_id
+
+    async def prune_batches(
+        self, older_than: timedelta, batch: int = ops.PRUNE_BATCH
+    ) -> AsyncIterator[int]:
+        """Deletes done jobs with their history in bounded batches, yielding each batch's
+        count, until nothing is left. Drops no partition (`prune_report` does)."""
+        while deleted := await self.run(ops.prune(older_than, batch)):
+            yield deleted
+
+    async def prune_report(
+        self,
+        older_than: timedelta,
+        batch: int = ops.PRUNE_BATCH,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Done jobs finished before the cutoff go with their history, in bounded batches, and
+        every partition of the history entirely before the cutoff is dropped, the history of
+        jobs still present kept (`ops.prune_flow`)."""
+        return await self._drive(ops.prune_flow(older_than, batch, progress), None)
+
+    async def prune(self, older_than: timedelta, batch: int = ops.PRUNE_BATCH) -> int:
+        """Delete the done jobs finished more than `older_than` ago, with their history, in
+        batches that never block workers; drop the days of history wholly before the cutoff.
+        The number of jobs deleted (`prune_report` says more)."""
+        return (await self.prune_report(older_than, batch)).deleted
+
+    async def ensure_partitions(self, ahead: int = ops.PARTITIONS_AHEAD) -> list[PartitionDay]:
+        """The history's daily partitions from today (UTC) to `ahead` days on, each created if
+        missing; what the workers' reapers do every hour."""
+        return await self.run(ops.ensure_partitions(ahead))
+
+    # queue control
+    async def pause(self, queue: str, reason: str | None = None) -> datetime:
+        """The queue claims nothing from now on; returns when it was paused."""
+        return await self.run(ops.pause(queue, operator_id(), reason))
+
+    async def resume(self, queue: str) -> datetime | None:
+        """The queue claims again and its workers are woken; returns when it had been paused."""
+        return await self.run(ops.resume(queue, channel(self.schema)))
+
+    async def set_limit(self, queue: str, max_running: int | None) -> int | None:
+        """At most `max_running` jobs of `queue` run at once (None: no limit); returns the old."""
+        return await self.run(ops.set_limit(queue, max_running, channel(self.schema)))
+
+    async def has_jobs(self, queue: str) -> bool:
+        """Whether `queue` has a job (ready, running or dead), or had one that completed."""
+        return await self.run(ops.has_jobs(queue))
+
+    async def retries_waiting(self, queues: Sequence[str]) -> tuple[int, datetime | None]:
+        """Failed jobs of `queues` waiting for a retry later than now: how many, and when the
+        first is due (None: none)."""
+        return await self.run(ops.retries_waiting(queues))
+
+    # filters
+    async def jobs_matching(self, where: JobFilter, limit: int = 50) -> list[JobRow]:
+        """Jobs `where` matches, newest first, at most `limit`, without their payloads."""
+        return await self.run(ops.jobs_filtered(where, limit))
+
+    async def count_matching(self, where: JobFilter, action: str | None = None) -> int:
+        """Jobs `where` matches (that `action` would change, if given)."""
+        return await self.run(ops.count_filtered(where.for_action(action) if action else where))
+
+    async def bulk_batches(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> AsyncIterator[list[int]]:
+        """`action` (requeue, kill or delete) over the jobs `where` matches, in batches of at
+        most `batch` rows (one short transaction each), yielding each batch's changed ids."""
+        after, actor = 0, operator_id()
+        while True:
+            last, changed = await self.run(ops.bulk(action, where, actor, after, batch, reason))
+            if last is None:
+                return
+            after = last
+            yield changed
+
+    async def bulk(
+        self,
+        action: str,
+        where: JobFilter,
+        batch: int = ops.BULK_BATCH,
+        reason: str = "killed by operator",
+    ) -> list[int]:
+        """`bulk_batches`, run to the end: every id changed."""
+        return [i async for ids in self.bulk_batches(action, where, batch, reason) for i in ids]
+
+    # errors and health
+    async def errors(
+        self, queue: str | None = None, since: timedelta | None = None, limit: int = 100
+    ) -> list[ErrorGroup]:
+        """Failed and dead jobs grouped by their error (numbers, ids and URLs normalised), the
+        largest group first; `since` keeps errors seen within it.
+        """
+        return await self.run(ops.errors(queue, since, limit))
+
+    async def health(
+        self,
+        stuck_factor: float = ops.STUCK_FACTOR,
+        stuck_floor: timedelta = ops.STUCK_FLOOR,
+        stuck_limit: int = ops.STUCK_LIMIT,
+    ) -> Health:
+        """What `pgq health` shows: table bloat and vacuum, the oldest open transaction, lock
+        waits, and the stuck jobs: a live lease, running past `stuck_factor` times their
+        queue's p99 run time and past `stuck_floor` (at most `stuck_limit` listed, all
+        counted); and waiting jobs that can never run (a parent dead or gone)."""
+        stuck = ops.health_stuck(stuck_factor, stuck_floor, stuck_limit)
+        return health_of(
+            await self.run(ops.health_tables(self.schema)),
+            await self.run(ops.health_xmin()),
+            await self.run(ops.health_notify()),
+            await self.run(ops.health_lock_waits(self.schema)),
+            await self.run(stuck),
+            await self.run(ops.health_stranded()),
+        )
+
+    # reading
+    async def stats(self, soon: timedelta | None = None) -> list[QueueStats]:
+        """Per queue: ready, scheduled, waiting, running, expiring, dead and done jobs, the age of
+        the oldest due one, and whether the queue is paused or limited.
+        """
+        return await self.run(ops.stats(soon))
+
+    async def stats_window(self, offset: int, limit: int) -> QueueWindow:
+        """At most `limit` queues from the `offset`th by name, and how many in all."""
+        return await self.run(ops.stats_window(offset, limit))
+
+    async def queue_stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        """The `stats` rows of these queues only (what an action just changed)."""
+        return await self.run(ops.queue_stats(queues))
+
+    async def leases(self, limit: int = 100) -> list[Lease]:
+        """Running jobs, the lease closest to expiry first: at most `limit`."""
+        return await self.run(ops.leases(limit))
+
+    async def workers(self, limit: int = ops.WORKERS_LIMIT) -> list[WorkerInfo]:
+        """The live workers (each beats its row in `workers`), oldest first."""
+        return await self.run(ops.workers(limit))
+
+    async def jobs(
+        self, queue: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[JobRow]:
+        """Jobs of `queue` (None: every queue) in `status` (None: any), newest first, without
+        their payloads: at most `limit`.
+        """
+        return await self.run(ops.jobs(queue, status, limit))
+
+    async def history(self, job_id: int) -> list[JobEvent]:
+        """The job's history, oldest first: enqueue, each claim with its fence, failures,
+        requeues, completion.
+        """
+        return await self.run(ops.history(job_id))
+
+    async def job(self, job_id: int) -> JobDetail:
+        """The job with its payload, result and history; JobNotFound if there is none."""
+        detail = await self.run(ops.job(job_id))
+        if detail is None:
+            raise JobNotFound(job_id)
+        detail.history.extend(await self.history(job_id))
+        return await self.with_links(detail)
+
+    async def with_links(self, detail: JobDetail, limit: int = ops.LINKS_LIMIT) -> JobDetail:
+        """`detail` with its parents and children (at most `limit` of each)."""
+        parents, parents_total = await self.run(ops.job_links(detail.id, "parents", limit))
+        children, children_total = await self.run(ops.job_links(detail.id, "children", limit))
+        return replace(
+            detail, parents=parents, parents_total=parents_total, children=children,
+            children_total=children_total,
+        )
+
+    # production: settings, and what the exporter and the soak read
+    async def settings(self) -> dict[str, str]:
+        """The schema's settings by name (migration 5), e.g. {'notify': 'always'}."""
+        return await self.run(ops.settings())
+
+    async def set_notify(self, mode: str) -> str:
+        """When the jobs trigger sends NOTIFY: 'always' | 'edge' | 'off' (ValueError else);
+        applies to every statement from the next one on."""
+        return await self.run(ops.set_notify(mode))
+
+    async def lease_summary(self) -> list[QueueLeases]:
+        """Per queue with running jobs: distinct workers holding them, expired leases."""
+        return await self.run(ops.metrics_leases())
+
+    async def activity(self) -> Activity:
+        """Worker processes connected to the database; the xmin horizon others hold back."""
+        return await self.run(ops.metrics_activity())
+
+    async def server_role(self) -> ServerRole:
+        """The server this connection reached: address, standby or primary, lag, timeline."""
+        return await self.run(ops.server_role())
+
+    async def table_sizes(self) -> list[TableSize]:
+        """Bytes, live and dead tuples of `jobs` and `job_events`."""
+        return await self.run(ops.table_sizes(self.schema))
+
+    async def latency(
+        self,
+        since: timedelta = ops.LATENCY_WINDOW,
+        queues: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> ops.LatencyReport:
+        """How long each queue's done jobs waited (due to claimed) and ran (claimed to done):
+        p50, p95 and p99 over the last 5 minutes and over `since`, from at most the 20,000
+        latest done jobs per queue and window."""
+        return await self.run(ops.latency(since, queues, limit))
+
+    async def stuck_counts(
+        self, factor: float = ops.STUCK_FACTOR, floor: timedelta = ops.STUCK_FLOOR
+    ) -> dict[str, int]:
+        """How many running jobs are stuck (`health`) per queue that has any."""
+        return await self.run(ops.metrics_stuck(factor, floor))

@@ -1,0 +1,119 @@
+"""What `Queue` and `AsyncQueue` share beside their ops: the channel of a schema, ids of
+workers and operators, a handler's result as JSON, and the small checks around a call. Neither
+queue holds any of it twice (`queue_async` is written once; `queue_sync` is generated from it).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from .defaults import ENQUEUE_CHUNK, RESULT_MAX_BYTES
+from .errors import LeaseLost, PgqError
+from .health import assess
+from .models import Health, Settled
+from .ops import JobSpec, Op
+from .text import first_surrogate
+
+T = TypeVar("T")
+#: A flow of ops (`ops.enqueue_flow`, `ops.prune_flow`): each op's result is sent back in.
+Flow = Generator[Op[Any], Any, T]
+
+log = logging.getLogger("pgq")
+log.addHandler(logging.NullHandler())  # silent unless the application configures logging
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema: `<schema>_jobs`; the payload is the queue name."""
+    return f"{schema}_jobs"
+
+
+def listen_statement(schema: str) -> sql.Composed:
+    """`LISTEN` on the schema's `channel`: each notification names a queue with new due jobs."""
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema)))
+
+
+def make_worker_id() -> str:
+    """Unique per process: host, pid and a random suffix (pids are reused across restarts)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def operator_id() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is not worth failing an operator action
+        user = "unknown"
+    return f"operator:{user}@{socket.gethostname()}"
+
+
+def result_json(result: Any) -> str | None:
+    """A handler's result as JSON text (None stays None); ValueError if it is not JSON, its
+    text cannot be sent as UTF-8 (a lone surrogate in a string or a key), or it is over
+    RESULT_MAX_BYTES: the job's own failure, never a settlement its lease cannot outlast."""
+    if result is None:
+        return None
+    try:
+        text = json.dumps(result, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
+    size = len(text) if len(text) > RESULT_MAX_BYTES else len(text.encode("utf-8", "replace"))
+    if size > RESULT_MAX_BYTES:
+        raise ValueError(
+            f"result is too big to store: {size:,} bytes of JSON, over pgq's bound of "
+            f"{RESULT_MAX_BYTES:,} (store it elsewhere and return a reference)"
+        )
+    if first_surrogate(text) is not None:
+        raise ValueError(
+            "result is not storable: it holds a lone surrogate, which UTF-8 cannot carry"
+        )
+    return text
+
+
+def expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:
+    """LeaseLost unless the one job's write applied (its fence is still the job's)."""
+    if settled.lost:
+        raise LeaseLost(job_id, fence, action)
+
+
+def health_of(
+    tables: Any, xmin: Any, notify: float, waits: Any, stuck: Any = None, stranded: Any = None
+) -> Health:
+    """The `Health` of what `health` read, with its warnings assessed."""
+    health = Health(tables, xmin, notify, waits, stuck_jobs=stuck, stranded=stranded)
+    health.warnings.extend(assess(health))
+    return health
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a statement on `conn` is a transaction of its own (autocommit, none open)."""
+    return conn.autocommit and conn.pgconn.transaction_status == _IDLE
+
+
+def chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:
+    """`specs` in slices of at most ENQUEUE_CHUNK, one statement each."""
+    for start in range(0, len(specs), ENQUEUE_CHUNK):
+        yield specs[start : start + ENQUEUE_CHUNK]
+
+
+def unknown_schedule(name: str) -> PgqError:
+    return PgqError(f"no schedule named {name!r}")
+
+
+def checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run an ops constructor, turning its ValueError (bad input) into a PgqError."""
+    try:
+        return check(*args, **kwargs)
+    except ValueError as exc:
+        raise PgqError(str(exc)) from None
