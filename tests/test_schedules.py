@@ -125,25 +125,25 @@ def test_cron_slots_are_utc_and_whole() -> None:
 
 
 async def test_missed_slots_are_skipped_except_the_latest(dsn: str, schema: str) -> None:
+    # hourly, at the minute half an hour from now: three hours of slots passed with no worker
+    # running, and the next slot is far from now (no slot of its own during the test, and no
+    # waiting for a minute to turn)
+    minute = (datetime.now(UTC).minute + 30) % 60
     with Queue.connect(dsn, schema) as q:
-        q.add_schedule("minutely", "other", "* * * * *")
-        backdate(q, "minutely", 3600)  # an hour of slots passed with no worker running
-    second = datetime.now(UTC).second
-    # a minute turning during the test (or close enough to be enqueued ahead) brings a slot of
-    # its own, no missed one
-    if second >= 60 - scheduler.AHEAD - 8:
-        await asyncio.sleep(61 - second)
+        q.add_schedule("hourly", "other", f"{minute} * * * *")
+        backdate(q, "hourly", 3 * 3600)
     worker = make_worker(dsn, schema, lambda ctx: None, queues=["q"])
     task = asyncio.create_task(worker.run())
     try:
         with Queue.connect(dsn, schema) as q:
-            await until(lambda: sum(slot_jobs(q, "minutely").values()) >= 1, what="a slot")
+            await until(lambda: sum(slot_jobs(q, "hourly").values()) >= 1, what="a slot")
             await asyncio.sleep(1.5)
-            jobs = slot_jobs(q, "minutely")
-            assert list(jobs.values()) == [1]  # one slot of the hour missed: the latest
+            jobs = slot_jobs(q, "hourly")
+            assert list(jobs.values()) == [1]  # the missed slots skipped but the latest
             slot = datetime.fromisoformat(next(iter(jobs)).split(":", 2)[2])
             now = datetime.now(UTC)
-            assert now - timedelta(minutes=2) < slot <= now and slot.second == 0
+            assert now - timedelta(hours=1) < slot <= now
+            assert (slot.minute, slot.second) == (minute, 0)
     finally:
         worker.stop(immediately=True)
         await asyncio.wait_for(task, 30)
