@@ -3,11 +3,11 @@ embedded server's binaries: the `pair` fixture of the failover and replica-read 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from support import OwnServer, free_port
+from support import OwnServer, free_port, server_root
 
 from pgq_core import migrate
 
@@ -23,12 +23,13 @@ SCHEMA = "pgq"
 
 
 class Pair:
-    """A primary and its streaming standby, each on its own port of 127.0.0.1."""
+    """A primary and its streaming standby, each on its own port of 127.0.0.1; the primary a
+    copy of `template`'s data directory (stopped), or a new one when there is none."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, template: OwnServer | None = None) -> None:
         for name in ("a", "b"):
             (root / name).mkdir()
-        self.primary = OwnServer(root / "a", port=free_port())
+        self.primary = OwnServer(root / "a", port=free_port(), copy_of=template)
         self.primary.start()
         self.standby = OwnServer(root / "b", port=free_port(), standby_of=self.primary)
         self.standby.start()
@@ -70,6 +71,38 @@ class Pair:
                 server.stop("immediate")
 
 
+def _prepare(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """The schema migrated, with an `effects` side table."""
+    migrate(conn, SCHEMA)
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {}.effects (job_id bigint PRIMARY KEY, worker text,"
+            " fence bigint NOT NULL)"
+        ).format(sql.Identifier(SCHEMA))
+    )
+
+
+_template: OwnServer | None = None
+
+
+def template() -> OwnServer:
+    """A stopped primary, prepared (`_prepare`), that every pair of this process copies:
+    initdb and migrating run once per process instead of once per test."""
+    global _template
+    if _template is None:
+        root = server_root("pgqt")
+        atexit.register(shutil.rmtree, root, True)
+        server = OwnServer(root)  # on its socket only
+        server.start()
+        try:
+            with psycopg.connect(server.dsn, autocommit=True) as conn:
+                _prepare(conn)
+        finally:
+            server.stop("fast")  # a clean shutdown: a copy starts without recovery
+        _template = server
+    return _template
+
+
 @contextlib.contextmanager
 def running_pair() -> Iterator[Pair]:
     """A primary (its schema migrated, with an `effects` side table) and its standby, stopped
@@ -77,18 +110,10 @@ def running_pair() -> Iterator[Pair]:
     if os.environ.get("PGQ_TEST_DSN"):
         pytest.skip("PGQ_TEST_DSN is set: these tests make their own primary and standby from "
                     "the embedded server's binaries, and run with those only")
-    root = Path(tempfile.mkdtemp(prefix="pgqf", dir="/tmp"))  # short: unix socket path limit
-    os.chmod(root, 0o755)
-    pair = Pair(root)
+    source = template()
+    root = server_root("pgqf")
+    pair = Pair(root, source)
     try:
-        with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
-            migrate(conn, SCHEMA)
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE {}.effects (job_id bigint PRIMARY KEY, worker text,"
-                    " fence bigint NOT NULL)"
-                ).format(sql.Identifier(SCHEMA))
-            )
         yield pair
     finally:
         pair.stop()

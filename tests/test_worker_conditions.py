@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from support import (
     claims,
     make_worker,
     running,
+    server_root,
     status_counts,
     until,
 )
@@ -359,8 +359,7 @@ def scarce_server(dsn: str) -> Iterator[tuple[str, str]]:
                     )
                 )
         return
-    root = Path(tempfile.mkdtemp(prefix="pgqc", dir="/tmp"))  # short: unix socket path limit
-    os.chmod(root, 0o755)
+    root = server_root("pgqc")
     server = OwnServer(root)
     with (server.pgdata / "postgresql.auto.conf").open("a") as conf:
         conf.write(f"max_connections = {SCARCE_CONNECTIONS}\nsuperuser_reserved_connections = 0\n")

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import OwnServer
+from support import OwnServer, server_root
 
 from pgq_core import JobSpec, Queue, migrate
 
@@ -544,8 +543,7 @@ def own_server() -> Iterator[OwnServer]:
     if os.environ.get("PGQ_TEST_DSN"):
         pytest.skip("PGQ_TEST_DSN is set: this test stops and starts its server, and only "
                     "does so with a throwaway embedded one")
-    root = Path(tempfile.mkdtemp(prefix="pgqr", dir="/tmp"))  # short: unix socket path limit
-    os.chmod(root, 0o755)
+    root = server_root("pgqr")
     server = OwnServer(root)
     server.start()
     try:
