@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from rich.text import Text
 
@@ -13,7 +13,7 @@ from pgq_core.text import first_line
 from .. import humanize
 from ..state import Snapshot, urgency
 from .fence import fence_text
-from .keyed_table import Column, KeyedTable, Row, RowMemo
+from .keyed_table import Column, KeyedTable, Row
 
 #: the most characters of an error's first line a row shows (the job screen shows more)
 ERROR_CELLS = 160
@@ -92,14 +92,10 @@ class JobsTable(KeyedTable):
     )
     RIGHT = frozenset({"id", "attempts", "fence"})
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._memo = RowMemo()
-
     def show(self, jobs: Sequence[JobRow], now: float, data: Snapshot | None = None) -> None:
         """`data`: the leases to count a running job's lease down from (else its own row)."""
-        rows = []
-        for job in jobs:
+
+        def entry(job: JobRow) -> tuple[str, object, Callable[[], Row]]:
             lease = data.lease_of(job.id) if data is not None else None
             left = (
                 (data.seconds_left(lease, now), lease.lease_seconds)
@@ -108,6 +104,6 @@ class JobsTable(KeyedTable):
             )
             status, due = display_status(job, now), when(job, now, left)
             inputs = (job, status, due.plain, str(due.style))
-            rows.append(self._memo.row(str(job.id), inputs, job_cells, job, status, due))
-        self._memo.keep({str(job.id) for job in jobs})
-        self.sync(rows)
+            return str(job.id), inputs, partial(job_cells, job, status, due)
+
+        self.sync_built(entry(job) for job in jobs)

@@ -3,7 +3,7 @@ columns by priority: the least needed hide first when the table is narrow."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -85,6 +85,7 @@ class KeyedTable(DataTable[Cell]):
         self._shown: list[Column] = list(self.COLUMNS)
         #: the cells object each row on the table was last given (by key)
         self._given: dict[str, Sequence[Cell]] = {}
+        self._memo = RowMemo()
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -175,6 +176,13 @@ class KeyedTable(DataTable[Cell]):
             index = self.get_row_index(selected)
             if index != self.cursor_row:
                 self.move_cursor(row=index, animate=False, scroll=False)
+
+    def sync_built(self, entries: Iterable[tuple[str, object, Callable[[], Row]]]) -> None:
+        """`sync` the rows of (key, inputs, build) entries in order, each row built again only
+        when its inputs differ from those of its key's last row (`RowMemo`)."""
+        rows = [self._memo.row(key, inputs, build) for key, inputs, build in entries]
+        self._memo.keep({key for key, _ in rows})
+        self.sync(rows)
 
     def _current_order(self) -> list[str]:
         rows = self.ordered_rows

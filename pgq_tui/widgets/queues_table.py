@@ -3,7 +3,8 @@ wait of the last 5 minutes with its recent trend (`LatencyTrend`, read on its ow
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from functools import partial
 
 from rich.text import Text
 
@@ -13,7 +14,7 @@ from .. import humanize
 from ..latency import LatencyTrend
 from ..state import Snapshot
 from ..throughput import Throughput
-from .keyed_table import Column, KeyedTable, Row, RowMemo
+from .keyed_table import Column, KeyedTable, Row
 
 DIM = "grey50"
 
@@ -108,10 +109,6 @@ class QueuesTable(KeyedTable):
         {"ready", "scheduled", "running", "expiring", "dead", "done", "oldest", "rate", "wait"}
     )
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._memo = RowMemo()
-
     def show(
         self,
         data: Snapshot,
@@ -119,19 +116,15 @@ class QueuesTable(KeyedTable):
         now: float,
         latency: LatencyTrend | None = None,
     ) -> None:
-        """Rows are built again only for queues whose figures changed (`RowMemo`)."""
-        rows = []
-        for s in data.stats:
+        """Rows are built again only for queues whose figures changed (`sync_built`)."""
+
+        def entry(s: QueueStats) -> tuple[str, object, Callable[[], Row]]:
             expiring = data.expiring(s.queue, now)
             series = throughput.series(s.queue, now)
             rate = throughput.rate(s.queue, now)
             wait = latency.p95(s.queue) if latency is not None else None
             trend = latency.series(s.queue, now) if latency is not None else []
             inputs = (s, expiring, tuple(series), rate, wait, tuple(trend))
-            rows.append(
-                self._memo.row(
-                    s.queue, inputs, queue_cells, s, expiring, series, rate, wait, trend
-                )
-            )
-        self._memo.keep({s.queue for s in data.stats})
-        self.sync(rows)
+            return s.queue, inputs, partial(queue_cells, s, expiring, series, rate, wait, trend)
+
+        self.sync_built(entry(s) for s in data.stats)
