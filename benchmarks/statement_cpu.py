@@ -1,0 +1,107 @@
+"""The server's CPU per one-job enqueue statement, sides interleaved in short blocks so a
+crowded machine hits each alike: the baseline's plain INSERT, and pgq's `Queue.enqueue` under
+`notify off` (its one statement, no trigger), each on a connection of its own with
+`synchronous_commit` off (no WAL flush: the statement's own work). Per side, the median and
+the least µs of the backend's CPU per statement over the blocks (read from /proc in clock
+ticks: make blocks long enough that a tick is small beside them).
+
+PYTHONPATH=. python benchmarks/statement_cpu.py [--dsn DSN] [--calls 3000] [--blocks 9]
+
+Without --dsn on a fresh embedded server; the backend's CPU is read only when the server runs
+on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgq_bench import (
+    QUEUE_NAME,
+    SEED_ENQUEUE,
+    load_average,
+    payload,
+    seed_connection,
+    server,
+    setup_seed,
+    throwaway_schema,
+)
+from pgq_core import Queue
+
+PID = "SELECT pg_backend_pid()"
+NO_FLUSH = "SET synchronous_commit = off"
+
+
+def backend_cpu(pid: int) -> float:
+    """The backend's CPU seconds so far (utime + stime), or nan off this machine."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn")
+    parser.add_argument("--calls", type=int, default=3000, help="statements per block")
+    parser.add_argument("--blocks", type=int, default=9)
+    args = parser.parse_args()
+    with server(args.dsn) as (dsn, _):
+        run(dsn, args.calls, args.blocks)
+
+
+def run(dsn: str, calls: int, blocks: int) -> None:
+    with (
+        throwaway_schema(dsn, "cpu_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "cpu_pgq") as pgq_schema,
+    ):
+        setup_seed(dsn, seed_schema)
+        seed = seed_connection(dsn, seed_schema)
+        q = Queue(psycopg.connect(dsn, autocommit=True), pgq_schema, owns=True)
+        q.set_notify("off")
+        body = payload(0, 1)
+
+        def seed_one() -> None:
+            seed.execute(SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(body)})
+
+        def pgq_one() -> None:
+            q.enqueue(QUEUE_NAME, body)
+
+        sides: dict[str, tuple[Callable[[], None], psycopg.Connection[Any]]] = {
+            "baseline INSERT": (seed_one, seed),
+            "pgq enqueue (off)": (pgq_one, q.conn),
+        }
+        pids = {}
+        for name, (call, conn) in sides.items():
+            conn.execute(NO_FLUSH)
+            row = conn.execute(PID).fetchone()
+            assert row is not None
+            pids[name] = int(row[0])
+            for _ in range(50):  # prepared statements, caches
+                call()
+        load = load_average()
+        per: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(blocks):
+            for name, (call, _conn) in sides.items():
+                start = backend_cpu(pids[name])
+                for _ in range(calls):
+                    call()
+                per[name].append((backend_cpu(pids[name]) - start) * 1e6 / calls)
+        seed.close()
+        q.close()
+    print(f"{blocks} blocks of {calls} per side, interleaved; load {load} -> {load_average()}")
+    print(f"{'side':20} {'median us':>10} {'least us':>9}")
+    for name, values in per.items():
+        print(f"{name:20} {statistics.median(values):10.1f} {min(values):9.1f}")
+
+
+if __name__ == "__main__":
+    main()
