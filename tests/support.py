@@ -175,10 +175,15 @@ def conninfo_quote(value: str) -> str:
 SERVER_BASE = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else "/tmp"
 
 
+def memory_dir(prefix: str) -> Path:
+    """A new private directory in SERVER_BASE; the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=SERVER_BASE))
+
+
 def server_root(prefix: str) -> Path:
     """A new directory for an `OwnServer`, short (unix socket path limit) and readable by the
     user the server runs as."""
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir=SERVER_BASE))
+    root = memory_dir(prefix)
     os.chmod(root, 0o755)
     return root
 

@@ -13,10 +13,12 @@ import sysconfig
 import tomllib
 import venv
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from support import memory_dir
 
 from pgq_cli.cli import main
 from pgq_core.extras import EXTRAS
@@ -120,10 +122,24 @@ def test_linux_and_macos_are_supported() -> None:
 WHEEL_TOP = {"pgq_core", "pgq_tui", "pgq_cli", "pgq_fence-0.1.0.dist-info"}
 
 
+#: The tests of the built wheel run in one xdist worker (`--dist loadgroup`), which builds it
+#: once: spread over two, each built its own (20-40 s on a busy machine).
+WHEEL_GROUP = pytest.mark.xdist_group("wheel")
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel pip builds from this checkout, the benchmarks and tests beside it."""
-    where = tmp_path_factory.mktemp("wheel")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The wheel pip builds from this checkout, the benchmarks and tests beside it (the copy
+    and pip's build environment in memory when there is a tmpfs: the build writes thousands
+    of small files)."""
+    where = memory_dir("pgq-wheel-")
+    try:
+        yield _build_wheel(where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _build_wheel(where: Path) -> Path:
     source = where / "source"  # a copy: building in place would leave build/ in the checkout
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
@@ -132,7 +148,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / package, source / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     # no PYTHONPATH: pip would take the checkout's egg-info for an installed pgq-fence
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TMPDIR": str(where)}
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
                     str(where), str(source)],
                    check=True, capture_output=True, timeout=300, env=env)
@@ -140,6 +156,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@WHEEL_GROUP
 def test_the_wheel_holds_the_queue_the_dashboard_and_the_cli_only(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == WHEEL_TOP
@@ -151,6 +168,7 @@ def test_the_wheel_holds_the_queue_the_dashboard_and_the_cli_only(wheel: Path) -
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the license ships"
 
 
+@WHEEL_GROUP
 def test_an_installed_wheel_lists_no_bench_and_a_clone_does(wheel: Path, tmp_path: Path) -> None:
     """The wheel unpacked before this environment's packages, read without their .pth files
     (`-S`: the editable install's finder is one): pgq_bench cannot be imported there, so
