@@ -18,7 +18,15 @@ import textual._wait as textual_wait
 from click.testing import Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from schema_pool import SchemaPool
-from support import ENV, POOL_SIZE, Pgq, conninfo_quote, free_port, private_database
+from support import (
+    ENV,
+    POOL_SIZE,
+    Pgq,
+    conninfo_quote,
+    free_port,
+    memory_dir,
+    private_database,
+)
 
 from pgq_core import AsyncQueue, Queue
 
@@ -35,8 +43,18 @@ os.environ["PGQ_STRICT_STATES"] = "1"
 
 
 @pytest.fixture(scope="session")
-def pg_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pgq-home")
+def pg_home() -> Iterator[Path]:
+    """The embedded server's home, in memory when there is a tmpfs (support.memory_dir): the
+    server's writes and fsyncs then wait on no disk that other processes share. Its server is
+    stopped and the home removed at the end of the session."""
+    home = memory_dir("pgq-home-")
+    try:
+        yield home
+    finally:
+        from pgq_core import embedded
+
+        embedded.stop(home)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
