@@ -7,6 +7,7 @@ import io
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from psycopg import sql
 from rich.console import Console
 from textual import events
@@ -57,7 +58,12 @@ def assert_inert(app: DashboardApp, *visible: str) -> None:
         assert text in output, text
 
 
-async def test_hostile_queue_names_render_as_text(dsn: str, schema: str, queue: Queue) -> None:
+@pytest.mark.parametrize("browsed", QUEUES, ids=("close-tag", "link", "control"))
+async def test_hostile_queue_names_render_as_text(
+    dsn: str, schema: str, queue: Queue, browsed: str
+) -> None:
+    """All three queues drawn as text; one browsed per case (its jobs, a job's detail and the
+    requeue-all dialog), so xdist spreads the three."""
     for name in QUEUES:
         queue.enqueue(name, {"n": 1})
         [job] = queue.claim(name, 1, timedelta(seconds=60), WORKER)
@@ -80,8 +86,7 @@ async def test_hostile_queue_names_render_as_text(dsn: str, schema: str, queue: 
         )
         assert_inert(app, *names)
 
-        for name in QUEUES:
-            await _browse(pilot, app, name)
+        await _browse(pilot, app, browsed)
         assert app.is_running
 
 
