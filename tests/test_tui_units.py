@@ -340,10 +340,10 @@ async def test_paused_the_status_line_still_tells_the_age_of_the_data() -> None:
 
 async def test_tab_never_lands_on_the_tab_bar() -> None:
     from textual.widgets import Tabs
-    from tui_support.pilot import SIZE, sample_app, settle
+    from tui_support.pilot import NARROW, sample_app, settle
 
     app = sample_app()
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=NARROW) as pilot:  # focus only: the smallest redraws
         await settle(pilot)
         for key in ["tab"] * 6 + ["shift+tab"] * 6:
             await pilot.press(key)
