@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -102,6 +103,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+def pytest_sessionfinish() -> None:
+    """The standby tests' template primary (tests/replication.py), if this process made one."""
+    replication = sys.modules.get("replication")
+    if replication is not None:
+        replication.remove_template()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -91,7 +91,7 @@ def template() -> OwnServer:
     global _template
     if _template is None:
         root = server_root("pgqt")
-        atexit.register(shutil.rmtree, root, True)
+        atexit.register(shutil.rmtree, root, True)  # if the session's end never came
         server = OwnServer(root)  # on its socket only
         server.start()
         try:
@@ -101,6 +101,15 @@ def template() -> OwnServer:
             server.stop("fast")  # a clean shutdown: a copy starts without recovery
         _template = server
     return _template
+
+
+def remove_template() -> None:
+    """At the session's end (conftest): the template's directory goes (an xdist worker's exit
+    does not always run atexit, and the directory is in memory)."""
+    global _template
+    if _template is not None:
+        shutil.rmtree(_template.root, ignore_errors=True)
+        _template = None
 
 
 @contextlib.contextmanager
