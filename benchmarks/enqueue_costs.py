@@ -15,7 +15,6 @@ run is printed with them.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from pgq_bench import (
     cpu_ticks,
     load_average,
     payload,
+    process_cpu,
     seed_connection,
     server,
     setup_seed,
@@ -42,16 +42,6 @@ from pgq_core import JobSpec, Queue
 
 WAL = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
 PID = "SELECT pg_backend_pid()"
-
-
-def backend_cpu(pid: int) -> float:
-    """The backend's CPU seconds so far (utime + stime), or nan off this machine."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(
@@ -65,10 +55,10 @@ def measure(
     for n in range(20):  # warm: prepared statements, caches
         call(n)
     wal0 = int(admin.execute(WAL).fetchone()[0])  # type: ignore[index]
-    srv0, py0, t0 = backend_cpu(pid), time.thread_time(), time.perf_counter()
+    srv0, py0, t0 = process_cpu(pid), time.thread_time(), time.perf_counter()
     for n in range(calls):
         call(n)
-    wall, py, srv = time.perf_counter() - t0, time.thread_time() - py0, backend_cpu(pid) - srv0
+    wall, py, srv = time.perf_counter() - t0, time.thread_time() - py0, process_cpu(pid) - srv0
     wal = int(admin.execute(WAL).fetchone()[0]) - wal0  # type: ignore[index]
     jobs = calls * jobs_per_call
     return {

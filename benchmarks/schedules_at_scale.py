@@ -22,18 +22,12 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
-from pgq_bench import throwaway_schema
+from pgq_bench import process_cpu, throwaway_schema
 from pgq_core.cron import next_slot
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(dsn: str, schedules: int, cron: str, workers: int, seconds: float) -> None:
@@ -58,7 +52,7 @@ def main(dsn: str, schedules: int, cron: str, workers: int, seconds: float) -> N
         began = datetime.now(UTC)
         time.sleep(seconds)
         ended = datetime.now(UTC)
-        cpu = [cpu_seconds(p.pid) for p in procs]
+        cpu = [process_cpu(p.pid) for p in procs]
         logs = []
         for p in procs:
             p.send_signal(signal.SIGTERM)

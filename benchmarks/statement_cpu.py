@@ -14,7 +14,6 @@ on this machine.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +26,7 @@ from pgq_bench import (
     SEED_ENQUEUE,
     load_average,
     payload,
+    process_cpu,
     seed_connection,
     server,
     setup_seed,
@@ -36,16 +36,6 @@ from pgq_core import Queue
 
 PID = "SELECT pg_backend_pid()"
 NO_FLUSH = "SET synchronous_commit = off"
-
-
-def backend_cpu(pid: int) -> float:
-    """The backend's CPU seconds so far (utime + stime), or nan off this machine."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -91,10 +81,10 @@ def run(dsn: str, calls: int, blocks: int) -> None:
         per: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(blocks):
             for name, (call, _conn) in sides.items():
-                start = backend_cpu(pids[name])
+                start = process_cpu(pids[name])
                 for _ in range(calls):
                     call()
-                per[name].append((backend_cpu(pids[name]) - start) * 1e6 / calls)
+                per[name].append((process_cpu(pids[name]) - start) * 1e6 / calls)
         seed.close()
         q.close()
     print(f"{blocks} blocks of {calls} per side, interleaved; load {load} -> {load_average()}")

@@ -192,6 +192,16 @@ def load_average() -> list[float] | None:
         return None
 
 
+def process_cpu(pid: int) -> float:
+    """A process's CPU seconds so far (user + system, Linux's /proc; nan elsewhere or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_ticks() -> list[int] | None:
     """The machine's CPU time by kind since boot, in clock ticks: user, nice, system, idle,
     iowait, irq, softirq, steal (Linux's /proc/stat; None elsewhere)."""

@@ -186,6 +186,13 @@ async def test_during_an_outage_the_old_data_is_marked_stale_and_the_clock_stays
         assert "stale" not in header.render().plain
 
 
+def lock_jobs(holder: psycopg.Connection[Any], schema: str) -> None:
+    """`holder` takes the jobs table in ACCESS EXCLUSIVE mode, until it rolls back."""
+    holder.execute(
+        sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
+    )
+
+
 async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeout(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -196,11 +203,7 @@ async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeo
     try:
         await source.stats()
         with psycopg.connect(dsn) as holder:
-            holder.execute(
-                sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(
-                    sql.Identifier(schema)
-                )
-            )
+            lock_jobs(holder, schema)
             with pytest.raises(Disconnected, match="lock timeout"):
                 await asyncio.wait_for(source.stats(), 5)
             holder.rollback()
@@ -241,11 +244,7 @@ async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
     try:
         await source.stats()
         with psycopg.connect(dsn) as holder:
-            holder.execute(
-                sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(
-                    sql.Identifier(schema)
-                )
-            )
+            lock_jobs(holder, schema)
             call = asyncio.ensure_future(source.stats())
             await _until(lambda: _backends(dsn, name, waiting=True) == 1, "the call to wait")
             await source.close()
