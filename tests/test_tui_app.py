@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import dashboard
+from support import dashboard, until
 from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
-from tui_support.pilot import quit_with_q, until, wait_for
+from tui_support.pilot import quit_with_q, wait_for
 
 from pgq_core import JobSpec, LeaseLost, Queue
 from pgq_tui.app import DashboardApp, Notified
@@ -313,7 +313,7 @@ async def test_w_starts_a_worker_that_drains_the_queue_and_q_stops_it(
         )
         assert cells(workers, worker_id)["state"] == "running"
         await quit_with_q(pilot)
-        await until(lambda: app.pool.active() == 0, "workers stopped")
+        await until(lambda: app.pool.active() == 0, TIMEOUT, "workers stopped")
     assert [s.state for s in app.pool.snapshots()] == ["stopped"]
 
 
@@ -540,7 +540,7 @@ async def test_demo_moves_every_kind_of_job(dsn: str, schema: str, queue: Queue)
                 pilot, lambda: shown_counts(app, "webhooks").get("dead", 0) > 0, "dead shown"
             )
             await quit_with_q(pilot)
-            await until(lambda: app.pool.active() == 0, "workers stopped")
+            await until(lambda: app.pool.active() == 0, TIMEOUT, "workers stopped")
     finally:
         producer.stop()
 
@@ -600,7 +600,7 @@ async def test_quit_with_slow_jobs_caps_the_grace_and_hands_them_back(
         await pilot.press("w")
         await wait_for(pilot, lambda: db_counts(queue, "slow")["running"] == 3, "3 running")
         await quit_with_q(pilot, presses)
-    await until(lambda: app.pool.active() == 0, "the worker to end")
+    await until(lambda: app.pool.active() == 0, TIMEOUT, "the worker to end")
     assert [s.state for s in app.pool.snapshots()] == ["stopped"]
     assert db_counts(queue, "slow")["ready"] == 3  # handed back, not left to expire
     assert {j.id for j in queue.jobs("slow", "ready")} == set(ids)
@@ -632,14 +632,14 @@ async def test_quit_with_a_handler_that_ignores_its_stop_still_exits(
             await pilot.press("w")
             await wait_for(pilot, lambda: db_counts(queue, "stuck")["running"] == 1, "running")
             await quit_with_q(pilot)
-        await until(lambda: app.pool.active() == 0, "the worker to end")
+        await until(lambda: app.pool.active() == 0, TIMEOUT, "the worker to end")
         assert app.pool.handlers_still_running() == 1
         assert db_counts(queue, "stuck")["ready"] == 1  # handed back all the same
         leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
         assert exits == [0]
     finally:
         release.set()
-    await until(lambda: app.pool.handlers_still_running() == 0, "the handler to return")
+    await until(lambda: app.pool.handlers_still_running() == 0, TIMEOUT, "the handler to return")
     leave_stuck_handlers(app, Target(dsn, schema, embedded=False), exits.append)
     assert exits == [0]
 
@@ -676,6 +676,6 @@ async def test_leases_and_workers_show_a_jobs_progress(dsn: str, schema: str, qu
             release.set()
             await wait_for(pilot, lambda: db_counts(queue, "slow")["done"] == 1, "done")
             await quit_with_q(pilot)
-            await until(lambda: app.pool.active() == 0, "workers stopped")
+            await until(lambda: app.pool.active() == 0, TIMEOUT, "workers stopped")
     finally:
         release.set()

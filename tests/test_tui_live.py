@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import dashboard
-from tui_support.pilot import quit_with_q, until, wait_for
+from support import dashboard, until
+from tui_support.pilot import quit_with_q, wait_for
 
 from pgq_core import JobSpec, Queue
 from pgq_tui.app import DashboardApp
@@ -192,7 +192,7 @@ async def test_the_log_view_shows_what_the_apps_workers_log(
         assert book.unseen_warnings == 0
         assert "⚠" not in str(tab.label)
         await quit_with_q(pilot)
-        await until(lambda: app.pool.active() == 0, "workers stopped")
+        await until(lambda: app.pool.active() == 0, 20.0, "workers stopped")
 
 
 @pytest.mark.slow
@@ -224,4 +224,4 @@ async def test_a_handler_blocking_its_loop_never_freezes_the_screen(
         assert started.is_set() and app.pool.active() == 1  # the handler is still sleeping
         await wait_for(pilot, lambda: queue.stats()[0].done == 1, "the job to finish")
         await quit_with_q(pilot)
-        await until(lambda: app.pool.active() == 0, "workers stopped")
+        await until(lambda: app.pool.active() == 0, 20.0, "workers stopped")

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support import until
 from textual.pilot import Pilot
 from tui_support.pilot import wait_for as wait_until
 
@@ -224,14 +225,6 @@ def _backends(dsn: str, application_name: str, waiting: bool = False) -> int:
     return int(row[0])
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    for _ in range(int(TIMEOUT / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -246,7 +239,9 @@ async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
         with psycopg.connect(dsn) as holder:
             lock_jobs(holder, schema)
             call = asyncio.ensure_future(source.stats())
-            await _until(lambda: _backends(dsn, name, waiting=True) == 1, "the call to wait")
+            await until(
+                lambda: _backends(dsn, name, waiting=True) == 1, TIMEOUT, "the call to wait"
+            )
             await source.close()
             await asyncio.sleep(0.2)
             assert not call.done()
@@ -254,6 +249,6 @@ async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
             holder.rollback()
         stats = await asyncio.wait_for(call, TIMEOUT)
         assert [(s.queue, s.ready) for s in stats] == [("held", 1)]
-        await _until(lambda: _backends(dsn, name) == 0, "the connection to close")
+        await until(lambda: _backends(dsn, name) == 0, TIMEOUT, "the connection to close")
     finally:
         await source.close()

@@ -169,11 +169,3 @@ async def quit_with_q(pilot: Pilot[Any], presses: int = 1, timeout: float = 30.0
             raise AssertionError(f"q did not quit the app within {timeout:g}s")
         await asyncio.sleep(0.05)
 
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Like `wait_for`, without a pilot: for after the app has exited."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
