@@ -340,3 +340,22 @@ class FakeCall:
     def names(self) -> list[list[str]]:
         """The ops' names, step by step."""
         return [[op.name for op in step] for step in self.steps]
+
+
+def lock_jobs(holder: psycopg.Connection[Any], schema: str) -> None:
+    """`holder` takes the jobs table in ACCESS EXCLUSIVE mode, until it rolls back."""
+    holder.execute(
+        sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
+    )
+
+
+def backends(dsn: str, application_name: str, waiting: bool = False) -> int:
+    """The server's sessions of `application_name` (only those waiting on a lock: `waiting`)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        " AND (NOT %s OR wait_event_type = 'Lock')"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, (application_name, waiting)).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -15,9 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from support import until
+from support import backends, lock_jobs, until
 from textual.pilot import Pilot
 from tui_support.pilot import wait_for as wait_until
 
@@ -187,13 +186,6 @@ async def test_during_an_outage_the_old_data_is_marked_stale_and_the_clock_stays
         assert "stale" not in header.render().plain
 
 
-def lock_jobs(holder: psycopg.Connection[Any], schema: str) -> None:
-    """`holder` takes the jobs table in ACCESS EXCLUSIVE mode, until it rolls back."""
-    holder.execute(
-        sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
-    )
-
-
 async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeout(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -213,18 +205,6 @@ async def test_a_table_locked_by_another_session_bounds_a_poll_by_the_lock_timeo
         await source.close()
 
 
-def _backends(dsn: str, application_name: str, waiting: bool = False) -> int:
-    """The server's sessions of `application_name` (only those waiting on a lock: `waiting`)."""
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-        " AND (NOT %s OR wait_event_type = 'Lock')"
-    )
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(query, (application_name, waiting)).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -239,16 +219,14 @@ async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
         with psycopg.connect(dsn) as holder:
             lock_jobs(holder, schema)
             call = asyncio.ensure_future(source.stats())
-            await until(
-                lambda: _backends(dsn, name, waiting=True) == 1, TIMEOUT, "the call to wait"
-            )
+            await until(lambda: backends(dsn, name, waiting=True) == 1, TIMEOUT, "the call to wait")
             await source.close()
             await asyncio.sleep(0.2)
             assert not call.done()
-            assert _backends(dsn, name) == 1  # still open under the call
+            assert backends(dsn, name) == 1  # still open under the call
             holder.rollback()
         stats = await asyncio.wait_for(call, TIMEOUT)
         assert [(s.queue, s.ready) for s in stats] == [("held", 1)]
-        await until(lambda: _backends(dsn, name) == 0, TIMEOUT, "the connection to close")
+        await until(lambda: backends(dsn, name) == 0, TIMEOUT, "the connection to close")
     finally:
         await source.close()

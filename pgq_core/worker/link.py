@@ -262,6 +262,9 @@ class Link:
                 if failure is Failure.TRANSIENT:
                     raise Transient(reason) from None
                 raise DataFault(reason, exc.sqlstate) from None
+            finally:
+                if self._closed:  # close() left the connection to the call running on it
+                    await self._release(conn)
 
     async def _fresh_session(
         self, conn: psycopg.AsyncConnection[Any], reason: str
@@ -317,12 +320,24 @@ class Link:
             self._on_up()
             return
 
+    async def _release(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Close `conn`, given up by `close` while a call ran on it, and any connection the
+        link took since (the link is closed)."""
+        left, self._conn = self._conn, None
+        for each in (conn, left):
+            if each is not None and not each.closed:
+                with contextlib.suppress(psycopg.Error):
+                    await each.close()
+
     async def close(self) -> None:
+        """Close the link. A connection a call is running on is closed by that call when its
+        statement ends, never under it (libpq's connection freed under psycopg's statement can
+        crash the process, and a statement that committed would be reported as failed)."""
         self._closed = True
         if self._reconnecting is not None:
             self._reconnecting.cancel()
         conn, self._conn = self._conn, None
-        if conn is not None:
+        if conn is not None and not self._lock.locked():  # else the call running closes it
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
 
