@@ -1,9 +1,9 @@
 """Loads the named statements of `sql/*.sql`, the one home of the queue's SQL: `protocol.sql`
-(what every producer and worker runs), `enqueue.sql` (the producer's bulk path and its
-enqueue that notifies after its commit), `api.sql` (the public batch API an application holding
-its own claims runs), `workflows.sql`, `operator.sql`, `observer.sql`, `session.sql` (a
-session's bounds, its server process, the schema's version), `registry.sql` and `roles.sql`
-(the grants of `pgq roles`).
+(what every producer and worker runs: docs/guides/protocol.md), `enqueue.sql` (the producer's
+other paths: one job, one that notifies after its commit, COPY), `api.sql` (the public batch
+API an application holding its own claims runs), `workflows.sql`, `operator.sql`,
+`observer.sql`, `session.sql` (a session's bounds, its server process, the schema's version),
+`registry.sql` and `roles.sql` (the grants of `pgq roles`).
 
 A `-- name: X` section is a statement; a `-- fragment: X` section is a piece of SQL written
 once and spliced, as text, wherever a statement names it as `{X}` (before `{schema}` and any

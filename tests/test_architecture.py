@@ -173,9 +173,10 @@ def test_the_pgq_group_is_its_options_and_a_table_of_commands() -> None:
 
 
 #: What protocol.sql is for, by role (what producers and workers run): every statement in it
-#: is one of these, and each of these is in it.
+#: is one of these, and each of these is in it. A producer's other paths (one job, COPY, a
+#: key's holder) are enqueue.sql's.
 PROTOCOL = {
-    "enqueue": {"enqueue", "enqueue_one", "unique_holders"},
+    "enqueue": {"enqueue"},
     "claim": {"claim"},
     "settle": {"settle_complete_and_claim", "settle_fail", "settle_snooze", "record_stale"},
     "extend": {"extend_leases"},
@@ -189,8 +190,9 @@ TWINS = {
     "heartbeat": "extend_leases",
     "release": "hand_back",
 }
-#: one page: the lines protocol.sql may hold
-PAGE = 390
+#: one page: the lines protocol.sql may hold (why each statement is written as it is lives in
+#: docs/guides/protocol.md, not here)
+PAGE = 290
 
 
 def _sql(name: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -206,8 +208,12 @@ def test_the_protocol_is_one_page_of_what_producers_and_workers_run() -> None:
     and nothing else, on one page."""
     statements, _ = _sql("protocol.sql")
     assert set(statements) == set().union(*PROTOCOL.values())
-    assert len(statements) == sum(len(names) for names in PROTOCOL.values()) == 13
-    assert len((ROOT / "pgq_core" / "sql" / "protocol.sql").read_text().splitlines()) <= PAGE
+    assert len(statements) == sum(len(names) for names in PROTOCOL.values()) == 11
+    text = (ROOT / "pgq_core" / "sql" / "protocol.sql").read_text()
+    assert len(text.splitlines()) <= PAGE
+    # each statement states its invariant in one comment line; the reasons are in the docs
+    heads = re.findall(r"^-- name: (\w+)\n((?:--.*\n)*)", text, re.MULTILINE)
+    assert {name: comment.count("\n") for name, comment in heads} == dict.fromkeys(statements, 1)
 
 
 def test_the_public_api_is_built_from_its_worker_twins_fragments() -> None:

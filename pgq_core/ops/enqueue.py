@@ -1,4 +1,4 @@
-"""Enqueueing (sql/enqueue.sql, and the enqueue statements of sql/protocol.sql): one job, a
+"""Enqueueing (sql/enqueue.sql, and `enqueue` of sql/protocol.sql): one job, a
 batch with unique keys, the COPY path, and `enqueue_flow`, which drives them.
 """
 

@@ -27,10 +27,8 @@ RETURNING j.id, j.fence, j.lease_until;
 
 -- name: complete
 -- Settle many held jobs as done, each with its result (or NULL); the rows not returned are lost.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
-    AS t(id, fence, result)
+WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(results)s::jsonb[]))
+                AS t(id, fence, result)
 ), {wait_held}, settled AS (
   UPDATE {schema}.jobs j SET {done_row}
     FROM mine m WHERE j.id = m.id AND j.fence = m.fence
@@ -47,8 +45,7 @@ SELECT id, fence FROM settled;
 -- Settle many held jobs as failed: retry after `backoff`, or dead at max_attempts (never
 -- `final`); the rows not returned are lost.
 WITH held AS (
-  SELECT *, false AS final FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]))
+  SELECT *, false AS final FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(errors)s::text[]))
     AS t(id, fence, error)
 ), {wait_held}, settled AS (
   UPDATE {schema}.jobs j SET {dead_or_retry}

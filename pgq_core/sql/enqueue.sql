@@ -1,8 +1,18 @@
--- The producer's paths beside the protocol's `enqueue` and `enqueue_one` (protocol.sql): a
--- one-job enqueue that is a transaction of its own and leaves its NOTIFY until after its
--- commit (`Queue.enqueue` on an autocommit connection), and the bulk path through COPY
--- (`Queue.enqueue_copy`, `pgq enqueue --file`).
+-- The producer's paths beside the protocol's `enqueue` (protocol.sql): one job without a
+-- unique key, the same as a transaction of its own that leaves its NOTIFY until after its
+-- commit (`Queue.enqueue` on an autocommit connection), the bulk path through COPY
+-- (`Queue.enqueue_copy`, `pgq enqueue --file`), and the lookup of a unique key's holder.
 -- {schema} is the quoted schema identifier; %(name)s are bound parameters.
+
+-- name: enqueue_one
+-- One job without a unique key, as `enqueue` inserts it, without a batch's arrays. Rows: (id).
+INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
+                           backoff_cap, trace)
+VALUES (%(queue)s::text, %(payload)s::jsonb,
+        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
+        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
+        %(backoff_cap)s::float8, %(trace)s::jsonb)
+RETURNING id;
 
 -- name: enqueue_one_then_notify
 -- `enqueue_one` as a transaction of its own (autocommit). Under `always` and `off` it decides
@@ -58,3 +68,9 @@ SELECT pg_catalog.has_column_privilege(%(jobs)s::text, 'id', 'INSERT');
 -- unique key, no dependencies; the jobs trigger fires once for the whole copy).
 COPY {schema}.jobs (id, queue, payload, run_at, max_attempts, priority, backoff_base,
                     backoff_cap, trace) FROM STDIN;
+
+-- name: unique_holders
+-- The ready or running job holding each of `keys` (a key no job holds has no row): `enqueue`
+-- returns a NULL holder for a key whose holder committed after its snapshot.
+SELECT unique_key, id FROM {schema}.jobs
+ WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');

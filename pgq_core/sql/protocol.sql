@@ -1,33 +1,28 @@
--- The protocol: what producers and workers run, by name: enqueue, claim, settle, extend, hand
--- back, reap. The waiting public API (api.sql) is built from the same fragments; operators',
--- readers' and sessions' statements have their own files. {schema}: the schema identifier;
--- %(name)s: a parameter; {fragment}: a `-- fragment:` spliced in as text.
--- Every write a lease holder makes checks id, fence, status 'running', and a fence above
--- `fence_floor()` (migration 21: claimed on this timeline); a stale fence matches no row, which
--- the caller takes as a lost lease. A held job is found by id through the running index, locked
--- alone without waiting (`lock_held`: a row another session holds is reported 'busy' and
--- settled later; never a join that compares held rows pairwise) and updated at the address the
--- lock pinned (`pinned`). A held job a statement does not report is lost. Each transition
--- writes its history row in the same statement.
+-- The protocol: what producers and workers run (enqueue, claim, settle, extend, hand back,
+-- reap), never waiting on a row lock. Why each statement is written as it is: docs/guides/
+-- protocol.md. {schema}: the schema; %(name)s: a parameter; {fragment}: a `-- fragment:` below.
+-- Every write by a lease holder matches id, fence, 'running' and a fence above fence_floor().
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
 input AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
-                           pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
-                           pg_catalog.unnest(%(run_ats)s::timestamptz[]),
-                           pg_catalog.unnest(%(delays)s::interval[]),
-                           pg_catalog.unnest(%(max_attempts)s::int[]),
-                           pg_catalog.unnest(%(unique_keys)s::text[]),
-                           pg_catalog.unnest(%(priorities)s::int[]),
-                           pg_catalog.unnest(%(backoff_bases)s::float8[]),
-                           pg_catalog.unnest(%(backoff_caps)s::float8[]))
+  SELECT * FROM ROWS FROM (
+    pg_catalog.unnest(%(queues)s::text[]), pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
+    pg_catalog.unnest(%(run_ats)s::timestamptz[]), pg_catalog.unnest(%(delays)s::interval[]),
+    pg_catalog.unnest(%(max_attempts)s::int[]), pg_catalog.unnest(%(unique_keys)s::text[]),
+    pg_catalog.unnest(%(priorities)s::int[]), pg_catalog.unnest(%(backoff_bases)s::float8[]),
+    pg_catalog.unnest(%(backoff_caps)s::float8[]))
     WITH ORDINALITY AS t(q, p, r, d, m, k, pr, bb, bc, n)
 )
 
+-- fragment: held_ids
+pg_catalog.unnest(%(ids)s::bigint[]), pg_catalog.unnest(%(fences)s::bigint[])
+
+-- fragment: held_pairs
+held AS (SELECT * FROM ROWS FROM ({held_ids}) AS t(id, fence))
+
 -- fragment: lock_held
--- The held rows (CTE `held`: id, fence, what settles them) still ours, locked without waiting:
--- a row another session holds is skipped, and reported 'busy' by the caller.
+-- The held rows (CTE `held`) still ours, locked one by one by id, never waiting (CTE `mine`).
 mine AS (
   SELECT j.row, t.* FROM held t CROSS JOIN LATERAL (
     SELECT j.ctid AS row FROM {schema}.jobs j
@@ -36,53 +31,41 @@ mine AS (
        FOR NO KEY UPDATE OF j SKIP LOCKED) j
 )
 
--- fragment: held_pairs
-held AS (SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-                                  pg_catalog.unnest(%(fences)s::bigint[])) AS t(id, fence))
+-- fragment: pinned
+-- The rows `lock_held` locked, at the address (ctid) the lock pinned.
+FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
 
--- fragment: held_row
--- Held job `t`'s row at its fence if done, or running on this timeline (`j`), by primary key;
--- the LIMIT keeps it from becoming a join that reads the jobs table.
-CROSS JOIN LATERAL (SELECT j.status FROM {schema}.jobs j
-  WHERE j.id = t.id AND j.fence = t.fence AND (j.status = 'done' OR j.status = 'running'
-    AND j.fence > (SELECT {schema}.fence_floor())) LIMIT 1) j
+-- fragment: unsettled
+-- The held jobs CTE `settled` left out: 'busy' if running (locked elsewhere), 'done' if done.
+SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
+  FROM held t CROSS JOIN LATERAL (SELECT j.status FROM {schema}.jobs j
+    WHERE j.id = t.id AND j.fence = t.fence AND (j.status = 'done' OR j.status = 'running'
+      AND j.fence > (SELECT {schema}.fence_floor())) LIMIT 1) j
+ WHERE t.id NOT IN (SELECT id FROM settled)
 
 -- fragment: claim_ready
--- The claim (CTE `claimed`), after a CTE `settled` of the ids the statement completes. Queue
--- control (`gate`): a paused queue claims nothing; one with max_running claims at most that
--- less its jobs running, those settled left out (claim_allowance, serialized per queue by an
--- advisory lock); one without settings costs a primary-key lookup. The jobs are locked first,
--- as an array: the claiming UPDATE reads them by primary key whatever the planner guesses.
+-- The claim (CTE `claimed`) after CTE `settled`, under queue control (`gate`: paused, limit).
 gate AS (
-  SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0
-              WHEN s.max_running IS NULL THEN %(limit)s
+  SELECT CASE WHEN s.paused_at IS NOT NULL THEN 0 WHEN s.max_running IS NULL THEN %(limit)s
               ELSE {schema}.claim_allowance(%(queue)s, %(limit)s, ARRAY(SELECT id FROM settled))
          END AS n
     FROM {schema}.queue_settings s WHERE s.queue = %(queue)s
 ), claimed AS (
   UPDATE {schema}.jobs
-     SET status       = 'running',
-         attempts     = attempts + 1,
-         fence        = greatest(fence + 1, (SELECT {schema}.fence_floor()) + 1),
-         lease_until  = clock_timestamp() + %(lease)s::interval,
-         lease_length = %(lease)s::interval,
-         claimed_at   = clock_timestamp(),
-         worker       = %(worker)s,  -- and no progress yet: a retry starts from none
+     SET status = 'running', attempts = attempts + 1, claimed_at = clock_timestamp(),
+         fence = greatest(fence + 1, (SELECT {schema}.fence_floor()) + 1), worker = %(worker)s,
+         lease_until = clock_timestamp() + %(lease)s::interval, lease_length = %(lease)s::interval,
+         -- and no progress yet: a retry starts from none
          progress_done = NULL, progress_total = NULL, progress_note = NULL, progress_at = NULL
    WHERE id = ANY(ARRAY(
-     SELECT id FROM {schema}.jobs
-      WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
-      ORDER BY priority DESC, run_at
-      LIMIT coalesce((SELECT n FROM gate), %(limit)s)
-      FOR UPDATE SKIP LOCKED
-   ))
-  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, trace, priority,
-            run_at
+     SELECT id FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
+      ORDER BY priority DESC, run_at LIMIT coalesce((SELECT n FROM gate), %(limit)s)
+        FOR UPDATE SKIP LOCKED))
+  RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, trace, priority, run_at
 )
 
 -- fragment: backoff
--- When a failed job runs next: the job's own backoff_base and backoff_cap where set, else
--- `base` and `cap`; doubled per attempt, capped, less up to `jitter` of it at random.
+-- Doubled per attempt from the job's base (else `base`), capped, less up to `jitter` at random.
 now() + pg_catalog.make_interval(secs => least(
           coalesce(j.backoff_cap, %(cap)s::float8),
           coalesce(j.backoff_base, %(base)s::float8)
@@ -91,49 +74,34 @@ now() + pg_catalog.make_interval(secs => least(
 
 -- fragment: dead_or_retry
 -- A failed attempt (`m`: error, final): dead once {spent}, else ready again at `backoff`.
-status      = CASE WHEN {spent} THEN 'dead' ELSE 'ready' END,
-run_at      = CASE WHEN {spent} THEN now() ELSE {backoff} END,
-lease_until = NULL,
-last_error  = m.error,
+status = CASE WHEN {spent} THEN 'dead' ELSE 'ready' END, lease_until = NULL, last_error = m.error,
+run_at = CASE WHEN {spent} THEN now() ELSE {backoff} END,
 finished_at = CASE WHEN {spent} THEN now() END
 
 -- fragment: spent
--- Its attempts are spent, or its handler said not to retry (DontRetry: `final`).
 j.attempts >= j.max_attempts OR m.final
 
 -- fragment: done_row
 status = 'done', lease_until = NULL, finished_at = now(), result = m.result
 
 -- fragment: ready_again
--- Handed back: claimable at once, the attempt not counted.
+-- Claimable at once, the attempt not counted.
 status = 'ready', run_at = now(), lease_until = NULL, attempts = greatest(j.attempts - 1, 0)
 
 -- fragment: lease_renewed
 lease_until = clock_timestamp() + j.lease_length
 
--- fragment: pinned
--- The update's rows: the ones `lock_held` locked, at the address (ctid) the lock pinned.
-FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
-
--- fragment: unsettled
--- The held jobs CTE `settled` left out: 'busy' while still running (another session holds
--- the row: settled later), 'done' when our completion had committed unseen.
-SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled)
+-- fragment: lease_spent
+-- An expired lease's attempts are spent, and it was taken on this timeline (`fl`: the floor).
+j.attempts >= j.max_attempts AND j.fence > fl.f
 
 -- fragment: failover_detail
--- The history's detail of job `r` handed back because its fence is at or below the floor `fl`.
 'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
   || ', the primary is now on timeline ' || ((fl.f >> 32) + 1)::text
   || '; the attempt does not count'
 
 -- name: enqueue
--- Insert many jobs in one round trip (`job_input`). A job with a unique key is inserted unless
--- a ready or running job holds the key (the partial unique index arbitrates, so racing
--- producers make one job): then the holder's id is looked up. Each key is sent once. Rows:
--- (id, true, key) per inserted job, in input order per kind; (holder id, false, key) per
--- duplicate, the holder id NULL when the holder committed after this statement's snapshot
--- (look it up again in a new statement).
+-- Many jobs, one round trip; a unique key held by a ready or running job makes no second job.
 WITH {job_input}, plain AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
                              backoff_cap, trace)
@@ -147,11 +115,8 @@ WITH {job_input}, plain AS (
          %(trace)s::jsonb
     FROM input WHERE k IS NOT NULL ORDER BY n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
-  DO NOTHING
-  RETURNING id, fence, unique_key
-), new_jobs AS (
-  SELECT * FROM plain UNION ALL SELECT * FROM keyed
-)
+  DO NOTHING RETURNING id, fence, unique_key
+), new_jobs AS (SELECT * FROM plain UNION ALL SELECT * FROM keyed)
 SELECT id, true, unique_key FROM new_jobs
 UNION ALL
 SELECT (SELECT j.id FROM {schema}.jobs j
@@ -160,39 +125,16 @@ SELECT (SELECT j.id FROM {schema}.jobs j
  WHERE i.k IS NOT NULL AND i.k NOT IN (SELECT unique_key FROM keyed)
 ORDER BY 1;
 
--- name: enqueue_one
--- One job without a unique key (`Queue.enqueue`, the web-request path): what `enqueue` does for
--- it, without the arrays a batch needs. Rows: (id).
-INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, priority, backoff_base,
-                           backoff_cap, trace)
-VALUES (%(queue)s::text, %(payload)s::jsonb,
-        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
-        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
-        %(backoff_cap)s::float8, %(trace)s::jsonb)
-RETURNING id;
-
--- name: unique_holders
--- The ready or running job holding each of `keys` (a key no job holds has no row).
-SELECT unique_key, id FROM {schema}.jobs
- WHERE unique_key = ANY(%(keys)s::text[]) AND status IN ('ready', 'running');
-
 -- name: claim
--- The baseline claim: SKIP LOCKED, lease, fence + 1 above the timeline's floor, attempts + 1,
--- under queue control (`claim_ready`).
+-- SKIP LOCKED, under queue control: lease, attempts + 1, fence + 1 above the timeline's floor.
 WITH settled AS (SELECT NULL::bigint AS id WHERE false), {claim_ready}
 SELECT id, queue, payload, fence, attempts, max_attempts, lease_until, trace
   FROM claimed ORDER BY id;
 
 -- name: settle_complete_and_claim
--- The worker's hot path, one round trip and one commit: complete held jobs, each with its
--- handler's result, and claim up to `limit` more as `claim` does. Rows: ('completed' | 'busy'
--- | 'done', id, fence) per held job, then ('claimed', job...) per claim in the order they are
--- to run. A limited queue's running count leaves out the jobs this statement completes: a
--- worker at the limit takes the next job as it settles one.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(results)s::jsonb[]))
-    AS t(id, fence, result)
+-- Complete held jobs and claim more, one round trip and one commit; then 'claimed' rows in order.
+WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(results)s::jsonb[]))
+                AS t(id, fence, result)
 ), {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET {done_row} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
@@ -202,23 +144,17 @@ WITH held AS (
 )
 SELECT 'completed' AS outcome, id, fence, NULL::text AS queue, NULL::jsonb AS payload,
        NULL::int AS attempts, NULL::int AS max_attempts, NULL::timestamptz AS lease_until,
-       NULL::jsonb AS trace
-  FROM settled
+       NULL::jsonb AS trace FROM settled
 UNION ALL
-SELECT CASE j.status WHEN 'running' THEN 'busy' ELSE 'done' END, t.id, t.fence,
-       NULL, NULL, NULL, NULL, NULL, NULL
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM settled)
+SELECT u.*, NULL, NULL, NULL, NULL, NULL, NULL FROM ({unsettled}) u
 UNION ALL
 (SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until, trace
    FROM claimed ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
--- The worker's failures, as `fail` (`dead_or_retry`). Rows: ('failed' | 'busy' | 'done', id,
--- fence) per held job ('done': its handler completed it in its own transaction, then raised).
--- `traceback` (or NULL) goes on the attempt's history row; `last_error` keeps the error line.
+-- Fail held jobs (`dead_or_retry`), the traceback on the attempt's history row.
 WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(errors)s::text[]),
+  SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(errors)s::text[]),
     pg_catalog.unnest(%(finals)s::boolean[]), pg_catalog.unnest(%(tracebacks)s::text[]))
     AS t(id, fence, error, final, traceback)
 ), {lock_held}, settled AS (
@@ -235,12 +171,9 @@ WITH held AS (
 SELECT 'failed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
 
 -- name: settle_snooze
--- Snooze: ready at now() + `delay` s, no attempt spent. Rows: ('snoozed' | 'busy' | 'done', id,
--- fence) per held job.
-WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(delays)s::float8[]))
-    AS t(id, fence, delay)
+-- Held jobs ready again in `delays` seconds, no attempt spent.
+WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(delays)s::float8[]))
+                AS t(id, fence, delay)
 ), {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET status = 'ready', lease_until = NULL,
          attempts = greatest(j.attempts - 1, 0),
@@ -254,20 +187,14 @@ WITH held AS (
 SELECT 'snoozed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
 
 -- name: extend_leases
--- The worker's heartbeat: extend the leases of every held job and write the progress handlers
--- reported (`done` NULL: none new; `ages`: seconds since reported). Rows: ('extended' | 'busy',
--- id, fence) per held job. When a lease moved, `channel` (if given) gets an empty notification
--- at commit: a dashboard shows it at once.
+-- The heartbeat: every held lease renewed, progress written, `channel` notified if one moved.
 WITH held AS (
-  SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
-    pg_catalog.unnest(%(fences)s::bigint[]), pg_catalog.unnest(%(done)s::bigint[]),
+  SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(done)s::bigint[]),
     pg_catalog.unnest(%(total)s::bigint[]), pg_catalog.unnest(%(notes)s::text[]),
-    pg_catalog.unnest(%(ages)s::float8[]))
-    AS t(id, fence, done, total, note, age)
-), {lock_held}, beat AS (
+    pg_catalog.unnest(%(ages)s::float8[])) AS t(id, fence, done, total, note, age)
+), {lock_held}, settled AS (
   UPDATE {schema}.jobs j
-     SET {lease_renewed},
-         progress_done  = coalesce(m.done, j.progress_done),
+     SET {lease_renewed}, progress_done = coalesce(m.done, j.progress_done),
          progress_total = CASE WHEN m.done IS NULL THEN j.progress_total ELSE m.total END,
          progress_note  = CASE WHEN m.done IS NULL THEN j.progress_note ELSE m.note END,
          progress_at    = CASE WHEN m.done IS NULL THEN j.progress_at
@@ -275,62 +202,51 @@ WITH held AS (
    {pinned}
   RETURNING j.id, j.fence
 )
-SELECT 'extended' AS outcome, id, fence FROM beat
-UNION ALL
-SELECT 'busy', t.id, t.fence
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM beat) AND j.status = 'running'
+SELECT 'extended' AS outcome, id, fence FROM settled
+UNION ALL {unsettled} AND j.status = 'running'
 UNION ALL
 SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
-  FROM (SELECT 1 FROM beat LIMIT 1) moved
+  FROM (SELECT 1 FROM settled LIMIT 1) moved
  WHERE %(channel)s::text IS NOT NULL;
 
 -- name: hand_back
--- The worker hands unfinished jobs back (`ready_again`). Rows: ('released' | 'busy', id, fence).
-WITH {held_pairs}, {lock_held}, released AS (
+-- Unfinished held jobs handed back (`ready_again`). Rows: ('released' | 'busy', id, fence).
+WITH {held_pairs}, {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET {ready_again} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM released
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM settled
 )
-SELECT 'released' AS outcome, id, fence FROM released
-UNION ALL
-SELECT 'busy', t.id, t.fence
-  FROM held t {held_row} WHERE t.id NOT IN (SELECT id FROM released) AND j.status = 'running';
+SELECT 'released' AS outcome, id, fence FROM settled
+UNION ALL {unsettled} AND j.status = 'running';
 
 -- name: hand_back_orphans
--- After a reconnect: jobs running under this worker's id that it does not hold were claimed
--- by a statement whose reply was lost. Handed back (`ready_again`).
+-- After a reconnect: jobs running under this worker's id it does not hold, handed back.
 WITH orphans AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'running' AND worker = %(worker)s AND id <> ALL(%(held)s::bigint[])
      FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
-  UPDATE {schema}.jobs j SET {ready_again}
-    FROM orphans o
+  UPDATE {schema}.jobs j SET {ready_again} FROM orphans o
    WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
   RETURNING j.id, j.fence, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted',
-         claimed_at
+  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted', claimed_at
     FROM released
 )
 SELECT id FROM released ORDER BY id;
 
 -- name: hand_back_failed_over
--- After a promotion: a job running under a fence at or below `fence_floor()` can write nothing
--- more, its holder's work possibly lost with the old primary. Handed back (`ready_again`): a
--- failover is never the job's fault. Workers run it when they start and after every reconnect;
--- at most `limit` rows. Rows: (timeline, id) per job handed back, or one (timeline, NULL).
+-- After a promotion: up to `limit` jobs running under a fence at or below the floor, handed back.
 WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
   SELECT id FROM {schema}.jobs
    WHERE status = 'running' AND fence <= (SELECT f FROM floor)
    LIMIT %(limit)s
      FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
-  UPDATE {schema}.jobs j SET {ready_again}
-    FROM lost l WHERE j.id = l.id
+  UPDATE {schema}.jobs j SET {ready_again} FROM lost l WHERE j.id = l.id
   RETURNING j.id, j.fence, j.worker, j.claimed_at
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
@@ -340,36 +256,25 @@ WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
 SELECT (fl.f >> 32) + 1 AS timeline, r.id FROM floor fl LEFT JOIN released r ON true;
 
 -- name: record_stale
--- A worker reports a write of its that matched nothing: its fence was stale.
+-- A worker's write that matched nothing (its fence was stale), as history.
 INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
 SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
   pg_catalog.unnest(%(events)s::text[]), pg_catalog.unnest(%(fences)s::bigint[]),
   pg_catalog.unnest(%(workers)s::text[]), pg_catalog.unnest(%(details)s::text[]));
 
 -- name: reap
--- The baseline reaper: expired leases back to ready, or dead at max_attempts. SKIP LOCKED so
--- concurrent reapers (and a worker settling its job) never wait on each other. A lease taken
--- before a promotion (fence at or below the floor) goes back as `hand_back_failed_over` does.
+-- Expired leases back to ready (dead when spent), SKIP LOCKED; a pre-promotion lease handed back.
 WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
   UPDATE {schema}.jobs j
-     SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f THEN 'dead'
-                            ELSE 'ready' END,
-         attempts    = CASE WHEN j.fence > fl.f THEN j.attempts
-                            ELSE greatest(j.attempts - 1, 0) END,
-         run_at      = now(),
-         lease_until = NULL,
-         last_error  = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f
-                            THEN 'lease expired on attempt ' || j.attempts::text || ' of '
-                                 || j.max_attempts::text
-                            ELSE j.last_error END,
-         finished_at = CASE WHEN j.attempts >= j.max_attempts AND j.fence > fl.f THEN now() END
+     SET status = CASE WHEN {lease_spent} THEN 'dead' ELSE 'ready' END,
+         attempts = CASE WHEN j.fence > fl.f THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
+         run_at = now(), lease_until = NULL,
+         last_error = CASE WHEN {lease_spent} THEN 'lease expired on attempt ' || j.attempts::text
+                           || ' of ' || j.max_attempts::text ELSE j.last_error END,
+         finished_at = CASE WHEN {lease_spent} THEN now() END
     FROM floor fl
-   WHERE j.id IN (
-     SELECT id FROM {schema}.jobs
-      WHERE status = 'running' AND lease_until < now()
-      LIMIT %(limit)s
-      FOR UPDATE SKIP LOCKED
-   )
+   WHERE j.id IN (SELECT id FROM {schema}.jobs WHERE status = 'running' AND lease_until < now()
+                   LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
   RETURNING j.id, j.fence, j.status, j.worker, j.claimed_at, j.fence <= fl.f AS failed_over
 ), history AS (
   INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
