@@ -50,6 +50,7 @@ from .queries import statement
 from .queue_common import (
     Flow,
     T,
+    TaskTurn,
     alone,
     channel,
     checked,
@@ -92,6 +93,8 @@ class AsyncQueue:
         self._owns = owns
         #: where `connect` found the server: a broken connection is replaced from it
         self._dsn: str | None = None
+        #: the own connection's turn: callers sharing the queue never meet in a transaction
+        self._turn = TaskTurn()
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -126,11 +129,21 @@ class AsyncQueue:
             self.conn = await _aopen(self._dsn)
         return self.conn
 
+    def _turn_on(
+        self, conn: psycopg.AsyncConnection[Any] | None
+    ) -> TaskTurn | contextlib.nullcontext[None]:
+        """The turn on the queue's own connection (`conn` None or it); a caller's own
+        connection and its transaction are the caller's to share."""
+        return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
+
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
         text the database's encoding cannot hold `Unstorable`, any other failure the
         database's own error (`session.classify` has noted a pooler)."""
-        target = conn or await self._own()
+        async with self._turn_on(conn):
+            return await self._run(op, conn or await self._own())
+
+    async def _run(self, op: Op[T], target: psycopg.AsyncConnection[Any]) -> T:
         try:
             return await session.arun(target, self.schema, op)
         except psycopg.Error as exc:
@@ -165,18 +178,19 @@ class AsyncQueue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            target = conn or await self._own()
-            job = ops.enqueue_job(
-                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
-                alone=alone(target),
-            )  # fmt: skip
-            job_id, wake = await self.run(job, target)
-            if wake is not None:
-                try:
-                    await self.run(ops.notify_committed(channel(self.schema), wake), target)
-                except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
-                    log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
-            return job_id
+            async with self._turn_on(conn):
+                target = conn or await self._own()
+                job = ops.enqueue_job(
+                    queue, payload, run_at, delay, max_attempts, priority, backoff_base,
+                    backoff_cap, alone=alone(target),
+                )  # fmt: skip
+                job_id, wake = await self.run(job, target)
+                if wake is not None:
+                    try:
+                        await self.run(ops.notify_committed(channel(self.schema), wake), target)
+                    except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
+                        log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
+                return job_id
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -210,14 +224,15 @@ class AsyncQueue:
     ) -> list[Enqueued]:
         """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
-        target = conn or await self._own()
-        if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
-            return await self._drive(ops.enqueue_flow(specs), target)
-        done: list[Enqueued] = []
-        async with target.transaction():
-            for chunk in chunks(specs):
-                done.extend(await self._drive(ops.enqueue_flow(chunk), target))
-        return done
+        async with self._turn_on(conn):  # no other caller's statement in its transaction
+            target = conn or await self._own()
+            if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
+                return await self._drive(ops.enqueue_flow(specs), target)
+            done: list[Enqueued] = []
+            async with target.transaction():
+                for chunk in chunks(specs):
+                    done.extend(await self._drive(ops.enqueue_flow(chunk), target))
+            return done
 
     async def enqueue_copy(
         self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None
@@ -230,15 +245,18 @@ class AsyncQueue:
         delays = ops.copy_delays(specs)
         if not specs:
             return []
-        target = conn or await self._own()
-        # a connection not in autocommit has (or begins) the caller's transaction: join it
-        async with target.transaction() if target.autocommit else contextlib.nullcontext():
-            ids, run_ats = await self.run(ops.copy_ids(self.schema, len(specs), delays), target)
-            copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
-            async with target.cursor() as cur, cur.copy(copy_in) as copy:
-                copy.set_types(ops.COPY_TYPES)
-                for row in ops.copy_rows(specs, ids, delays, run_ats):
-                    await copy.write_row(row)
+        async with self._turn_on(conn):  # no other caller's statement in its transaction
+            target = conn or await self._own()
+            # a connection not in autocommit has (or begins) the caller's transaction: join it
+            async with target.transaction() if target.autocommit else contextlib.nullcontext():
+                ids, run_ats = await self.run(
+                    ops.copy_ids(self.schema, len(specs), delays), target
+                )
+                copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+                async with target.cursor() as cur, cur.copy(copy_in) as copy:
+                    copy.set_types(ops.COPY_TYPES)
+                    for row in ops.copy_rows(specs, ids, delays, run_ats):
+                        await copy.write_row(row)
         return ids
 
     # lease holders

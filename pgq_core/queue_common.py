@@ -5,12 +5,14 @@ queue holds any of it twice (`queue_async` is written once; `queue_sync` is gene
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -91,6 +93,43 @@ def health_of(
     health = Health(tables, xmin, notify, waits, stuck_jobs=stuck, stranded=stranded)
     health.warnings.extend(assess(health))
     return health
+
+
+class TaskTurn:
+    """The queue's own connection for one caller at a time while one holds it: a transaction
+    the queue opens there is held from BEGIN to its end, so no other task's statement runs
+    inside it (and commits or rolls back with it). Re-entered by the task holding it."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._holder: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if self._holder is not task or task is None:
+            await self._lock.acquire()
+            self._holder = task
+        self._depth += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._holder = None
+            self._lock.release()
+
+
+class ThreadTurn:
+    """`TaskTurn` for threads sharing a `Queue` (re-entered by the thread holding it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE

@@ -45,6 +45,7 @@ from .queries import statement
 from .queue_common import (
     Flow,
     T,
+    ThreadTurn,
     alone,
     channel,
     checked,
@@ -87,6 +88,8 @@ class Queue:
         self._owns = owns
         #: where `connect` found the server: a broken connection is replaced from it
         self._dsn: str | None = None
+        #: the own connection's turn: callers sharing the queue never meet in a transaction
+        self._turn = ThreadTurn()
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
@@ -121,11 +124,21 @@ class Queue:
             self.conn = _open(self._dsn)
         return self.conn
 
+    def _turn_on(
+        self, conn: psycopg.Connection[Any] | None
+    ) -> ThreadTurn | contextlib.nullcontext[None]:
+        """The turn on the queue's own connection (`conn` None or it); a caller's own
+        connection and its transaction are the caller's to share."""
+        return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
+
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
         text the database's encoding cannot hold `Unstorable`, any other failure the
         database's own error (`session.classify` has noted a pooler)."""
-        target = conn or self._own()
+        with self._turn_on(conn):
+            return self._run(op, conn or self._own())
+
+    def _run(self, op: Op[T], target: psycopg.Connection[Any]) -> T:
         try:
             return session.run(target, self.schema, op)
         except psycopg.Error as exc:
@@ -160,18 +173,19 @@ class Queue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            target = conn or self._own()
-            job = ops.enqueue_job(
-                queue, payload, run_at, delay, max_attempts, priority, backoff_base, backoff_cap,
-                alone=alone(target),
-            )  # fmt: skip
-            job_id, wake = self.run(job, target)
-            if wake is not None:
-                try:
-                    self.run(ops.notify_committed(channel(self.schema), wake), target)
-                except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
-                    log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
-            return job_id
+            with self._turn_on(conn):
+                target = conn or self._own()
+                job = ops.enqueue_job(
+                    queue, payload, run_at, delay, max_attempts, priority, backoff_base,
+                    backoff_cap, alone=alone(target),
+                )  # fmt: skip
+                job_id, wake = self.run(job, target)
+                if wake is not None:
+                    try:
+                        self.run(ops.notify_committed(channel(self.schema), wake), target)
+                    except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
+                        log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
+                return job_id
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -205,14 +219,15 @@ class Queue:
     ) -> list[Enqueued]:
         """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
-        target = conn or self._own()
-        if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
-            return self._drive(ops.enqueue_flow(specs), target)
-        done: list[Enqueued] = []
-        with target.transaction():
-            for chunk in chunks(specs):
-                done.extend(self._drive(ops.enqueue_flow(chunk), target))
-        return done
+        with self._turn_on(conn):  # no other caller's statement in its transaction
+            target = conn or self._own()
+            if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
+                return self._drive(ops.enqueue_flow(specs), target)
+            done: list[Enqueued] = []
+            with target.transaction():
+                for chunk in chunks(specs):
+                    done.extend(self._drive(ops.enqueue_flow(chunk), target))
+            return done
 
     def enqueue_copy(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
@@ -225,15 +240,18 @@ class Queue:
         delays = ops.copy_delays(specs)
         if not specs:
             return []
-        target = conn or self._own()
-        # a connection not in autocommit has (or begins) the caller's transaction: join it
-        with target.transaction() if target.autocommit else contextlib.nullcontext():
-            ids, run_ats = self.run(ops.copy_ids(self.schema, len(specs), delays), target)
-            copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
-            with target.cursor() as cur, cur.copy(copy_in) as copy:
-                copy.set_types(ops.COPY_TYPES)
-                for row in ops.copy_rows(specs, ids, delays, run_ats):
-                    copy.write_row(row)
+        with self._turn_on(conn):  # no other caller's statement in its transaction
+            target = conn or self._own()
+            # a connection not in autocommit has (or begins) the caller's transaction: join it
+            with target.transaction() if target.autocommit else contextlib.nullcontext():
+                ids, run_ats = self.run(
+                    ops.copy_ids(self.schema, len(specs), delays), target
+                )
+                copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+                with target.cursor() as cur, cur.copy(copy_in) as copy:
+                    copy.set_types(ops.COPY_TYPES)
+                    for row in ops.copy_rows(specs, ids, delays, run_ats):
+                        copy.write_row(row)
         return ids
 
     # lease holders

@@ -32,6 +32,7 @@ TARGET = ROOT / "pgq_core" / "queue_sync.py"
 #: Each async name and its sync twin (identifiers only; strings and comments are left alone).
 NAMES = {
     "AsyncQueue": "Queue",
+    "TaskTurn": "ThreadTurn",
     "AsyncConnection": "Connection",
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",

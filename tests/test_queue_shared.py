@@ -1,0 +1,88 @@
+"""One queue shared by many callers at once (tasks on an `AsyncQueue`, as the FastAPI recipe
+does, or threads on a `Queue`), against a real PostgreSQL: a caller's statement never runs
+inside the transaction another caller has open on the queue's connection, so a batch that
+fails never takes another caller's job down with it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import psycopg
+import pytest
+from psycopg import sql
+from support import lock_jobs, until
+
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue
+
+TIMEOUT = 30.0
+
+#: A batch of two statements in one transaction whose second fails: a keyed job (its own
+#: statement, first), then a job waiting on a parent that does not exist.
+FAILING = [JobSpec("batch", {}, unique_key="k"), JobSpec("batch", {}, depends_on=[10**15])]
+
+
+def _waiting_on_jobs(dsn: str, schema: str) -> int:
+    """Lock requests on `schema`.jobs not granted yet."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+            [sql.SQL("{}.jobs").format(sql.Identifier(schema)).as_string(conn)],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _statuses(dsn: str, schema: str) -> list[tuple[str, str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT queue, status FROM {}.jobs ORDER BY id").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    return [(str(q), str(s)) for q, s in rows]
+
+
+async def test_a_task_s_enqueue_outlives_another_task_s_failed_batch(
+    dsn: str, schema: str, aqueue: AsyncQueue
+) -> None:
+    with psycopg.connect(dsn) as holder:
+        lock_jobs(holder, schema)
+        batch = asyncio.ensure_future(aqueue.enqueue_many(FAILING))
+        await until(lambda: _waiting_on_jobs(dsn, schema) == 1, TIMEOUT, "the batch to wait")
+        one = asyncio.ensure_future(aqueue.enqueue("one", {}))
+        await asyncio.sleep(0.2)  # the enqueue is queued behind the batch's statement
+        holder.rollback()
+    with pytest.raises(PgqError):
+        await asyncio.wait_for(batch, TIMEOUT)
+    job_id = await asyncio.wait_for(one, TIMEOUT)
+    assert (await aqueue.job(job_id)).status == "ready"
+    assert _statuses(dsn, schema) == [("one", "ready")]
+
+
+def test_a_thread_s_enqueue_outlives_another_thread_s_failed_batch(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    failed: list[BaseException] = []
+    ids: list[int] = []
+
+    def run_batch() -> None:
+        try:
+            queue.enqueue_many(FAILING)
+        except PgqError as exc:
+            failed.append(exc)
+
+    with psycopg.connect(dsn) as holder:
+        lock_jobs(holder, schema)
+        batch = threading.Thread(target=run_batch)
+        batch.start()
+        asyncio.run(until(lambda: _waiting_on_jobs(dsn, schema) == 1, TIMEOUT, "the wait"))
+        one = threading.Thread(target=lambda: ids.append(queue.enqueue("one", {})))
+        one.start()
+        one.join(0.2)  # the enqueue is queued behind the batch's statement
+        holder.rollback()
+    batch.join(TIMEOUT)
+    one.join(TIMEOUT)
+    assert len(failed) == 1 and len(ids) == 1
+    assert queue.job(ids[0]).status == "ready"
+    assert _statuses(dsn, schema) == [("one", "ready")]
