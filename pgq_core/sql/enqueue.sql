@@ -50,13 +50,14 @@ SELECT pg_catalog.set_config('synchronous_commit', 'off', true),
 -- name: enqueue_copy_ids
 -- The bulk path's first statement (`Queue.enqueue_copy`): `n` new job ids, and the run_at of
 -- each of `delays` from the transaction's now() (as an enqueue computes it; the first is 0:
--- due now, as the column's default would set it).
-SELECT pg_catalog.array_agg(pg_catalog.nextval(s.seq)),
+-- due now, as the column's default would set it). The sequence is looked up once, in an
+-- InitPlan: as a joined subquery's column it was looked up again for every id (4 buffer reads
+-- each; 100,000 ids took 1.5 s, now 0.1-0.2 s).
+SELECT pg_catalog.array_agg(pg_catalog.nextval(
+         (SELECT pg_catalog.pg_get_serial_sequence(%(jobs)s, 'id')::regclass))),
        ARRAY(SELECT now() + d FROM pg_catalog.unnest(%(delays)s::interval[]) WITH ORDINALITY
                                 AS t(d, k) ORDER BY k)
-  FROM (SELECT pg_catalog.pg_get_serial_sequence(%(jobs)s, 'id')::regclass AS seq) s,
-       pg_catalog.generate_series(1, %(n)s::int) i
- GROUP BY s.seq;
+  FROM pg_catalog.generate_series(1, %(n)s::int) i;
 
 -- name: may_copy
 -- Whether this role may take the bulk path: COPY names each job's id, so it needs INSERT on
