@@ -683,3 +683,17 @@ def test_error_group_follows_last_error_whatever_writes_it(
         ).format(sql.Identifier(schema))
     ).fetchone()
     assert inserted is not None and group_of(inserted[0]) == g.group
+    # COPY too (migration 38: the trigger runs after the row, so COPY inserts in batches),
+    # and a row written with its right group keeps it
+    copy_in = sql.SQL("COPY {}.jobs (queue, payload, status, last_error, error_group) FROM STDIN")
+    with conn.cursor().copy(copy_in.format(sql.Identifier(schema))) as copy:
+        copy.write_row(("mail", "{}", "dead", "KeyError: 'y'", None))
+        copy.write_row(("mail", "{}", "dead", "KeyError: 'x'", g.group))
+        copy.write_row(("mail", "{}", "dead", "KeyError: 'w'", "not its group"))
+    copied = conn.execute(
+        sql.SQL(
+            "SELECT error_group FROM {}.jobs"
+            " WHERE last_error IN ('KeyError: ''y''', 'KeyError: ''x''', 'KeyError: ''w''')"
+        ).format(sql.Identifier(schema))
+    ).fetchall()
+    assert copied == [(g.group,)] * 3

@@ -144,6 +144,11 @@ def test_a_producer_enqueues_in_every_form(queue: Queue, schema: str, login: Log
         doomed = producer.enqueue("q", {}, depends_on=[parent])
     detail = queue.job(doomed)
     assert detail.status == "dead" and detail.last_error == f"parent {parent} died"
+    group = queue.conn.execute(
+        q(schema, "SELECT error_group, {s}.error_group(last_error) FROM {s}.jobs WHERE id = %s"),
+        [doomed],
+    ).fetchone()
+    assert group is not None and group[0] == group[1] is not None, "set after the insert"
 
 
 def test_pgq_enqueue_as_a_producer(schema: str, login: Login, queue: Queue, tmp_path: Path) -> None:
@@ -259,6 +264,47 @@ def test_a_producer_cannot_make_another_queues_job_wait_on_its_own(
         (billing, "ready")
     ]
     assert queue.job(child).status == "waiting"
+
+
+def test_a_producers_copy_and_one_statement_keep_the_status_check(
+    queue: Queue, schema: str, login: Login
+) -> None:
+    """The check runs after the row (migration 38, so COPY inserts in batches) and refuses
+    what it refused before: a running job by COPY, and a dead job naming a parent that is not
+    dead before it (a later row of its own statement), while a dead job may name a dead one."""
+    dead = queue.enqueue("q", {})
+    queue.kill([dead])
+    copy_in = q(schema, "COPY {s}.jobs (queue, payload, status, last_error) FROM STDIN")
+    with psycopg.connect(login("producer")) as conn:
+        with (
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+            conn.cursor().copy(copy_in) as copy,
+        ):
+            for n in range(300):
+                status = "running" if n == 299 else "ready"
+                copy.write_row(("c", json.dumps({"n": n}), status, None))
+        conn.rollback()
+        with conn.cursor().copy(copy_in) as copy:
+            copy.write_row(("c", "{}", "ready", None))
+            copy.write_row(("c", "{}", "dead", f"parent {dead} died"))
+        conn.commit()
+        row = conn.execute(q(schema, "SELECT pg_catalog.nextval('{s}.jobs_id_seq')")).fetchone()
+        assert row is not None
+        after = int(row[0])
+        two_dead = q(
+            schema,
+            "INSERT INTO {s}.jobs (queue, payload, status, last_error)"
+            " VALUES ('c', '{{}}', 'dead', %s), ('c', '{{}}', 'dead', %s)",
+        )
+        said = refused(conn, two_dead, f"parent {after + 2} died", f"parent {after + 1} died")
+        assert "may not insert a job as dead" in said
+        conn.execute(q(schema, "SELECT pg_catalog.nextval('{s}.jobs_id_seq')"))  # after + 3
+        conn.execute(two_dead, [f"parent {dead} died", f"parent {after + 4} died"])
+        conn.commit()
+    statuses = queue.conn.execute(
+        q(schema, "SELECT status, count(*) FROM {s}.jobs WHERE queue = 'c' GROUP BY 1 ORDER BY 1")
+    ).fetchall()
+    assert statuses == [("dead", 3), ("ready", 1)]
 
 
 # -------------------------------------------------------------------------------- worker

@@ -309,3 +309,28 @@ def test_the_per_column_checks_are_domains_attached_without_a_rewrite(
             assert conn.execute(good.format(ident)).fetchall() == [(1, 31536000.0, 3)]
         finally:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(ident))
+
+
+def test_jobs_has_no_before_row_insert_trigger_so_copy_inserts_in_batches(
+    schema: str, conn: Any
+) -> None:
+    """COPY inserts rows one at a time into a table with a BEFORE (or INSTEAD OF) ROW INSERT
+    trigger, whatever its WHEN, or with a volatile default other than nextval (migration 38):
+    jobs has neither, and its two row checks on insert fire after the row."""
+    triggers = conn.execute(
+        "SELECT tgname, tgtype & 1 = 1 AND tgtype & 4 = 4, tgtype & (2 | 64) <> 0"
+        " FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+        [f"{schema}.jobs"],
+    ).fetchall()
+    row_insert = {name: before for name, row_insert, before in triggers if row_insert}
+    assert row_insert == {"jobs_check_insert": False, "jobs_error_group_insert": False}
+    volatile = conn.execute(
+        "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d"
+        " JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum"
+        " WHERE d.adrelid = %s::regclass AND EXISTS ("
+        "   SELECT FROM pg_proc p WHERE p.provolatile = 'v' AND p.proname <> 'nextval'"
+        "   AND pg_get_expr(d.adbin, d.adrelid) ~ ('\\m' || p.proname || '\\(')"
+        " )",
+        [f"{schema}.jobs"],
+    ).fetchall()
+    assert volatile == []
