@@ -283,3 +283,35 @@ def test_a_slot_worked_out_from_an_old_cron_is_refused(queue: Queue) -> None:
     fresh = ops.enqueue_due_slots([("changing", slot)], "w", ahead, [("* * * * * *", slot)])
     assert [(name, at) for name, at, _ in queue.run(fresh)] == [("changing", slot)]
     assert opens_at(queue, "changing") != "-infinity"
+
+
+async def test_a_schedule_whose_job_the_database_refuses_holds_up_no_other(
+    dsn: str, schema: str, queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row no statement can enqueue (plain SQL gave it a name whose slot key no index can
+    hold) fails its statement for its data: the other slots of that statement are enqueued
+    one by one, and the row is said in a warning and left for a while, not retried each pass
+    (it was in every pass's statement, and every schedule stopped, silently)."""
+    queue.add_schedule("tick", "ticks", "* * * * * *")
+    long = secrets.token_hex(1340)  # its row indexed, its slot key (35 more) too wide
+    queue.conn.execute(
+        sql.SQL("INSERT INTO {}.schedules (name, queue, cron) VALUES (%s, 'ticks', %s)").format(
+            sql.Identifier(queue.schema)
+        ),
+        [long, "* * * * * *"],
+    )
+    with caplog.at_level(logging.WARNING, logger="pgq.worker"):
+        async with links(dsn, schema, 1) as opened, scheduling(opened):
+            await asyncio.sleep(3.2)
+    slots = slot_jobs(queue, "tick")
+    assert len(slots) >= 2, slots
+    assert set(slots.values()) == {1}
+    refused = [r.getMessage() for r in caplog.records if "not enqueued" in r.getMessage()]
+    assert len(refused) == 1, refused
+    assert long not in refused[0]  # a name is data: cut for the line
+    left = queue.conn.execute(
+        sql.SQL("SELECT opens_at > now() + interval '30 seconds' FROM {}.schedules WHERE name = %s")
+        .format(sql.Identifier(queue.schema)),
+        [long],
+    ).fetchone()
+    assert left == (True,)  # left for a while, not read by every pass

@@ -17,6 +17,10 @@ Invariants:
   order among equals, so workers waking together mostly take different rows. A due row whose
   slot is not open yet (a new row) gets its `opens_at` written, 'infinity' when it never
   fires again or its cron cannot be read (said once, by the worker that read it).
+- A statement the database refuses for its data (a row plain SQL gave a name whose slot key
+  no index holds, a user's trigger) holds up no other schedule: its slots are enqueued one
+  statement each, and a row refused alone is said in a warning and left REFUSED_WAIT seconds
+  (its `opens_at`), then tried again.
 - Which slot a due row gets, and when the schedule opens next, is `plan`: no I/O, the time an
   argument. Cron expressions are evaluated once per expression and last slot in a pass.
   An enqueued slot is a debug line, never one at INFO per slot.
@@ -50,7 +54,7 @@ from typing import Any
 from .. import ops
 from ..cron import latest_slot, next_slot
 from ..errors import SchemaMissing
-from ..text import printable
+from ..text import printable, storable
 from .link import DataFault, Disconnected, Transient
 
 log = logging.getLogger("pgq.worker")
@@ -73,6 +77,10 @@ AHEAD = 10.0
 #: the most cron evaluations one pass spends counting (about 0.15 ms each).
 MISSED_COUNTED = 1000
 MISSED_BUDGET = 2000
+#: Seconds a schedule whose slot the database refused is left before it is tried again.
+REFUSED_WAIT = 60.0
+#: Characters of a schedule's name a line shows (a name is data: plain SQL sets any).
+NAME_SHOWN = 100
 
 
 def wall_clock() -> datetime:
@@ -159,6 +167,8 @@ class Plan:
     then: list[tuple[str, datetime | None]] = field(default_factory=list)
     #: per schedule to enqueue: its cron and first pending slot (what a skip is counted from)
     firsts: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    #: per schedule to enqueue: its row as read
+    read: dict[str, Row] = field(default_factory=dict)
     #: rows not open yet, or never again: the row as read and when it opens (None: never)
     opens: list[tuple[str, str, datetime, datetime | None, datetime | None]] = field(
         default_factory=list
@@ -209,6 +219,7 @@ def plan(rows: Sequence[Row], slots: Slots) -> Plan:
         out.due.append((name, slot))
         out.then.append((cron, reopens))
         out.firsts[name] = (cron, first)
+        out.read[name] = (name, cron, created_at, last_slot)
         out.wake(reopens)
     return out
 
@@ -264,17 +275,62 @@ async def schedule_forever(
                 await call(ops.schedules_opens(planned.opens))
             for start in range(0, len(planned.due), SLOTS_PER_STATEMENT):
                 end = start + SLOTS_PER_STATEMENT
-                (advanced,) = await call(
-                    ops.enqueue_due_slots(
-                        planned.due[start:end], worker_id, ahead, planned.then[start:end]
-                    )
-                )
+                due, then = planned.due[start:end], planned.then[start:end]
+                try:
+                    (advanced,) = await call(ops.enqueue_due_slots(due, worker_id, ahead, then))
+                except DataFault:
+                    advanced = await _one_by_one(call, due, then, planned.read, worker_id, now)
                 _said(advanced, planned.firsts, slots, counts, worker_id)
         except (Disconnected, Transient, DataFault):
             pass
         wake = (wake_at - now).total_seconds()
         elapsed = (wall_clock() + offset - now).total_seconds()
         await asyncio.sleep(max(wake - elapsed, MIN_GAP) + random.uniform(0.0, SLOT_DELAY))
+
+
+async def _one_by_one(
+    call: Callable[..., Awaitable[list[Any]]],
+    due: list[tuple[str, datetime]],
+    then: list[tuple[str, datetime | None]],
+    read: dict[str, Row],
+    worker_id: str,
+    now: datetime,
+) -> list[tuple[str, datetime, int | None]]:
+    """The slots of a statement the database refused for its data, one statement each: what
+    they advanced. A slot refused alone is said, its row left REFUSED_WAIT seconds."""
+    ahead = timedelta(seconds=AHEAD)
+    advanced: list[tuple[str, datetime, int | None]] = []
+    refused: list[tuple[str, datetime, str]] = []
+    for (name, slot), opens in zip(due, then, strict=True):
+        try:
+            (one,) = await call(ops.enqueue_due_slots([(name, slot)], worker_id, ahead, [opens]))
+        except DataFault as exc:
+            refused.append((name, slot, str(exc)))
+            continue
+        advanced.extend(one)
+    if not refused:
+        return advanced
+    wait = now + timedelta(seconds=REFUSED_WAIT)
+    await call(ops.schedules_opens([(*read[name], wait) for name, _, _ in refused]))
+    for name, slot, why in refused[:SKIPS_NAMED]:
+        log.warning(
+            "worker %s: schedule %s: slot %s not enqueued, the database refused it: %s; "
+            "tried again in %gs",
+            worker_id,
+            printable(storable(name, NAME_SHOWN)),
+            slot.isoformat(),
+            printable(why),
+            REFUSED_WAIT,
+        )
+    if len(refused) > SKIPS_NAMED:
+        log.warning(
+            "worker %s: %d more schedules' slots not enqueued, the database refused them; "
+            "tried again in %gs",
+            worker_id,
+            len(refused) - SKIPS_NAMED,
+            REFUSED_WAIT,
+        )
+    return advanced
 
 
 def _said(
