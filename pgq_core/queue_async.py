@@ -60,6 +60,7 @@ from .queue_common import (
     log,
     make_worker_id,
     operator_id,
+    outside_pipeline,
     result_json,
     unknown_schedule,
 )
@@ -144,6 +145,7 @@ class AsyncQueue:
             return await self._run(op, conn or await self._own())
 
     async def _run(self, op: Op[T], target: psycopg.AsyncConnection[Any]) -> T:
+        outside_pipeline(target)
         try:
             return await session.arun(target, self.schema, op)
         except psycopg.Error as exc:

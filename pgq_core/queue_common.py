@@ -140,6 +140,20 @@ def alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     return conn.autocommit and conn.pgconn.transaction_status == _IDLE
 
 
+_PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
+
+
+def outside_pipeline(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """PgqError unless `conn` is out of pipeline mode: there a statement's rows come only at
+    the pipeline's sync, so an operation would read none after its writes were sent (and an
+    autocommit one's transaction would run on into the caller's next statements)."""
+    if conn.pgconn.pipeline_status != _PIPELINE_OFF:
+        raise PgqError(
+            "pgq cannot run on a connection in pipeline mode (its statements read their rows"
+            " at once): call it outside conn.pipeline()"
+        )
+
+
 def chunks(specs: Sequence[JobSpec]) -> Iterator[Sequence[JobSpec]]:
     """`specs` in slices of at most ENQUEUE_CHUNK, one statement each."""
     for start in range(0, len(specs), ENQUEUE_CHUNK):

@@ -55,6 +55,7 @@ from .queue_common import (
     log,
     make_worker_id,
     operator_id,
+    outside_pipeline,
     result_json,
     unknown_schedule,
 )
@@ -139,6 +140,7 @@ class Queue:
             return self._run(op, conn or self._own())
 
     def _run(self, op: Op[T], target: psycopg.Connection[Any]) -> T:
+        outside_pipeline(target)
         try:
             return session.run(target, self.schema, op)
         except psycopg.Error as exc:

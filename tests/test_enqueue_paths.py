@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, listen_statement
 
 COLUMNS = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap, trace"
 
@@ -205,3 +205,22 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
     queue.set_notify("edge")
     queue.enqueue("n", {})
     assert calls() == before + 4
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_a_connection_in_a_pipeline_is_refused_before_anything_is_sent(
+    queue: Queue, dsn: str, autocommit: bool
+) -> None:
+    """In a caller's `conn.pipeline()`, a statement's rows come only at the pipeline's sync:
+    the enqueue read no id and raised IndexError, yet its INSERT was sent and committed with
+    the pipeline (a caller retrying on that error enqueued twice), and the one-INSERT path
+    saw the connection idle, so its notify flag would have covered the caller's next INSERT.
+    It is refused in one line, and nothing is written."""
+    with psycopg.connect(dsn, autocommit=autocommit) as own:
+        with own.pipeline(), pytest.raises(PgqError, match="pipeline"):
+            queue.enqueue("piped", {}, conn=own)
+        with own.pipeline(), pytest.raises(PgqError, match="pipeline"):
+            queue.enqueue_many([JobSpec("piped", {}), JobSpec("piped", {})], conn=own)
+        if not autocommit:
+            own.commit()
+    assert queue.jobs(queue="piped") == []
