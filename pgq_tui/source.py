@@ -147,6 +147,8 @@ class PgSource:
         #: calls running per connection, and the given-up connections they keep open
         self._busy: dict[AsyncQueue, int] = {}
         self._retired: set[AsyncQueue] = set()
+        #: closed: no call opens a connection any more
+        self._closed = False
 
     async def _connect(
         self, dsn: str | None = None, reader: bool = False
@@ -166,6 +168,8 @@ class PgSource:
         async with self._lock:
             current = self._writer if write else self._queue
             if current is None or current.conn.closed:
+                if self._closed:
+                    raise Disconnected("the dashboard's connections are closed")
                 try:
                     conn = await self._connect(self.read_dsn if reader else self.dsn, reader)
                 except psycopg.Error as exc:
@@ -187,6 +191,9 @@ class PgSource:
                     except psycopg.Error as exc:
                         await queue.close()
                         raise self._disconnected(exc) from None
+                if self._closed:  # closed while this one opened
+                    await queue.close()
+                    raise Disconnected("the dashboard's connections are closed")
                 if write:
                     self._writer = queue
                 else:
@@ -368,4 +375,7 @@ class PgSource:
                 await self._forget(queue)
 
     async def close(self) -> None:
+        """Give the connections up (`reset`) for good: a connection opening now is closed
+        once open, and no later call opens one."""
+        self._closed = True
         await self.reset()

@@ -230,3 +230,26 @@ async def test_a_connection_given_up_under_a_call_is_closed_when_the_call_ends(
         await until(lambda: backends(dsn, name) == 0, TIMEOUT, "the connection to close")
     finally:
         await source.close()
+
+
+async def test_a_connection_opening_as_the_source_closes_is_closed_too(
+    proxied: tuple[Proxy, str], dsn: str, schema: str, queue: Queue
+) -> None:
+    """Quitting while a call is still connecting (the server slow to answer): the connection
+    that opens after close() is closed, not left open, and no later call opens another."""
+    proxy, through = proxied
+    source = PgSource(through, schema, connect_timeout=20)
+    name = source.application_name
+    try:
+        proxy.freeze()
+        call = asyncio.ensure_future(source.stats())
+        await until(lambda: len(proxy.links) >= 2, TIMEOUT, "the call to connect")
+        await source.close()
+        proxy.restore()
+        with pytest.raises(Disconnected):
+            await asyncio.wait_for(call, TIMEOUT)
+        with pytest.raises(Disconnected):
+            await source.stats()
+        await until(lambda: backends(dsn, name) == 0, TIMEOUT, "no connection left")
+    finally:
+        await source.close()
