@@ -10,18 +10,14 @@ id, queue, status, attempts, max_attempts, fence, run_at, lease_until, worker,
 pg_catalog.substr(last_error, 1, %(error_chars)s::int) AS last_error, queued_at, finished_at,
 priority, unique_key, pg_catalog.octet_length(last_error) AS last_error_bytes
 
--- name: stats
--- Per queue: ready (due now), scheduled, running, expiring, dead, done, then its settings
--- (paused, limit, paused at, by, why), then its waiting jobs (migration 18); a paused or
--- limited queue is listed even with no jobs.
--- Reads the partial indexes, queue_counts and queue_settings only; never scans done rows.
--- Expiring: under a third of its lease left (expired included), or under `soon` when given.
--- One row per queue and source, summed per queue: linear in the number of queues (joining the
--- per-source counts by queue made the planner nest loops over them: 8 s for 5,000 queues).
--- A window of the queues by name: `limit` of them (NULL: all) from the `offset`th; each row
--- also carries how many queues there are in all, so a view of 5,000 queues gets only the rows
--- it shows and can still say where they stand.
-WITH parts AS (
+-- fragment: queue_parts
+-- Per queue and source (CTE `parts`): ready (due now), scheduled, running, expiring, dead,
+-- done, then its settings (paused, limit, paused at, by, why), then its waiting jobs
+-- (migration 18); a paused or limited queue has a row even with no jobs. Reads the partial
+-- indexes, queue_counts and queue_settings only; never scans done rows. Expiring: under a
+-- third of its lease left (expired included), or under `soon` when given. A filter on `queue`
+-- outside it reaches each branch's index: the planner pushes it through the UNION ALL.
+parts AS (
   SELECT queue,
          count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now())  AS scheduled,
@@ -53,14 +49,26 @@ WITH parts AS (
     FROM {schema}.queue_settings
    WHERE paused_at IS NOT NULL OR max_running IS NOT NULL
 )
-SELECT queue,
-       pg_catalog.sum(ready)::bigint, pg_catalog.sum(scheduled)::bigint,
-       pg_catalog.sum(running)::bigint, pg_catalog.sum(expiring)::bigint,
-       pg_catalog.sum(dead)::bigint, pg_catalog.sum(done)::bigint,
-       pg_catalog.sum(completed)::bigint, pg_catalog.max(oldest_due_seconds),
-       pg_catalog.bool_or(paused_at IS NOT NULL), pg_catalog.max(max_running),
-       pg_catalog.max(paused_at), pg_catalog.max(paused_by), pg_catalog.max(pause_reason),
-       pg_catalog.sum(waiting)::bigint, count(*) OVER () AS queues_in_all
+
+-- fragment: queue_sums
+-- A queue's row (QueueStats) from its `parts`.
+queue,
+pg_catalog.sum(ready)::bigint, pg_catalog.sum(scheduled)::bigint,
+pg_catalog.sum(running)::bigint, pg_catalog.sum(expiring)::bigint,
+pg_catalog.sum(dead)::bigint, pg_catalog.sum(done)::bigint,
+pg_catalog.sum(completed)::bigint, pg_catalog.max(oldest_due_seconds),
+pg_catalog.bool_or(paused_at IS NOT NULL), pg_catalog.max(max_running),
+pg_catalog.max(paused_at), pg_catalog.max(paused_by), pg_catalog.max(pause_reason),
+pg_catalog.sum(waiting)::bigint
+
+-- name: stats
+-- Every queue (`queue_parts`), one row per queue and source summed per queue: linear in the
+-- number of queues (joining the per-source counts by queue made the planner nest loops over
+-- them: 8 s for 5,000 queues). A window of the queues by name: `limit` of them (NULL: all)
+-- from the `offset`th; each row also carries how many queues there are in all, so a view of
+-- 5,000 queues gets only the rows it shows and can still say where they stand.
+WITH {queue_parts}
+SELECT {queue_sums}, count(*) OVER () AS queues_in_all
   FROM parts
  GROUP BY queue
  ORDER BY queue
@@ -68,52 +76,13 @@ OFFSET %(offset)s LIMIT %(limit)s;
 
 -- name: queue_stats
 -- The `stats` rows of the named queues only, in the same columns (without the count of all
--- queues): what an operator's action just changed, read again at once. Each branch reads its
--- index by queue (ready, running, dead, waiting) or its small table; a queue with no jobs and
--- no settings has no row.
-WITH parts AS (
-  SELECT queue,
-         count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now())  AS scheduled,
-         0::bigint AS running, 0::bigint AS expiring, 0::bigint AS dead,
-         0::bigint AS done, 0::bigint AS completed,
-         extract(epoch FROM now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= now()))::float8
-           AS oldest_due_seconds,
-         NULL::timestamptz AS paused_at, NULL::text AS paused_by, NULL::text AS pause_reason,
-         NULL::int AS max_running, 0::bigint AS waiting
-    FROM {schema}.jobs WHERE status = 'ready' AND queue = ANY(%(queues)s::text[]) GROUP BY queue
-  UNION ALL
-  SELECT queue, 0, 0, count(*),
-         count(*) FILTER (WHERE lease_until
-                                < now() + coalesce(%(soon)s::interval, lease_length / 3::float8)),
-         0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0
-    FROM {schema}.jobs WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
-   GROUP BY queue
-  UNION ALL
-  SELECT queue, 0, 0, 0, 0, count(*), 0, 0, NULL, NULL, NULL, NULL, NULL, 0
-    FROM {schema}.jobs WHERE status = 'dead' AND queue = ANY(%(queues)s::text[]) GROUP BY queue
-  UNION ALL
-  SELECT queue, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, count(*)
-    FROM {schema}.jobs WHERE status = 'waiting' AND queue = ANY(%(queues)s::text[])
-   GROUP BY queue
-  UNION ALL
-  SELECT queue, 0, 0, 0, 0, 0, pg_catalog.sum(done)::bigint, pg_catalog.sum(completed)::bigint,
-         NULL, NULL, NULL, NULL, NULL, 0
-    FROM {schema}.queue_counts WHERE queue = ANY(%(queues)s::text[]) GROUP BY queue
-  UNION ALL
-  SELECT queue, 0, 0, 0, 0, 0, 0, 0, NULL, paused_at, paused_by, pause_reason, max_running, 0
-    FROM {schema}.queue_settings
-   WHERE (paused_at IS NOT NULL OR max_running IS NOT NULL) AND queue = ANY(%(queues)s::text[])
-)
-SELECT queue,
-       pg_catalog.sum(ready)::bigint, pg_catalog.sum(scheduled)::bigint,
-       pg_catalog.sum(running)::bigint, pg_catalog.sum(expiring)::bigint,
-       pg_catalog.sum(dead)::bigint, pg_catalog.sum(done)::bigint,
-       pg_catalog.sum(completed)::bigint, pg_catalog.max(oldest_due_seconds),
-       pg_catalog.bool_or(paused_at IS NOT NULL), pg_catalog.max(max_running),
-       pg_catalog.max(paused_at), pg_catalog.max(paused_by), pg_catalog.max(pause_reason),
-       pg_catalog.sum(waiting)::bigint
+-- queues): what an operator's action just changed, read again at once. The filter reaches
+-- each branch's index by queue (ready, running, dead, waiting) or its small table; a queue
+-- with no jobs and no settings has no row.
+WITH {queue_parts}
+SELECT {queue_sums}
   FROM parts
+ WHERE queue = ANY(%(queues)s::text[])
  GROUP BY queue
  ORDER BY queue;
 
