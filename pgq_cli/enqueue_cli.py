@@ -21,7 +21,7 @@ from pgq_core.text import printable
 
 from . import output
 from .failures import raw_byte
-from .options import INT4, JOB_ID, DocstringCommand, duration, new_queue_option
+from .options import INT4, JOB_ID, DocstringCommand, bad_parameter, duration, new_queue_option
 from .output import echo_json
 from .session import settings
 
@@ -72,10 +72,8 @@ def _delay(ctx: click.Context, param: click.Parameter, value: str | None) -> tim
 def _unique_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return ops.check_unique_key(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _string_problem(value: Any) -> str | None:

@@ -45,7 +45,16 @@ from pgq_core.text import first_line, keep_end, printable
 
 from . import output
 from .failures import fail
-from .options import INT4, INT4_MAX, JOB_ID, DocstringCommand, duration, queue_option, unique
+from .options import (
+    INT4,
+    INT4_MAX,
+    JOB_ID,
+    DocstringCommand,
+    bad_parameter,
+    duration,
+    queue_option,
+    unique,
+)
 from .output import echo_json, say_read_from, when, with_read_from
 from .session import settings
 
@@ -58,28 +67,22 @@ VERBS = {"requeue": "requeued", "kill": "killed", "delete": "deleted"}
 
 
 def _payload(ctx: click.Context, param: click.Parameter, value: Sequence[str]) -> Any:
-    try:
+    with bad_parameter(ctx, param):
         return tuple(parse_payload_match(v) for v in value)
-    except FilterError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _age(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
     if value is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return parse_age(value, f"--{(param.name or '').replace('_', '-')}")
-    except FilterError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _group(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return parse_error_group(value)
-    except FilterError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _filter_params(*, queue: bool, status: bool) -> list[click.Parameter]:
@@ -202,6 +205,12 @@ def takes_filter(command: Callable[..., None]) -> Callable[..., None]:
         command(*args, filters=filters, **kw)
 
     return gathered
+
+
+def _one_scope(queue_name: str | None, all_queues: bool) -> None:
+    """`--queue Q` and `--all-queues` each say which queues: refuse both at once."""
+    if queue_name is not None and all_queues:
+        raise click.UsageError("give --queue or --all-queues, not both")
 
 
 def _narrows(f: JobFilter) -> bool:
@@ -594,8 +603,7 @@ def requeue_command(
             if by_filter
             else "give job ids or --queue/--all-queues, not both"
         )
-    if queue_name is not None and all_queues:
-        raise click.UsageError("give --queue or --all-queues, not both")
+    _one_scope(queue_name, all_queues)
     if by_filter:
         where = filters.job_filter(*(("dead",) if dead else ()))
         _run_bulk(
@@ -722,8 +730,7 @@ def kill_command(
         raise click.UsageError("Missing argument 'JOB_ID...' (or give a filter)")
     if by_filter and job_ids:
         raise click.UsageError("give job ids or a filter, not both")
-    if filters.queue_name is not None and all_queues:
-        raise click.UsageError("give --queue or --all-queues, not both")
+    _one_scope(filters.queue_name, all_queues)
     if not reason.strip():
         raise click.BadParameter("reason must not be empty", param_hint="'--reason'")
     if by_filter:
@@ -758,8 +765,7 @@ def _delete(
     batch: int,
     as_json: bool,
 ) -> None:
-    if filters.queue_name is not None and all_queues:
-        raise click.UsageError("give --queue or --all-queues, not both")
+    _one_scope(filters.queue_name, all_queues)
     _run_bulk(
         ctx,
         "delete",

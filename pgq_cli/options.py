@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -53,15 +54,23 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     return _parsed(ctx, param, value, DURATION_MAX)
 
 
+@contextmanager
+def bad_parameter(ctx: click.Context, param: click.Parameter) -> Iterator[None]:
+    """A ValueError raised inside (a check's one-line refusal) becomes click's usage error for
+    `param`: one line, exit 2."""
+    try:
+        yield
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _parsed(
     ctx: click.Context, param: click.Parameter, value: str | None, longest: timedelta | None
 ) -> timedelta | None:
     if value is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return parse_duration(value, longest)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def lease_duration(
@@ -71,10 +80,8 @@ def lease_duration(
     parsed = _parsed(ctx, param, value, None)
     if parsed is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return check_lease(parsed)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def at_most(limit: timedelta) -> Callable[[click.Context, click.Parameter, str | None], Any]:
@@ -95,10 +102,8 @@ def queue_option(ctx: click.Context, param: click.Parameter, value: str | None) 
         return None
     if not value.strip():
         raise click.BadParameter("queue name must not be empty", ctx, param)
-    try:
+    with bad_parameter(ctx, param):
         return check_queue_name(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def new_queue_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -107,10 +112,8 @@ def new_queue_option(ctx: click.Context, param: click.Parameter, value: str | No
     name = queue_option(ctx, param, value)
     if name is None:
         return None
-    try:
+    with bad_parameter(ctx, param):
         return check_new_queue_name(name)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def queue_names(

@@ -23,7 +23,7 @@ from . import output
 from .enqueue_cli import parse_payload
 from .failures import fail
 from .group import PgqGroup
-from .options import INT4, new_queue_option
+from .options import INT4, bad_parameter, new_queue_option
 from .output import echo_json, when
 from .session import settings
 
@@ -35,17 +35,13 @@ PAYLOAD_CHARS = 60
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
+    with bad_parameter(ctx, param):
         return ops.check_schedule_name(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _cron(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
+    with bad_parameter(ctx, param):
         return check_cron(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _payload(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
