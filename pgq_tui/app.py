@@ -36,6 +36,7 @@ from pgq_core import JobRow, Lease, PgqError, QueueStats, QueueWindow, WorkerInf
 from pgq_core.config import first_line
 from pgq_core.filters import ACTION_STATUSES, FilterError, JobFilter
 from pgq_core.models import ServerRole
+from pgq_core.text import describe_exception
 
 from .host import Severity
 from .latency import LATENCY_REFRESH, LatencyTrend
@@ -75,6 +76,7 @@ from .state import (
     SLOW_REFRESH,
     HeaderState,
     JobsQuery,
+    LogLine,
     Snapshot,
 )
 from .throughput import Throughput
@@ -100,6 +102,10 @@ PAUSE_REASON = "paused from the dashboard"
 TICK = 0.25
 SEVERITY_STYLE = {"information": "bold", "warning": "bold yellow", "error": "bold red"}
 
+
+#: What the header says when a poll fails in a way nothing foresaw (not the database's refusal,
+#: not a lost connection); the Log view keeps the exception.
+POLL_FAILED = "the dashboard could not read the queues: an unexpected error (the Log view has it)"
 
 class _Selecting(Protocol):
     def selected_job(self) -> tuple[int, str, str] | None: ...
@@ -352,8 +358,11 @@ class DashboardApp(App[None]):
             return PollFailed(str(exc), disconnected=True)
         except PgqError as exc:
             return PollFailed(first_line(str(exc)), disconnected=False)
-        except Exception as exc:  # noqa: BLE001 - never a traceback: show it and carry on
-            return PollFailed(f"{type(exc).__name__}: {exc}", disconnected=False)
+        except Exception as exc:  # noqa: BLE001 - never a traceback: say so and carry on
+            # the header gets a plain sentence; the Log view keeps what went wrong
+            detail = f"the dashboard's poll failed: {describe_exception(exc)}"
+            self.post_message(WorkerLogged(LogLine(time.time(), "ERROR", detail)))
+            return PollFailed(POLL_FAILED, disconnected=False)
         now = self.clock()
         return Polled(
             Snapshot(

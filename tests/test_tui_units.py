@@ -604,3 +604,31 @@ async def test_a_pushed_screens_header_shows_the_clock_from_its_first_frame() ->
         header = screen.query_one(StatusHeader)
         assert header.now == EPOCH
         assert "00:00:00 UTC" not in header.render().plain
+
+
+async def test_an_unforeseen_poll_error_reads_as_a_sentence_and_the_log_keeps_it() -> None:
+    """A poll that fails in a way nothing foresaw (not the database's refusal, not a lost
+    connection) puts a plain sentence in the header, never an exception's class name; the
+    Log view gets the exception."""
+    from tui_support.pilot import sample_app, settle, wait_for
+
+    from pgq_core import QueueWindow
+    from pgq_tui.app import POLL_FAILED
+    from pgq_tui.widgets.status_header import StatusHeader
+
+    async def broken(offset: int, limit: int) -> QueueWindow:
+        raise ZeroDivisionError("division by zero")
+
+    app = sample_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        app.source.stats_window = broken  # type: ignore[method-assign]
+        failures = app.poll_failures
+        app.request_refresh()
+        await wait_for(pilot, lambda: app.poll_failures > failures, "the poll failing")
+        await settle(pilot)
+        assert app.problem == POLL_FAILED
+        header = app.dashboard.query_one(StatusHeader).render().plain
+        assert "could not read the queues" in header and "ZeroDivision" not in header
+        errors = [line.text for line in app.dashboard.log_book.lines if line.level == "ERROR"]
+        assert errors == ["the dashboard's poll failed: ZeroDivisionError: division by zero"]
