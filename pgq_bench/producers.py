@@ -4,7 +4,8 @@ INSERT, same threads, same run, same server; then the same from N asyncio tasks 
 of N connections (`AsyncQueue.enqueue` against the seed's INSERT), and batches: BATCH_JOBS jobs
 in batches of BATCH_SIZE on one connection (the seed's batch INSERT, `Queue.enqueue_many`,
 `Queue.enqueue_copy`, PgQueuer's batch enqueue on asyncpg), `pgq enqueue --file` of them (a
-process, its start counted), and 5x as many in one `enqueue_copy`.
+process, its start counted), and 5x as many in one `enqueue_payloads` (the bulk path: COPY,
+one job per payload, no JobSpec each).
 
 Each producer is a thread with its own connection, connected before the clock starts; all start
 together and each enqueues its share one job per transaction. A LISTENing connection consumes
@@ -336,8 +337,8 @@ def _batches(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Up to BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds
-    alternated; `pgq enqueue --file` of them all; 5x as many in one `enqueue_copy`. Jobs/s per side
-    (median) and its ratio to the seed's batch INSERT and to PgQueuer's batch enqueue."""
+    alternated; `pgq enqueue --file` of them all; 5x as many in one `enqueue_payloads`. Jobs/s
+    per side (median) and its ratio to the seed's batch INSERT and to PgQueuer's batch enqueue."""
     from . import pgqueuer_side
 
     pgq_ident = sql.Identifier(q.schema)
@@ -380,7 +381,7 @@ def _batches(
             asyncio.run(pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE))
 
         def pgq_bulk() -> None:
-            q.enqueue_copy([JobSpec(QUEUE_NAME, b) for b in bulk])
+            q.enqueue_payloads(QUEUE_NAME, bulk)
 
         bulk = [payload(opts.payload_bytes, n) for n in range(batch_jobs * BULK_FACTOR)]
         batch_sides: dict[str, tuple[Callable[[], None], int]] = {
@@ -451,7 +452,7 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
     batches = result["batches"]
     table = Table(
         title=f"batches of {batches['batch_size']:,} on one connection (the bulk side: one "
-        f"enqueue_copy), median of {params['rounds']} round(s)"
+        f"enqueue_payloads), median of {params['rounds']} round(s)"
     )
     for column in ("side", "jobs/s", "x seed batch", "x PgQueuer", "steal %"):
         table.add_column(column, justify="left" if column == "side" else "right")

@@ -31,6 +31,8 @@ PROGRESS_THRESHOLD = 5000
 #: most JSON text (bytes) one call carries: jsonb arrays hold at most 255 MB.
 ENQUEUE_STEP = 5000
 ENQUEUE_STEP_BYTES = 64 * 1024 * 1024
+#: Jobs per COPY (`enqueue_payloads`) while a file is enqueued: a COPY has no array to bound.
+COPY_STEP = 50_000
 #: The largest payload line of a file: a jsonb value holds at most 255 MB.
 PAYLOAD_MAX_BYTES = 255 * 1024 * 1024
 #: --run-at between these; PostgreSQL stores more, but an earlier time is a typo, not a plan.
@@ -291,22 +293,13 @@ def enqueue_command(
 
     name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
     payloads = read_payload_lines(file, name)
-    specs = [
-        (
-            JobSpec(
-                queue_name,
-                p,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                priority=priority,
-                depends_on=after,
-            ),
-            size,
-        )
-        for p, size in payloads
-    ]
-    ids = _enqueue_all(ctx, specs)
+    options = {
+        "run_at": run_at,
+        "delay": delay,
+        "max_attempts": max_attempts,
+        "priority": priority,
+    }
+    ids = _enqueue_all(ctx, queue_name, payloads, options, after)
     if as_json:
         echo_json(ids)
     elif ids:
@@ -318,36 +311,46 @@ def enqueue_command(
         click.echo(f"{name}: no jobs (only blank lines); nothing enqueued")
 
 
-def _steps(specs: list[tuple[JobSpec, int]]) -> Iterator[list[JobSpec]]:
-    """Consecutive runs of at most ENQUEUE_STEP jobs and ENQUEUE_STEP_BYTES of JSON each."""
-    step: list[JobSpec] = []
+def _steps(payloads: list[tuple[Any, int]], most: int) -> Iterator[list[Any]]:
+    """Consecutive runs of at most `most` payloads and ENQUEUE_STEP_BYTES of JSON each."""
+    step: list[Any] = []
     size = 0
-    for spec, spec_size in specs:
-        if step and (len(step) >= ENQUEUE_STEP or size + spec_size > ENQUEUE_STEP_BYTES):
+    for payload, payload_size in payloads:
+        if step and (len(step) >= most or size + payload_size > ENQUEUE_STEP_BYTES):
             yield step
             step, size = [], 0
-        step.append(spec)
-        size += spec_size
+        step.append(payload)
+        size += payload_size
     if step:
         yield step
 
 
-def _enqueue_all(ctx: click.Context, specs: list[tuple[JobSpec, int]]) -> list[int]:
-    """All specs in one transaction: a failure part-way leaves nothing enqueued. Each statement
-    carries a bounded step, so each stays under jsonb's size limit and the statement timeout.
-    Jobs without dependencies go through COPY (`Queue.enqueue_copy`) when the role may."""
+def _enqueue_all(
+    ctx: click.Context,
+    queue_name: str,
+    payloads: list[tuple[Any, int]],
+    options: dict[str, Any],
+    after: tuple[int, ...],
+) -> list[int]:
+    """One job per payload, all in one transaction: a failure part-way leaves nothing
+    enqueued. Each statement carries a bounded step, so each stays under jsonb's size limit
+    and the statement timeout. Jobs without dependencies go through COPY, without a JobSpec
+    each (`Queue.enqueue_payloads`), when the role may (INSERT on jobs.id; pgq's producer role
+    may not): else `enqueue_many`."""
     ids: list[int] = []
-    if not specs:
+    if not payloads:
         return ids
     with settings(ctx).queue() as q, output.progress(total_hint=True) as progress:
         task = progress.add_task(
-            "enqueueing", total=len(specs), visible=len(specs) >= PROGRESS_THRESHOLD
+            "enqueueing", total=len(payloads), visible=len(payloads) >= PROGRESS_THRESHOLD
         )
-        # the bulk path (COPY) unless a job needs more (dependencies) or the role may not
-        # name ids (pgq's producer role): those take `enqueue_many`
-        bulk = not any(spec.depends_on for spec, _ in specs) and q.run(ops.may_copy(q.schema))
+        bulk = not after and q.run(ops.may_copy(q.schema))
         with q.conn.transaction():
-            for step in _steps(specs):
-                ids += q.enqueue_copy(step) if bulk else q.enqueue_many(step)
+            for step in _steps(payloads, COPY_STEP if bulk else ENQUEUE_STEP):
+                if bulk:
+                    ids += q.enqueue_payloads(queue_name, step, **options)
+                else:
+                    specs = [JobSpec(queue_name, p, depends_on=after, **options) for p in step]
+                    ids += q.enqueue_many(specs)
                 progress.advance(task, len(step))
     return ids

@@ -249,12 +249,52 @@ class Queue:
                 ids, run_ats = self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
-                copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
-                with target.cursor() as cur, cur.copy(copy_in) as copy:
-                    copy.set_types(ops.COPY_TYPES)
-                    for row in ops.copy_rows(specs, ids, delays, run_ats):
-                        copy.write_row(row)
+                self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target)
         return ids
+
+    def enqueue_payloads(
+        self,
+        queue: str,
+        payloads: Iterable[Any],
+        *,
+        delay: timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[int]:
+        """The bulk path for jobs that differ only in their payload: one job of `queue` per
+        payload, with the options given, through COPY, as `enqueue_copy` of a JobSpec each
+        (without making one: for loading a backlog); all or nothing, in one transaction (or
+        the caller's, on `conn`). Their new ids, in order."""
+        if isinstance(payloads, str | bytes | dict):
+            raise ValueError("payloads: give one payload per job (a list), not one payload")
+        payloads = payloads if isinstance(payloads, Sequence) else list(payloads)
+        template = JobSpec(
+            queue, None, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,
+        )  # fmt: skip
+        delays = ops.copy_delays([template])
+        if not payloads:
+            return []
+        with self._turn_on(conn):  # no other caller's statement in its transaction
+            target = conn or self._own()
+            with target.transaction() if target.autocommit else contextlib.nullcontext():
+                ids, run_ats = self.run(
+                    ops.copy_ids(self.schema, len(payloads), delays), target
+                )
+                text = ops.payload_copy_text(template, payloads, ids, delays, run_ats)
+                self._copy_in(text, target)
+        return ids
+
+    def _copy_in(self, blocks: Iterable[str], target: psycopg.Connection[Any]) -> None:
+        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`."""
+        copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
+        with target.cursor() as cur, cur.copy(copy_in) as copy:
+            for block in blocks:
+                copy.write(block)
 
     # lease holders
     def claim(

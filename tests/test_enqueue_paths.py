@@ -95,6 +95,68 @@ async def test_async_enqueue_copy_writes_the_same_jobs(queue: Queue, aqueue: Asy
         await aqueue.enqueue_copy([JobSpec("c", {}, unique_key="k")])
 
 
+#: Payloads whose text COPY must escape (backslashes, JSON's escapes), and beyond ASCII.
+AWKWARD = [
+    {"path": "C:\\temp\\new", "quote": '"q"', "ws": "tab\tnl\ncr\r", "snow": "\u2603 \U0001f600"},
+    "\\N",
+    [1.5, -0.0, 10**30, None, True, {"": []}],
+]
+
+
+def test_enqueue_payloads_writes_what_enqueue_copy_of_a_spec_each_writes(queue: Queue) -> None:
+    """One template for every payload: the same rows as a JobSpec each, in order, ids
+    ascending; payloads COPY must escape come back as they went in."""
+    options: dict[str, Any] = {
+        "delay": timedelta(hours=1), "priority": 3, "max_attempts": 2, "backoff_base": 1.5,
+        "backoff_cap": 60,
+    }  # fmt: skip
+    copied = queue.enqueue_copy([JobSpec("p\\q\tr", p, **options) for p in AWKWARD])
+    loaded = queue.enqueue_payloads("p\\q\tr", AWKWARD, **options)
+    assert loaded == sorted(loaded) and loaded[0] > copied[-1]
+    written, expected = rows(queue, loaded), rows(queue, copied)
+    assert [r[1:] for r in written] == [r[1:] for r in expected]
+    assert [r[2] for r in written] == AWKWARD and written[0][-1] == timedelta(hours=1)
+    at = datetime(2031, 1, 1, tzinfo=UTC)
+    [later] = queue.enqueue_payloads("p", iter([{}]), run_at=at)
+    assert queue.job(later).run_at == at
+    [now] = queue.enqueue_payloads("p", [{}])
+    assert rows(queue, [now])[0][-1] == timedelta(0)
+
+
+def test_enqueue_payloads_is_all_or_nothing_and_checks_its_options(queue: Queue) -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        queue.enqueue_payloads("c", [{}], max_attempts=0)
+    with pytest.raises(ValueError, match="backoff_cap"):
+        queue.enqueue_payloads("c", [{}], backoff_cap=-1)
+    with pytest.raises(ValueError, match="queue name"):
+        queue.enqueue_payloads("", [{}])
+    with pytest.raises(ValueError, match="not one payload"):
+        queue.enqueue_payloads("c", {"one": "job"})
+    with pytest.raises(psycopg.Error):  # the server refuses the last: none is written
+        queue.enqueue_payloads("c", [{"n": n} for n in range(3000)] + [{"bad": "\x00"}])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        queue.enqueue_payloads("c", [{}, {"when": datetime.now(UTC)}])
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match=r"[Cc]ircular"):
+        queue.enqueue_payloads("c", [[1], looped])
+    assert queue.enqueue_payloads("c", []) == []
+    assert not queue.has_jobs("c")
+
+
+async def test_async_enqueue_payloads_writes_the_same_jobs(
+    queue: Queue, aqueue: AsyncQueue, dsn: str
+) -> None:
+    ids = await aqueue.enqueue_payloads("c", AWKWARD, priority=2)
+    expected = queue.enqueue_payloads("c", AWKWARD, priority=2)
+    assert [r[1:] for r in rows(queue, ids)] == [r[1:] for r in rows(queue, expected)]
+    async with await psycopg.AsyncConnection.connect(dsn) as own:
+        ids = await aqueue.enqueue_payloads("t", [{}, {}], conn=own)
+        assert not queue.has_jobs("t"), "not visible before the caller commits"
+        await own.rollback()
+    assert not queue.has_jobs("t") and rows(queue, ids) == []
+
+
 def test_enqueue_one_checks_and_writes_as_the_general_path(queue: Queue) -> None:
     one = queue.enqueue(
         "c", {"n": 2}, delay=timedelta(hours=1), priority=3, max_attempts=2, backoff_base=2,

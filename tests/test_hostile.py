@@ -595,8 +595,9 @@ def test_a_file_goes_in_statements_bounded_by_bytes(
     )
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)) == 20 == count_jobs(conn, schema)
-    steps = list(enqueue_cli._steps([(object(), 1000)] * 20))  # type: ignore[list-item]
+    steps = list(enqueue_cli._steps([(object(), 1000)] * 20, enqueue_cli.COPY_STEP))
     assert [len(s) for s in steps] == [3] * 6 + [2]
+    assert [len(s) for s in enqueue_cli._steps([(object(), 1)] * 20, 8)] == [8, 8, 4]
 
 
 def test_show_prints_the_first_part_of_a_large_payload(

@@ -320,3 +320,14 @@ except KeyError as exc:
     assert done.stdout.split(None, 1) == ["3", "KeyError(\"the handler's own\")\n"]
     said = [line for line in done.stderr.splitlines() if line.startswith("pgq.tracing")]
     assert len(said) == 1 and "at start (LookupError: no tracer today)" in said[0]
+
+
+def test_the_bulk_paths_record_the_trace_context(queue: Queue, spans: Any) -> None:
+    with trace.get_tracer("app").start_as_current_span("load") as load:
+        copied = queue.enqueue_copy([JobSpec("q", {"n": n}) for n in range(2)])
+        loaded = queue.enqueue_payloads("q", [{"n": 2}, {"n": 3}])
+    untraced = queue.enqueue_payloads("q", [{"n": 4}])
+    wanted = format(load.get_span_context().trace_id, "032x")
+    for job_id in (*copied, *loaded):
+        assert stored_trace(queue, job_id)["traceparent"].split("-")[1] == wanted
+    assert stored_trace(queue, untraced[0]) is None

@@ -65,12 +65,11 @@ from .api import (
     release,
 )
 from .enqueue import (
-    COPY_TYPES,
     ENQUEUE_COPY,
     Round,
     copy_delays,
     copy_ids,
-    copy_rows,
+    copy_text,
     enqueue,
     enqueue_flow,
     enqueue_is_one_statement,
@@ -79,6 +78,7 @@ from .enqueue import (
     enqueue_round,
     may_copy,
     notify_committed,
+    payload_copy_text,
     unique_holders,
 )
 from .health import (
@@ -211,7 +211,6 @@ __all__ = [
     "BACKOFF_JITTER",
     "BACKOFF_MAX",
     "BULK_BATCH",
-    "COPY_TYPES",
     "DEFAULT_LEASE",
     "DEFAULT_MAX_ATTEMPTS",
     "DROP_ATTEMPTS",
@@ -265,7 +264,7 @@ __all__ = [
     "complete_and_claim",
     "copy_delays",
     "copy_ids",
-    "copy_rows",
+    "copy_text",
     "count_filtered",
     "cut_bytes",
     "database_clock",
@@ -319,6 +318,7 @@ __all__ = [
     "notify_committed",
     "pairs",
     "pause",
+    "payload_copy_text",
     "prune",
     "prune_default_orphans",
     "prune_flow",

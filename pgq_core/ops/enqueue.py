@@ -4,7 +4,8 @@ batch with unique keys, the COPY path, and `enqueue_flow`, which drives them.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -133,12 +134,15 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     return Op("enqueue", job_arrays(sent), read)
 
 
-#: The bulk path's COPY: an op naming the statement, run through a cursor's `copy` (its rows
-#: from `copy_rows`) rather than executed.
+#: The bulk path's COPY: an op naming the statement, run through a cursor's `copy` (its text
+#: from `copy_text`) rather than executed.
 ENQUEUE_COPY: Op[None] = Op("enqueue_copy", {}, read_nothing)
-#: The column types of `enqueue_copy`'s rows, in its column order.
-COPY_TYPES = ("int8", "text", "jsonb", "timestamptz", "int4", "int4", "float8", "float8", "jsonb")
+#: Rows per block of COPY text handed to the connection at once.
+COPY_BLOCK = 5000
 _NO_DELAY = timedelta(0)
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+#: A backslash, and its COPY text escape (the one character of ASCII JSON COPY must escape).
+_BS, _BS2 = "\\", "\\\\"
 
 
 def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
@@ -162,7 +166,7 @@ def copy_ids(schema: str, n: int, delays: Sequence[timedelta]) -> Op[tuple[list[
     return Op(
         "enqueue_copy_ids",
         {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs", "n": n, "delays": list(delays)},
-        lambda rows: (sorted(int(i) for i in rows[0][0]), list(rows[0][1])),
+        lambda rows: (sorted(rows[0][0]), list(rows[0][1])),
     )
 
 
@@ -175,24 +179,94 @@ def may_copy(schema: str) -> Op[bool]:
     )
 
 
-def copy_rows(
+def json_encoder() -> Callable[[Any], str]:
+    """A payload's JSON text as psycopg's Jsonb sends it (json.dumps: ASCII, NaN written as
+    such for the server to refuse), from one encoder made once: json.dumps makes a new one per
+    call, half its cost for a small payload. For one call of the bulk path (its memo of the
+    containers being encoded, which catches a circular payload, is its own)."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:  # no C accelerator: json.dumps as Jsonb would
+        return json.dumps
+    encode = c_make_encoder(
+        {}, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+
+    def dumps(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    return dumps
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def copy_field(value: Any) -> str:
+    """`value` as a field of COPY's text format: NULL as \\N, a string escaped."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str):
+        return value.translate(_COPY_ESCAPES)
+    return str(value)
+
+
+def copy_text(
     specs: Sequence[JobSpec],
     ids: Sequence[int],
     delays: Sequence[timedelta],
     run_ats: Sequence[Any],
-) -> Iterator[tuple[Any, ...]]:
-    """The row of each spec for `enqueue_copy` (COPY_TYPES), its run_at as the enqueue
-    statements compute it: its own, else now() plus its delay (from `copy_ids`)."""
-    due = dict(zip(delays, run_ats, strict=True))
-    trace = trace_context()
+) -> Iterator[str]:
+    """`enqueue_copy`'s rows for `specs`, in blocks of COPY text (columns as in the statement),
+    each run_at as the enqueue statements compute it: its own, else now() plus its delay (from
+    `copy_ids`)."""
+    due = {d: copy_field(at) for d, at in zip(delays, run_ats, strict=True)}
+    trace = copy_field(trace_text())
+    dumps = json_encoder()
+    block: list[str] = []
     for job_id, spec in zip(ids, specs, strict=True):
         run_at = spec.run_at
-        if run_at is None:
-            run_at = due[_NO_DELAY if spec.delay is None else spec.delay]
-        yield (
-            job_id, spec.queue, Jsonb(spec.payload), run_at, spec.max_attempts, spec.priority,
-            spec.backoff_base, spec.backoff_cap, trace,
-        )  # fmt: skip
+        when = due[spec.delay or _NO_DELAY] if run_at is None else run_at.isoformat()
+        payload = dumps(spec.payload).replace(_BS, _BS2)
+        block.append(
+            f"{job_id}\t{copy_field(spec.queue)}\t{payload}\t{when}\t{spec.max_attempts}\t"
+            f"{spec.priority}\t{copy_field(spec.backoff_base)}\t{copy_field(spec.backoff_cap)}\t"
+            f"{trace}\n"
+        )
+        if len(block) == COPY_BLOCK:
+            yield "".join(block)
+            block = []
+    if block:
+        yield "".join(block)
+
+
+def payload_copy_text(
+    template: JobSpec,
+    payloads: Sequence[Any],
+    ids: Sequence[int],
+    delays: Sequence[timedelta],
+    run_ats: Sequence[Any],
+) -> Iterator[str]:
+    """`copy_text` for one job per payload, each `template` (checked by `copy_delays`) but for
+    its payload, without a JobSpec per job: all but the id and the payload written once."""
+    run_at = template.run_at
+    if run_at is None:
+        run_at = dict(zip(delays, run_ats, strict=True))[template.delay or _NO_DELAY]
+    head = f"\t{copy_field(template.queue)}\t"
+    fields = (run_at, template.max_attempts, template.priority, template.backoff_base,
+              template.backoff_cap, trace_text())  # fmt: skip
+    tail = "".join("\t" + copy_field(f) for f in fields) + "\n"
+    dumps = json_encoder()
+    for at in range(0, len(payloads), COPY_BLOCK):
+        block = zip(ids[at : at + COPY_BLOCK], payloads[at : at + COPY_BLOCK], strict=True)
+        yield "".join([f"{i}{head}{dumps(p).replace(_BS, _BS2)}{tail}" for i, p in block])
+
+
+def trace_text() -> str | None:
+    """The enqueuing code's trace context as JSON text (`trace_context`), or None."""
+    carrier = tracing.current()
+    return None if carrier is None else json.dumps(carrier)
 
 
 def unique_holders(keys: Sequence[str]) -> Op[dict[str, int]]:
