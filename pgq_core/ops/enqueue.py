@@ -138,7 +138,7 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
 #: from `copy_text`) rather than executed.
 ENQUEUE_COPY: Op[None] = Op("enqueue_copy", {}, read_nothing)
 #: Rows per block of COPY text handed to the connection at once.
-COPY_BLOCK = 5000
+_COPY_BLOCK = 5000
 _NO_DELAY = timedelta(0)
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 #: A backslash, and its COPY text escape (the one character of ASCII JSON COPY must escape).
@@ -179,7 +179,7 @@ def may_copy(schema: str) -> Op[bool]:
     )
 
 
-def json_encoder() -> Callable[[Any], str]:
+def _json_encoder() -> Callable[[Any], str]:
     """A payload's JSON text as psycopg's Jsonb sends it (json.dumps: ASCII, NaN written as
     such for the server to refuse), from one encoder made once: json.dumps makes a new one per
     call, half its cost for a small payload. For one call of the bulk path (its memo of the
@@ -201,7 +201,7 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def copy_field(value: Any) -> str:
+def _copy_field(value: Any) -> str:
     """`value` as a field of COPY's text format: NULL as \\N, a string escaped."""
     if value is None:
         return "\\N"
@@ -221,20 +221,20 @@ def copy_text(
     """`enqueue_copy`'s rows for `specs`, in blocks of COPY text (columns as in the statement),
     each run_at as the enqueue statements compute it: its own, else now() plus its delay (from
     `copy_ids`)."""
-    due = {d: copy_field(at) for d, at in zip(delays, run_ats, strict=True)}
-    trace = copy_field(trace_text())
-    dumps = json_encoder()
+    due = {d: _copy_field(at) for d, at in zip(delays, run_ats, strict=True)}
+    trace = _copy_field(_trace_text())
+    dumps = _json_encoder()
     block: list[str] = []
     for job_id, spec in zip(ids, specs, strict=True):
         run_at = spec.run_at
         when = due[spec.delay or _NO_DELAY] if run_at is None else run_at.isoformat()
         payload = dumps(spec.payload).replace(_BS, _BS2)
         block.append(
-            f"{job_id}\t{copy_field(spec.queue)}\t{payload}\t{when}\t{spec.max_attempts}\t"
-            f"{spec.priority}\t{copy_field(spec.backoff_base)}\t{copy_field(spec.backoff_cap)}\t"
+            f"{job_id}\t{_copy_field(spec.queue)}\t{payload}\t{when}\t{spec.max_attempts}\t"
+            f"{spec.priority}\t{_copy_field(spec.backoff_base)}\t{_copy_field(spec.backoff_cap)}\t"
             f"{trace}\n"
         )
-        if len(block) == COPY_BLOCK:
+        if len(block) == _COPY_BLOCK:
             yield "".join(block)
             block = []
     if block:
@@ -253,17 +253,17 @@ def payload_copy_text(
     run_at = template.run_at
     if run_at is None:
         run_at = dict(zip(delays, run_ats, strict=True))[template.delay or _NO_DELAY]
-    head = f"\t{copy_field(template.queue)}\t"
+    head = f"\t{_copy_field(template.queue)}\t"
     fields = (run_at, template.max_attempts, template.priority, template.backoff_base,
-              template.backoff_cap, trace_text())  # fmt: skip
-    tail = "".join("\t" + copy_field(f) for f in fields) + "\n"
-    dumps = json_encoder()
-    for at in range(0, len(payloads), COPY_BLOCK):
-        block = zip(ids[at : at + COPY_BLOCK], payloads[at : at + COPY_BLOCK], strict=True)
+              template.backoff_cap, _trace_text())  # fmt: skip
+    tail = "".join("\t" + _copy_field(f) for f in fields) + "\n"
+    dumps = _json_encoder()
+    for at in range(0, len(payloads), _COPY_BLOCK):
+        block = zip(ids[at : at + _COPY_BLOCK], payloads[at : at + _COPY_BLOCK], strict=True)
         yield "".join([f"{i}{head}{dumps(p).replace(_BS, _BS2)}{tail}" for i, p in block])
 
 
-def trace_text() -> str | None:
+def _trace_text() -> str | None:
     """The enqueuing code's trace context as JSON text (`trace_context`), or None."""
     carrier = tracing.current()
     return None if carrier is None else json.dumps(carrier)
