@@ -4,6 +4,7 @@ writes the jobs, wakes listeners and refuses bad input as the general path does.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, listen_statement
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, listen_statement, ops, queries
 
 COLUMNS = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap, trace"
 
@@ -232,10 +233,10 @@ async def test_async_always_notifies_after_the_commit(aqueue: AsyncQueue, dsn: s
 
 
 def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue) -> None:
-    """Version 32: `Queue.enqueue` alone in its transaction decides its NOTIFY itself under
-    `always` and `off`, so the jobs INSERT trigger does not fire for it; under `edge`, and for
-    a batch, an enqueue in the caller's transaction and an application's own INSERT, it fires
-    as before (counted by the server's function statistics, flushed by the backend)."""
+    """`Queue.enqueue` alone in its transaction decides its NOTIFY itself under every mode, so
+    the jobs INSERT trigger does not fire for it; for a batch, an enqueue in the caller's
+    transaction and an application's own INSERT it fires as before (counted by the server's
+    function statistics, flushed by the backend)."""
     own = queue.conn
     if own.info.server_version < 150000:
         pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
@@ -263,10 +264,10 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
         )
     )
     assert calls() == before + 3
-    # under `edge` the trigger decides at commit, as before version 32 (cheaper at 16 producers)
+    # under `edge` too: the statement probes the queue itself
     queue.set_notify("edge")
     queue.enqueue("n", {})
-    assert calls() == before + 4
+    assert calls() == before + 3
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
@@ -286,3 +287,41 @@ def test_a_connection_in_a_pipeline_is_refused_before_anything_is_sent(
         if not autocommit:
             own.commit()
     assert queue.jobs(queue="piped") == []
+
+
+def test_the_edge_probe_reads_an_index_when_few_jobs_are_due(queue: Queue, dsn: str) -> None:
+    """`enqueue_one_then_notify`'s `edge` probe as a generic plan (a prepared statement's from
+    its sixth run) over a table of done jobs with few ready, and over one of scheduled jobs,
+    each analyzed: a ready index, never a scan of the table (which would read every row)."""
+    ident = sql.Identifier(queue.schema)
+    text = queries.statement("enqueue_one_then_notify", queue.schema).decode()
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", text)
+    params = ops.enqueue_job("p", {}, None, None, 5, 0, None, None, alone=True).params
+    execute = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe({})").format(
+        sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
+    )
+    queue.set_notify("edge")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for state in ("mostly done", "scheduled"):
+            conn.execute(sql.SQL("TRUNCATE {}.jobs").format(ident))
+            if state == "mostly done":
+                queue.enqueue_many([JobSpec("p", {"n": n}) for n in range(2000)])
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE {}.jobs SET status = 'done', finished_at = now()"
+                        " WHERE id % 50 <> 0"
+                    ).format(ident)
+                )
+            else:
+                later = timedelta(hours=1)
+                queue.enqueue_many([JobSpec("p", {"n": n}, delay=later) for n in range(2000)])
+            conn.execute(sql.SQL("ANALYZE {}.jobs").format(ident))
+            conn.execute(sql.SQL("PREPARE probe AS {}").format(sql.SQL(numbered)))
+            with conn.transaction(force_rollback=True):
+                plan = "\n".join(str(r[0]) for r in conn.execute(execute).fetchall())
+            conn.execute("DEALLOCATE probe")
+            probe = plan[plan.index("SubPlan") :]
+            assert re.search(r"Index (Only )?Scan using jobs_ready\w*_idx on jobs d", probe), plan
+            assert "Seq Scan on jobs" not in plan, (state, plan)

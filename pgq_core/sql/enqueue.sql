@@ -15,30 +15,33 @@ VALUES (%(queue)s::text, %(payload)s::jsonb,
 RETURNING id;
 
 -- name: enqueue_one_then_notify
--- `enqueue_one` as a transaction of its own (autocommit). Under `always` and `off` it decides
--- its NOTIFY itself and sets pgq.enqueue_decided for its transaction, so the jobs INSERT
--- trigger does not fire (migration 32); the producer sends the NOTIFY it returns once this has
--- committed (`notify_committed`). Under `edge` it leaves the flag off and the trigger decides
--- at commit as before: the same probe in this statement ran 16 producers at 0.29-0.30x the
--- plain INSERT against the trigger's 0.51-0.53x (docs/performance.md). Rows: (id, the queue
--- to notify, or NULL: the job is not due, or the setting is not `always`). One INSERT, no
--- CTE (a CTE's scan cost ~10 us of the backend's CPU per enqueue): the setting is read where
--- the flag is set and again by RETURNING, both in the statement's one snapshot.
+-- `enqueue_one` as a transaction of its own (autocommit), deciding its NOTIFY itself under
+-- every mode: it sets pgq.enqueue_decided for its transaction, so the jobs INSERT trigger does
+-- not fire (migration 32), and returns the queue to notify, which the producer sends once this
+-- has committed (`notify_committed`): under `always` when the job is due, under `edge` when it
+-- is due and its queue had no other due ready job (the statement's snapshot does not see its
+-- own row; the probe stops at the first due row, whatever its plan). Rows: (id, the queue to
+-- notify or NULL). One INSERT, no CTE (a CTE's scan cost ~10 us of the backend's CPU); the
+-- setting is read once, by RETURNING, in the statement's one snapshot.
 INSERT INTO {schema}.jobs AS j (queue, payload, run_at, max_attempts, priority, backoff_base,
                                 backoff_cap, trace)
 SELECT %(queue)s::text, %(payload)s::jsonb,
        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::interval, interval '0')),
        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(trace)s::jsonb
-  FROM (SELECT pg_catalog.set_config('pgq.enqueue_decided',
-                                     CASE WHEN n.mode = 'edge' THEN 'off' ELSE 'on' END, true)
-          FROM (SELECT coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'),
-                                'always') AS mode) n) decided
+  FROM (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
 RETURNING j.id,
-          CASE WHEN j.run_at <= now()
-                AND coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'),
-                             'always') = 'always'
-               THEN j.queue END;
+          CASE WHEN j.run_at <= now() THEN
+            CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'),
+                          'always')
+              WHEN 'always' THEN j.queue
+              WHEN 'edge' THEN (SELECT j.queue
+                                 WHERE NOT EXISTS (
+                                   SELECT 1 FROM {schema}.jobs d
+                                    WHERE d.queue = j.queue AND d.status = 'ready'
+                                      AND d.run_at <= now() AND d.id <> j.id))
+            END
+          END;
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
