@@ -115,19 +115,26 @@ def trace_context() -> Jsonb | None:
 
 
 def job_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
-    """The parallel arrays of a batch enqueue (the fragment `job_input`), and the trace."""
+    """The parallel arrays of a batch enqueue (the fragment `job_input`), and the trace. An
+    array of NULLs only is sent empty: `ROWS FROM` pads a shorter array with NULLs, and
+    psycopg's dumping of a list is per element, in Python."""
     return {
         "queues": [s.queue for s in specs],
         "payloads": Jsonb([s.payload for s in specs]),
-        "run_ats": [s.run_at for s in specs],
-        "delays": [s.delay for s in specs],
+        "run_ats": _unless_all_none([s.run_at for s in specs]),
+        "delays": _unless_all_none([s.delay for s in specs]),
         "max_attempts": [s.max_attempts for s in specs],
-        "unique_keys": [s.unique_key for s in specs],
+        "unique_keys": _unless_all_none([s.unique_key for s in specs]),
         "priorities": [s.priority for s in specs],
-        "backoff_bases": [s.backoff_base for s in specs],
-        "backoff_caps": [s.backoff_cap for s in specs],
+        "backoff_bases": _unless_all_none([s.backoff_base for s in specs]),
+        "backoff_caps": _unless_all_none([s.backoff_cap for s in specs]),
         "trace": trace_context(),
     }
+
+
+def _unless_all_none(values: list[Any]) -> list[Any]:
+    """`values`, or [] when every one is None."""
+    return values if any(v is not None for v in values) else []
 
 
 def check_queue(queue: str) -> None:

@@ -5,6 +5,7 @@
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
+-- An empty array stands for NULL in every row (ROWS FROM pads a shorter one with NULLs).
 input AS (
   SELECT * FROM ROWS FROM (
     pg_catalog.unnest(%(queues)s::text[]), pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
