@@ -4,21 +4,22 @@ and the progress display.
 
 Invariants: database text reaches Rich only as `Text` (`text`) or markup-escaped (`escaped`),
 both through `pgq_core.text.printable`, so no control character or markup gets through; counts
-are printed with thousands separators, job ids never (an id is copied, not read). Rich's
-progress module is imported only when a progress display is made, so `pgq --help` never loads it.
+are printed with thousands separators, job ids never (an id is copied, not read). Rich is
+imported only when something is printed through it, and its progress module only for a
+progress display on a terminal: `pgq --help` and a `pgq enqueue --file` in a pipe never load
+them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
 
 from pgq_core.cluster import read_from
 from pgq_core.models import ServerRole
@@ -27,21 +28,29 @@ from pgq_core.text import printable
 from .failures import one_line
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+    from rich.text import Text
 
 
 def console() -> Console:
     """stdout for tables and reports: lines are never wrapped into the next one."""
+    from rich.console import Console
+
     return Console(soft_wrap=False)
 
 
 def text(value: str | None, *, multiline: bool = False, style: str = "") -> Text:
     """Database text for the terminal: never markup, every control character escaped."""
+    from rich.text import Text
+
     return Text(printable(value or "", multiline=multiline), style=style)
 
 
 def escaped(value: str | None) -> str:
     """Database text for a Rich string with markup: control characters visible, markup escaped."""
+    from rich.markup import escape
+
     return escape(printable(value or ""))
 
 
@@ -84,8 +93,33 @@ def span(value: timedelta) -> str:
     return "".join(parts)
 
 
-def progress(total_hint: bool) -> Progress:
-    """A progress display on stderr, only when stderr is a terminal (never in pipes or --json)."""
+class NoProgress:
+    """What `progress` gives where Rich would show nothing: the same calls, doing nothing."""
+
+    def __enter__(self) -> NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, **fields: Any) -> TaskID:
+        return cast("TaskID", 0)
+
+    def advance(self, task: TaskID, advance: float = 1) -> None:
+        return None
+
+    def update(self, task: TaskID, **fields: Any) -> None:
+        return None
+
+
+def progress(total_hint: bool) -> Progress | NoProgress:
+    """A progress display on stderr, only when stderr is a terminal (never in pipes or --json).
+    Where Rich cannot take stderr for a terminal (not a tty, and neither TTY_COMPATIBLE nor
+    FORCE_TERMINAL set), Rich is not even imported."""
+    forced = os.environ.get("TTY_COMPATIBLE") or os.environ.get("FORCE_TERMINAL")
+    if not forced and not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        return NoProgress()
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -13,7 +13,6 @@ from urllib.parse import quote, unquote
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import embedded
 from .cluster import hosts, reader_options, writer_options
 from .defaults import (
     CONCURRENCY_MAX,
@@ -116,6 +115,8 @@ def resolve(dsn: str | None, schema: str | None) -> Target:
     if dsn:
         check_dsn(dsn)
         return Target(dsn, schema, embedded=False)
+    from . import embedded  # here: a DSN given never loads it (subprocess, tempfile, ...)
+
     return Target(embedded.start(), schema, embedded=True)
 
 

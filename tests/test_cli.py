@@ -4,6 +4,7 @@ database, and every bad input, which must be one `pgq: error:` line and a non-ze
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -193,9 +194,12 @@ def test_enqueue_empty_file_enqueues_nothing(pgq: Pgq, conn: Any, schema: str) -
 
 
 def test_enqueue_big_file_is_one_transaction(
-    pgq: Pgq, conn: Any, schema: str, tmp_path: Path
+    pgq: Pgq, conn: Any, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """12 000 lines go in in several steps; a database error in a late step leaves nothing."""
+    from pgq_cli import enqueue_cli
+
+    monkeypatch.setattr(enqueue_cli, "COPY_STEP", 5000)
     big = tmp_path / "big.jsonl"
     big.write_text("".join(f'{{"n": {n}}}\n' for n in range(12_000)))
     assert json.loads(ok(pgq("enqueue", "bulk", "--file", str(big), "--json")))[-1] > 0
@@ -221,6 +225,34 @@ def test_enqueue_big_file_is_one_transaction(
     big.write_text("".join(lines))
     error_line(pgq("enqueue", "bulk", "--file", str(big)), 1, "database error", "boom refused")
     assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_file_in_a_pipe_loads_neither_rich_nor_the_embedded_server(
+    dsn: str, schema: str, queue: Queue, tmp_path: Path
+) -> None:
+    """`pgq enqueue --file` is a process whose start is part of its cost: with a DSN given and
+    stderr not a terminal it prints no progress, so Rich and the embedded server's module are
+    never imported."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(f'{{"n": {n}}}\n' for n in range(6000)))
+    code = (
+        "import sys\n"
+        "from pgq_cli.cli import main\n"
+        "try:\n"
+        f"    main(['--dsn', {dsn!r}, '--schema', {schema!r}, 'enqueue', 'q', '--file', "
+        f"{str(jobs)!r}])\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "loaded = [m for m in sys.modules\n"
+        "          if m.split('.')[0] == 'rich' or m == 'pgq_core.embedded']\n"
+        "print(loaded, file=sys.stderr); sys.exit(1 if loaded else 0)\n"
+    )
+    unset = ("FORCE_TERMINAL", "TTY_COMPATIBLE", "PGQ_DSN", "PGQ_SCHEMA")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("enqueued 6,000 jobs on q")
+    assert len(queue.jobs(queue="q", limit=10)) == 10
 
 
 def test_enqueue_bad_payload_json(pgq: Pgq, conn: Any, schema: str) -> None:
