@@ -275,6 +275,8 @@ class Link:
             fresh = await self._connect()
         except psycopg.Error:
             self._down(conn, reason)
+            if self._closed:  # close() left `conn` to this call, which ends here
+                await self._release(conn)
             return None
         self._conn = fresh
         with contextlib.suppress(psycopg.Error):
