@@ -107,3 +107,19 @@ def test_ten_thousand_rows_of_one_expression_cost_a_few_evaluations(
     got = plan(rows, Slots(NOW))
     assert len(got.due) == 10_000 and {slot for _, slot in got.due} == {last + MINUTE}
     assert len(calls) <= 3  # the first pending slot, the one after it, the one after that
+
+
+def test_an_uneven_schedule_has_one_slot_ahead_at_a_time() -> None:
+    """Slots at :00 and :05 of each minute: the :05 slot's gap to the next is 55 s, so it would
+    open 10 s ahead, at :55 of the minute before, before the :00 slot it follows. With :00
+    enqueued ahead (at :57.5), :05 does not open until :00 has come."""
+    cron = "0,5 * * * * *"
+    ahead_of = datetime(2026, 12, 4, 18, 1, 0, tzinfo=UTC)  # enqueued ahead, not due yet
+    now = datetime(2026, 12, 4, 18, 0, 58, tzinfo=UTC)
+    row = ("uneven", cron, CREATED, ahead_of)
+    got = plan([row], Slots(now))
+    assert got.due == []
+    assert got.opens == [(*row, ahead_of)]
+    before = plan([("uneven", cron, CREATED, ahead_of - MINUTE + timedelta(seconds=5))], Slots(now))
+    assert before.due == [("uneven", ahead_of)]
+    assert before.then == [(cron, ahead_of)]  # :05 opens when :00 comes, not at :55

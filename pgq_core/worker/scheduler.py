@@ -104,7 +104,7 @@ class Slots:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self._next: dict[tuple[str, datetime], datetime | None] = {}
-        self._opens: dict[tuple[str, datetime], datetime] = {}
+        self._opens: dict[tuple[str, datetime, datetime | None], datetime] = {}
         self._latest: dict[str, datetime | None] = {}
         #: cron evaluations counting missed slots may still cost this pass
         self.budget = MISSED_BUDGET
@@ -115,14 +115,17 @@ class Slots:
             self._next[key] = next_slot(cron, after)
         return self._next[key]
 
-    def opens(self, cron: str, slot: datetime) -> datetime:
+    def opens(self, cron: str, slot: datetime, before: datetime | None = None) -> datetime:
         """When `slot`'s job may be enqueued: AHEAD before it, or half the gap to the slot
-        after it when that is shorter (never two slots of one schedule ahead)."""
-        key = (cron, slot)
+        after it when that is shorter, and never before `before` (the slot enqueued before
+        it, perhaps ahead): never two slots of one schedule ahead, even where the gaps are
+        uneven (`0,5 * * * * *`)."""
+        key = (cron, slot, before)
         if key not in self._opens:
             after = self.next(cron, slot)
             ahead = timedelta(seconds=AHEAD)
-            self._opens[key] = slot - (ahead if after is None else min(ahead, (after - slot) / 2))
+            opens = slot - (ahead if after is None else min(ahead, (after - slot) / 2))
+            self._opens[key] = opens if before is None else max(opens, before)
         return self._opens[key]
 
     def latest(self, cron: str) -> datetime | None:
@@ -196,7 +199,7 @@ def plan(rows: Sequence[Row], slots: Slots) -> Plan:
             if first is None:
                 out.opens.append((name, cron, created_at, last_slot, None))
                 continue
-            opens = slots.opens(cron, first)
+            opens = slots.opens(cron, first, last_slot)
             if first > now:
                 if opens > now:  # not open yet: say when it is
                     out.opens.append((name, cron, created_at, last_slot, opens))
@@ -211,7 +214,7 @@ def plan(rows: Sequence[Row], slots: Slots) -> Plan:
                     continue
                 slot = latest
             upcoming = slots.next(cron, slot)
-            reopens = None if upcoming is None else slots.opens(cron, upcoming)
+            reopens = None if upcoming is None else slots.opens(cron, upcoming, slot)
         except ValueError as exc:
             out.unreadable.append((name, str(exc)))
             out.opens.append((name, cron, created_at, last_slot, None))
