@@ -1,0 +1,107 @@
+"""Where N producers' time goes, one job per transaction each (the `pgq bench --producers N`
+pattern): per side, µs of wall time per job, the producer process's CPU per job (all its
+threads: they share one GIL), the N backends' CPU per job (read from /proc, so the server must
+run on this machine) and the p50 latency of one enqueue. Sides: the baseline's plain INSERT and
+`Queue.enqueue` under each `notify` mode, alternated round by round on one server.
+
+PYTHONPATH=. python benchmarks/producer_cpu.py [--dsn DSN] [--producers 16] [--jobs 4000]
+    [--rounds 3] [--sides seed,edge,always,off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pgq_bench import (
+    QUEUE_NAME,
+    SEED_ENQUEUE,
+    load_average,
+    payload,
+    process_cpu,
+    seed_connection,
+    server,
+    setup_seed,
+    throwaway_schema,
+)
+from pgq_bench.producers import TRUNCATE_PGQ, TRUNCATE_SEED, _produce
+from pgq_core import Queue
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn")
+    parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sides", default="seed,edge,always,off")
+    args = parser.parse_args()
+    with server(args.dsn) as (dsn, _):
+        run(dsn, args.producers, args.jobs, args.rounds, args.sides.split(","))
+
+
+def run(dsn: str, producers: int, jobs: int, rounds: int, sides: list[str]) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as admin,
+        throwaway_schema(dsn, "cpu_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "cpu_pgq") as pgq_schema,
+    ):
+        setup_seed(dsn, seed_schema)
+        seeds = [seed_connection(dsn, seed_schema) for _ in range(producers)]
+        queues = [Queue.connect(dsn, pgq_schema) for _ in range(producers)]
+
+        def seed_one(conn: psycopg.Connection[Any], n: int) -> None:
+            conn.execute(SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(0, n))})
+
+        def pgq_one(q: Queue, n: int) -> None:
+            q.enqueue(QUEUE_NAME, payload(0, n))
+
+        per: dict[str, list[tuple[float, float, float, float]]] = {s: [] for s in sides}
+        load = load_average()
+        for _ in range(rounds):
+            for side in sides:
+                seeded = side == "seed"
+                schema = sql.Identifier(seed_schema if seeded else pgq_schema)
+                admin.execute(sql.SQL(TRUNCATE_SEED if seeded else TRUNCATE_PGQ).format(s=schema))
+                admin.execute(sql.SQL("VACUUM {}.jobs").format(schema))
+                if not seeded:
+                    queues[0].set_notify(side)
+                conns: list[Any] = seeds if seeded else queues
+                one: Callable[[Any, int], None] = seed_one if seeded else pgq_one
+                pids = (
+                    [c.info.backend_pid for c in seeds]
+                    if seeded
+                    else [q.conn.info.backend_pid for q in queues]
+                )
+                backends, python = sum(map(process_cpu, pids)), time.process_time()
+                seconds, latencies = _produce(conns, one, jobs)
+                python = time.process_time() - python
+                backends = sum(map(process_cpu, pids)) - backends
+                per[side].append((seconds, python, backends, statistics.median(latencies) * 1000))
+        for c in seeds:
+            c.close()
+        for q in queues:
+            q.close()
+    print(
+        f"{producers} producers, {jobs} jobs per side per round, {rounds} rounds (medians);"
+        f" load {load} -> {load_average()}"
+    )
+    print(
+        f"{'side':8} {'wall us/job':>11} {'python us/job':>13} {'backends us/job':>15}"
+        f" {'p50 ms':>7}"
+    )
+    for side, runs in per.items():
+        wall, python, backends, p50 = (statistics.median(r[i] for r in runs) for i in range(4))
+        us = 1e6 / jobs
+        print(f"{side:8} {wall * us:11.0f} {python * us:13.0f} {backends * us:15.0f} {p50:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
