@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 from psycopg import sql
-from support import until
+from support import make_worker, until
 
 from pgq_core import JobSpec, Queue, migrate
 from pgq_core.queue import channel
@@ -93,3 +93,25 @@ async def test_listens_again_after_its_connection_is_killed(
         await until(lambda: hints.count == 2, timeout=10, what="LISTEN re-established")
         queue.enqueue_many([JobSpec("a", {})])
         await until(lambda: hints.count == 3, timeout=5, what="woken after the reconnect")
+
+
+def _authenticating(dsn: str) -> set[int]:
+    """The server's sessions still in authentication (pg_stat_activity state 'starting')."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE state = 'starting'")
+        return {int(pid) for (pid,) in rows.fetchall()}
+
+
+async def test_a_worker_stopped_while_its_listen_connection_opens_leaves_no_session_half_open(
+    dsn: str, schema: str
+) -> None:
+    """A burst worker on an empty queue stops just as its LISTEN connection opens. Cancelled
+    half-way, that connect left a session waiting in authentication until the socket was
+    garbage-collected or `authentication_timeout` (60 s) passed; meanwhile every DROP DATABASE
+    on the server waited for it (the test suite's ~58 s teardown stalls). Now the connection
+    is closed once open, before `run()` returns."""
+    before = _authenticating(dsn)
+    for _ in range(3):
+        worker = make_worker(dsn, schema, lambda job: None, burst=True)
+        await asyncio.wait_for(worker.run(), 30)
+    await until(lambda: _authenticating(dsn) <= before, timeout=5, what="no session half-open")

@@ -136,11 +136,20 @@ async def open_connection(
     dsn: str, timeouts: Timeouts, app: str = "pgq"
 ) -> psycopg.AsyncConnection[Any]:
     """An autocommit connection with the worker's session bounds (pooled: none; each
-    transaction sets its own, see `Link` and `run_sync`)."""
+    transaction sets its own, see `Link` and `run_sync`). Cancelled while it opens (the
+    worker stopping), the connection is closed once open (`_close_once_open`), never left
+    half-way through authentication on the server."""
     restore_standard_fds()  # a socket must never take fd 0-2, where log lines go
-    conn = await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
+    opening = asyncio.ensure_future(
+        psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, application_name=app, **timeouts.connect_kwargs(dsn)
+        )
     )
+    try:
+        conn = await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        await _close_once_open(opening)
+        raise
     try:
         if (line := await adetect_pooler(conn)) is not None:
             log.warning("%s", line)
@@ -150,6 +159,27 @@ async def open_connection(
         await conn.close()
         raise
     return conn
+
+
+async def _close_once_open(opening: asyncio.Future[psycopg.AsyncConnection[Any]]) -> None:
+    """Close the connection `opening` opens, once open (bounded by the connect timeout). A
+    connect cut off half-way keeps a server session waiting in authentication until the
+    client's socket is freed or `authentication_timeout` (60 s) passes, and while it waits
+    every DROP DATABASE on that server waits too. Cancelled again: closed when it opens."""
+    try:
+        conn = await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_finish_opened)
+        return
+    except Exception:  # noqa: BLE001 - it did not open: nothing to close
+        return
+    with contextlib.suppress(psycopg.Error):
+        await conn.close()
+
+
+def _finish_opened(opening: asyncio.Future[psycopg.AsyncConnection[Any]]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().pgconn.finish()
 
 
 def open_sync_connection(dsn: str, timeouts: Timeouts, app: str = "pgq") -> psycopg.Connection[Any]:
