@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -76,6 +76,18 @@ def make_worker(dsn: str, schema: str, handler: Any, **kw: Any) -> Worker:
     kw.setdefault("lease", timedelta(seconds=30))
     kw.setdefault("poll_interval", 0.05)
     return Worker(dsn, kw.pop("queues", ["q"]), handler, schema=schema, **kw)
+
+
+def statuses(queue: Queue, ids: Sequence[int]) -> set[str]:
+    """The statuses the jobs `ids` are in, read in one statement (every id must be a job)."""
+    rows = queue.conn.execute(
+        sql.SQL("SELECT id, status FROM {}.jobs WHERE id = ANY(%s)").format(
+            sql.Identifier(queue.schema)
+        ),
+        [list(ids)],
+    ).fetchall()
+    assert len(rows) == len(set(ids)), "some of the ids are not jobs"
+    return {str(status) for _, status in rows}
 
 
 def status_counts(queue: Queue) -> dict[str, int]:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import Pgq, error_line, ok
+from support import Pgq, error_line, ok, statuses
 
 from pgq_core import Queue, ops
 from pgq_core.defaults import QUEUE_NAME_MAX_BYTES
@@ -384,7 +384,7 @@ def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
             "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "1000"
         )
         error_line(whole, 1, "statement timeout")
-        assert {queue.job(i).status for i in ids} == {"dead"}  # the batch wrote nothing
+        assert statuses(queue, ids) == {"dead"}  # the batch wrote nothing
 
         result = pgq(
             "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "20"
@@ -399,7 +399,7 @@ def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
             conn.execute(
                 sql.SQL("DROP FUNCTION {}.slow_requeue() CASCADE").format(sql.Identifier(schema))
             )
-    assert {queue.job(i).status for i in ids} == {"ready"}
+    assert statuses(queue, ids) == {"ready"}
     assert queue.job(other).status == "dead"  # another queue's dead job stays
     with psycopg.connect(dsn) as conn:
         counts = conn.execute(

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from support import ENV, make_worker, running, until
+from support import ENV, make_worker, running, statuses, until
 
 from pgq_core import JobSpec, PgqError, Queue, migrate, roles
 from pgq_core.exporter import QueueCollector
@@ -379,7 +379,7 @@ def test_pgq_worker_runs_as_a_worker_and_keeps_the_partitions(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "permission denied" not in done.stderr and "could not" not in done.stderr
-    assert {queue.job(i).status for i in ids} == {"done"}
+    assert statuses(queue, ids) == {"done"}
     with Queue.connect(dsn, schema) as worker:  # as its reaper does, with the owner's rights
         days = worker.ensure_partitions(ahead=10)
     assert days and {d.outcome for d in days} <= {"created", "exists"}

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 from rich.console import Console
-from support import dashboard
+from support import dashboard, statuses
 from textual.pilot import Pilot
 from tui_support.pilot import wait_for
 
@@ -30,10 +30,6 @@ def make_dead(queue: Queue, name: str, errors: list[str]) -> list[int]:
     for job, error in zip(jobs, errors, strict=True):
         queue.fail(job.id, job.fence, error)
     return ids
-
-
-def statuses(queue: Queue, ids: list[int]) -> set[str]:
-    return {queue.job(i).status for i in ids}
 
 
 def shown_ids(app: DashboardApp) -> set[int]:

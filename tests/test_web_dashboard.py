@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from psycopg.conninfo import conninfo_to_dict
-from support import free_port
+from support import free_port, statuses
 from tui_support.web import (
     XTERM_HOOK,
     XTERM_INPUT,
@@ -87,7 +87,7 @@ def fill(queue: Queue) -> list[int]:
     for job in queue.claim(QUEUE, 2, worker="test-worker"):
         queue.fail(job.id, job.fence, "smtp said no")
     queue.enqueue_many([JobSpec(QUEUE, {"n": i}) for i in range(3)])
-    assert {queue.job(i).status for i in dead} == {"dead"}
+    assert statuses(queue, dead) == {"dead"}
     return dead
 
 
@@ -178,7 +178,7 @@ def test_the_browser_shows_the_live_counts_and_R_y_requeues_the_dead(
     wait_for_text(page, lambda t: f"Requeue every dead job of queue {QUEUE}?" in t, "the ask")
     page.keyboard.type("y")
     wait_for_text(page, lambda t: f"requeued 2 dead jobs of {QUEUE}" in t, "the requeue said")
-    assert {queue.job(i).status for i in dead} == {"ready"}
+    assert statuses(queue, dead) == {"ready"}
     wait_for_text(page, lambda t: (shown_counts(t, QUEUE) or {}).get("dead") == 0, "0 dead")
 
     page.close()  # the browser leaves: its session ends
@@ -237,7 +237,7 @@ def test_elsewhere_a_token_is_needed_and_the_browser_gets_a_read_only_dashboard(
     wait_for_text(page, lambda t: "read-only: actions are disabled" in t, "the refusal")
     page.keyboard.type("y")
     page.wait_for_timeout(500)
-    assert {queue.job(i).status for i in dead} == {"dead"}
+    assert statuses(queue, dead) == {"dead"}
     assert "Requeue every dead job" not in wait_for_text(page, lambda t: True, "anything")
     assert TOKEN not in server.output(), "the token is in a log line"
 
