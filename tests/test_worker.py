@@ -281,7 +281,8 @@ async def test_completion_with_a_stale_fence_is_discarded_and_recorded(
         started.set()
         await release.wait()
 
-    worker = make_worker(dsn, schema, handler)
+    # one slot, no buffer: this worker cannot claim the job again once it is reaped
+    worker = make_worker(dsn, schema, handler, concurrency=1, prefetch=0)
     async with running(worker):
         await asyncio.wait_for(started.wait(), TIMEOUT)
         # Another worker takes the job over: lease expired, reaped, claimed with fence 2.
