@@ -87,10 +87,10 @@ def test_the_names_come_from_pgqs_sql() -> None:
 
 #: Words followed by "(" that are SQL syntax, not a function looked up on the search_path.
 SYNTAX = {
-    "all", "and", "any", "array", "as", "cast", "coalesce", "conflict", "exists", "extract",
-    "filter", "from", "greatest", "group", "in", "lateral", "least", "materialized", "not",
-    "nullif", "on", "or", "over", "rows", "select", "substring", "using", "values", "when",
-    "where", "with",
+    "all", "and", "any", "array", "as", "cast", "coalesce", "conflict", "else", "exists",
+    "extract", "filter", "from", "greatest", "group", "in", "lateral", "least", "materialized",
+    "not", "nullif", "on", "or", "over", "rows", "select", "substring", "then", "using",
+    "values", "when", "where", "with",
     "insert", "update",  # a GRANT's column list (roles.sql)
 }
 
