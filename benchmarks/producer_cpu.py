@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +32,36 @@ from pgq_bench import (
     setup_seed,
     throwaway_schema,
 )
-from pgq_bench.producers import TRUNCATE_PGQ, TRUNCATE_SEED, _produce
 from pgq_core import Queue
+
+TRUNCATE_SEED = "TRUNCATE {s}.jobs"
+TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
+
+
+def produce(
+    conns: list[Any], one: Callable[[Any, int], None], jobs: int
+) -> tuple[float, list[float]]:
+    """A thread per connection enqueues its share, one job per transaction, all started
+    together: (seconds to the last commit, each enqueue's seconds)."""
+    share = [jobs // len(conns) + (i < jobs % len(conns)) for i in range(len(conns))]
+    barrier = threading.Barrier(len(conns) + 1)
+    latencies: list[list[float]] = [[] for _ in conns]
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for n in range(share[i]):
+            t0 = time.perf_counter()
+            one(conns[i], n)
+            latencies[i].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(conns))]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, [x for own in latencies for x in own]
 
 
 def main() -> None:
@@ -81,7 +110,7 @@ def run(dsn: str, producers: int, jobs: int, rounds: int, sides: list[str]) -> N
                     else [q.conn.info.backend_pid for q in queues]
                 )
                 backends, python = sum(map(process_cpu, pids)), time.process_time()
-                seconds, latencies = _produce(conns, one, jobs)
+                seconds, latencies = produce(conns, one, jobs)
                 python = time.process_time() - python
                 backends = sum(map(process_cpu, pids)) - backends
                 per[side].append((seconds, python, backends, statistics.median(latencies) * 1000))

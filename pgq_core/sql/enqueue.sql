@@ -35,11 +35,11 @@ RETURNING j.id,
             CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'),
                           'always')
               WHEN 'always' THEN j.queue
-              WHEN 'edge' THEN (SELECT j.queue
-                                 WHERE NOT EXISTS (
-                                   SELECT 1 FROM {schema}.jobs d
-                                    WHERE d.queue = j.queue AND d.status = 'ready'
-                                      AND d.run_at <= now() AND d.id <> j.id))
+              WHEN 'edge' THEN CASE WHEN NOT EXISTS (
+                                           SELECT 1 FROM {schema}.jobs d
+                                            WHERE d.queue = j.queue AND d.status = 'ready'
+                                              AND d.run_at <= now() AND d.id <> j.id)
+                                    THEN j.queue END
             END
           END;
 
