@@ -121,15 +121,17 @@ async def test_the_countdown_follows_a_heartbeat_within_a_second(
 async def test_expiring_means_a_third_of_the_lease_in_every_view_and_in_stats(
     dsn: str, schema: str, queue: Queue, conn: psycopg.Connection[Any]
 ) -> None:
+    # Leases long enough that no job changes class while a loaded machine draws the screen:
+    # the first would be expiring after 150 s, the short one after 60 s.
     queue.enqueue_many([JobSpec("x", {}) for _ in range(4)])
-    jobs = queue.claim("x", 4, timedelta(seconds=30), "w")
-    lefts = {jobs[0].id: 25.0, jobs[1].id: 5.0, jobs[2].id: -2.0}  # ok, expiring, expired
+    jobs = queue.claim("x", 4, timedelta(seconds=300), "w")
+    lefts = {jobs[0].id: 250.0, jobs[1].id: 50.0, jobs[2].id: -2.0}  # ok, expiring, expired
     for job_id, left in lefts.items():
         set_lease_left(conn, schema, job_id, left)
     short = queue.enqueue("x", {})
-    [short_job] = queue.claim("x", 1, timedelta(seconds=9), "w")  # 9 s lease, 9 s left: ok
+    [short_job] = queue.claim("x", 1, timedelta(seconds=90), "w")  # 90 s lease, 90 s left: ok
     assert short_job.id == short
-    # the fourth job keeps its full 30 s lease
+    # the fourth job keeps its full 300 s lease
     [stats] = queue.stats()
     assert stats.expiring == 2  # under a third of the lease left, expired included
     app = dashboard(dsn, schema, refresh=2.0)
