@@ -61,6 +61,11 @@ def test_enqueue_copy_is_all_or_nothing_and_refuses_what_it_cannot_carry(queue: 
         queue.enqueue_copy([JobSpec("c", {}, depends_on=[1])])
     with pytest.raises(ValueError, match="max_attempts"):
         queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {}, max_attempts=0)])
+    for enqueue in (queue.enqueue_copy, queue.enqueue_many):  # each name checked, once
+        with pytest.raises(ValueError, match="invisible"):
+            enqueue([JobSpec("c", {}), JobSpec("c", {}), JobSpec("c\u200d", {})])
+        with pytest.raises(ValueError, match="queue name"):
+            enqueue([JobSpec("c", {}), JobSpec("", {})])
     with pytest.raises(psycopg.Error):  # the server refuses the second job: none is written
         queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {"bad": "\x00"})])
     assert queue.enqueue_copy([]) == []

@@ -150,8 +150,9 @@ def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
     unique key or dependencies (those need `enqueue_many`). The distinct delays of the specs
     without a run_at, no delay (due now) first."""
     delays = {_NO_DELAY: None}
+    named: set[str] = set()
     for spec in specs:
-        check_spec(spec)
+        check_spec(spec, named)
         if spec.unique_key is not None or spec.depends_on:
             raise ValueError(
                 "enqueue_copy takes jobs without a unique_key or depends_on: use enqueue_many"
@@ -294,8 +295,9 @@ def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enque
     between, the spec is enqueued again. Never a read-then-write: the unique index decides.
     """
     specs = list(specs)
+    named: set[str] = set()
     for spec in specs:
-        check_spec(spec)
+        check_spec(spec, named)
     if any(spec.depends_on for spec in specs):
         # jobs with dependencies, and those without a key, in one `enqueue_after`; the keyed
         # ones (none has dependencies) first, as usual
@@ -340,7 +342,8 @@ def enqueue(specs: Iterable[JobSpec]) -> Op[list[int]]:
     """One statement enqueuing `specs`: their ids (for a duplicate, its holder's id, or 0 if
     the holder committed after the statement's snapshot). `enqueue_flow` never answers 0."""
     specs = list(specs)
+    named: set[str] = set()
     for spec in specs:
-        check_spec(spec)
+        check_spec(spec, named)
     op = enqueue_round(specs)
     return Op(op.name, op.params, lambda rows: [r.id if r else 0 for r in op.read(rows)])

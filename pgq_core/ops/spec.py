@@ -83,8 +83,14 @@ def check_backoff(seconds: float | None, what: str) -> float | None:
     return float(seconds)
 
 
-def check_spec(spec: JobSpec) -> None:
-    check_new_queue_name(spec.queue)
+def check_spec(spec: JobSpec, named: set[str] | None = None) -> None:
+    """ValueError unless `spec` may be enqueued. `named`: queue names already checked by the
+    caller's earlier calls, and this one's added (a batch's jobs mostly share a queue, and a
+    name's check is most of a spec's)."""
+    if named is None or type(spec.queue) is not str or spec.queue not in named:
+        check_new_queue_name(spec.queue)
+        if named is not None:
+            named.add(spec.queue)
     if spec.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
     if spec.unique_key is not None:
