@@ -112,13 +112,14 @@ def _finite_float(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
-def parse_payload(text: str) -> Any:
+def parse_payload(text: str, *, decoded: bool = False) -> Any:
     """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
 
     Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked;
-    a raw lone surrogate is a command-line byte that is not UTF-8.
+    a raw lone surrogate is a command-line byte that is not UTF-8 (`decoded`: the text came
+    from a strict UTF-8 decode, which never yields one, so it is not looked for).
     """
-    problem = raw_byte(text)
+    problem = None if decoded else raw_byte(text)
     if problem:
         raise ValueError(problem)
     try:
@@ -154,7 +155,7 @@ def read_payload_lines(stream: IO[bytes], name: str) -> list[tuple[Any, int]]:
         if not line.strip():
             continue
         try:
-            payloads.append((parse_payload(line), len(raw)))
+            payloads.append((parse_payload(line, decoded=True), len(raw)))
         except ValueError as exc:
             raise click.BadParameter(
                 f"{name}: line {number} is not valid JSON ({exc}); nothing was enqueued",
