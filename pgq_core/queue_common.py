@@ -57,27 +57,80 @@ def operator_id() -> str:
     return f"operator:{user}@{socket.gethostname()}"
 
 
+def json_size_floor(value: Any, limit: int) -> int:
+    """At most the UTF-8 bytes of `json.dumps(value, ensure_ascii=False)`: strings, keys and
+    brackets exactly (but for escapes and multi-byte characters), any other value as 1 byte.
+    Walked in Python, so other threads (the heartbeater's) keep taking the GIL, and stopped
+    once over `limit`: a result of any size costs about `limit` of work. A cycle stops the
+    walk, and anything json cannot encode counts 1: `json.dumps` then says what is wrong."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if not isinstance(value, list | tuple | dict):
+        return 1
+    size = 0
+    on_path: set[int] = set()
+    stack: list[Any] = [value]  # containers to walk; an int: leave the container of that id
+    while stack:
+        item = stack.pop()
+        if isinstance(item, int):
+            on_path.discard(item)
+            continue
+        if id(item) in on_path:
+            return size
+        on_path.add(id(item))
+        stack.append(id(item))
+        if isinstance(item, dict):
+            size += 7 * len(item) or 2  # brackets, ", ", ": ", `""` and a value of 1 byte
+            if size > limit:
+                return size
+            size += sum(len(k) for k in item if isinstance(k, str))
+            values: Any = item.values()
+        else:
+            size += 3 * len(item) or 2  # brackets, ", " and each item at least 1 byte
+            values = item
+        if size > limit:
+            return size
+        for v in values:
+            if isinstance(v, str):
+                size += len(v) + 1
+            elif isinstance(v, list | tuple | dict):
+                size -= 1
+                stack.append(v)
+        if size > limit:
+            return size
+    return size
+
+
 def result_json(result: Any) -> str | None:
     """A handler's result as JSON text (None stays None); ValueError if it is not JSON, its
     text cannot be sent as UTF-8 (a lone surrogate in a string or a key), or it is over
-    RESULT_MAX_BYTES: the job's own failure, never a settlement its lease cannot outlast."""
+    RESULT_MAX_BYTES: the job's own failure, never a settlement its lease cannot outlast. A
+    result far over the bound is refused before it is serialised (`json_size_floor`):
+    `json.dumps` holds the GIL throughout, and 40 MB of it kept a 1 s lease from renewal."""
     if result is None:
         return None
+    floor = json_size_floor(result, RESULT_MAX_BYTES)
+    if floor > RESULT_MAX_BYTES:
+        raise ValueError(_too_big(f"at least {floor:,}"))
     try:
         text = json.dumps(result, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"result is not JSON-serialisable: {type(exc).__name__}: {exc}") from None
     size = len(text) if len(text) > RESULT_MAX_BYTES else len(text.encode("utf-8", "replace"))
     if size > RESULT_MAX_BYTES:
-        raise ValueError(
-            f"result is too big to store: {size:,} bytes of JSON, over pgq's bound of "
-            f"{RESULT_MAX_BYTES:,} (store it elsewhere and return a reference)"
-        )
+        raise ValueError(_too_big(f"{size:,}"))
     if first_surrogate(text) is not None:
         raise ValueError(
             "result is not storable: it holds a lone surrogate, which UTF-8 cannot carry"
         )
     return text
+
+
+def _too_big(size: str) -> str:
+    return (
+        f"result is too big to store: {size} bytes of JSON, over pgq's bound of "
+        f"{RESULT_MAX_BYTES:,} (store it elsewhere and return a reference)"
+    )
 
 
 def expect_applied(settled: Settled, job_id: int, fence: int, action: str) -> None:

@@ -240,6 +240,39 @@ async def test_a_result_over_the_bound_is_the_jobs_own_failure_not_a_lost_lease(
         assert "lease lost" not in caplog.text
 
 
+def test_a_result_far_over_the_bound_is_refused_before_json_dumps_holds_the_gil() -> None:
+    """`json.dumps` keeps the GIL until it returns (40 MB of it starved a 1 s lease's
+    heartbeater on a loaded machine), so a result is measured first, in Python, and refused
+    once past RESULT_MAX_BYTES ("at least N bytes", never serialised): 40 MiB of text, a
+    million zeros in shared lists. The measure never passes the JSON's own size, and is exact
+    for plain text and brackets; a cycle still reads as one."""
+    import json
+
+    from pgq_core.queue import RESULT_MAX_BYTES, result_json
+    from pgq_core.queue_common import json_size_floor
+
+    for result in ({"blob": "x" * 40 * RESULT_MAX_BYTES}, [[0] * 1000] * 1000):
+        with pytest.raises(ValueError, match=r"at least [\d,]+ bytes of JSON, over pgq's bound"):
+            result_json(result)
+
+    plain = {"a": ["bc", [0, 1], {}], "": "", "d": [{"e": []}], "f": (7,)}
+    assert json_size_floor(plain, RESULT_MAX_BYTES) == len(json.dumps(plain))
+    for value in (
+        {"a": [1.5, True, False, None, -12, 'é\n"x'], 3: [], None: {"k": "\u2603"}},
+        [[[], {}], "", 0],
+        "\u00e9t\u00e9",
+        12345,
+        None,
+    ):
+        text = json.dumps(value, ensure_ascii=False)
+        assert json_size_floor(value, RESULT_MAX_BYTES) <= len(text.encode()), text
+        assert result_json(value) == (None if value is None else text)
+    loop: list[Any] = []
+    loop.append({"again": loop})
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        result_json(loop)
+
+
 async def test_a_read_only_outage_is_one_line_when_it_begins_and_one_when_it_ends(
     own_database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
