@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +26,7 @@ from pgq_bench import (
     load_average,
     payload,
     process_cpu,
+    produce,
     seed_connection,
     server,
     setup_seed,
@@ -36,32 +36,6 @@ from pgq_core import Queue
 
 TRUNCATE_SEED = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
-
-
-def produce(
-    conns: list[Any], one: Callable[[Any, int], None], jobs: int
-) -> tuple[float, list[float]]:
-    """A thread per connection enqueues its share, one job per transaction, all started
-    together: (seconds to the last commit, each enqueue's seconds)."""
-    share = [jobs // len(conns) + (i < jobs % len(conns)) for i in range(len(conns))]
-    barrier = threading.Barrier(len(conns) + 1)
-    latencies: list[list[float]] = [[] for _ in conns]
-
-    def work(i: int) -> None:
-        barrier.wait()
-        for n in range(share[i]):
-            t0 = time.perf_counter()
-            one(conns[i], n)
-            latencies[i].append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(conns))]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start, [x for own in latencies for x in own]
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     )
     from .drain import Options, Phase, drain, drain_args, print_tables, refill, run_bench
     from .handlers import HANDLER_SPECS, noop_async, noop_sync
+    from .producers import produce
     from .same_resources import (
         SameResourcesOptions,
         drain_pgq,
@@ -100,6 +101,7 @@ __all__ = [
     "print_scale",
     "print_tables",
     "process_cpu",
+    "produce",
     "refill",
     "run_bench",
     "run_command",
@@ -138,6 +140,7 @@ _HOME = {
         "drain",
     ),
     **dict.fromkeys(("HANDLER_SPECS", "noop_async", "noop_sync"), "handlers"),
+    "produce": "producers",
     **dict.fromkeys(
         (
             "SameResourcesOptions",

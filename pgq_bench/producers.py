@@ -96,7 +96,7 @@ class Run:
         return {**asdict(self), "rate": self.rate}
 
 
-def _produce(
+def produce(
     connections: list[Any], enqueue_one: Callable[[Any, int], None], jobs: int
 ) -> tuple[float, list[float]]:
     """Every connection's thread enqueues its share, one job per transaction, started
@@ -107,7 +107,7 @@ def _produce(
     latencies: list[list[float]] = [[] for _ in connections]
     errors: list[BaseException] = []
 
-    def produce(i: int) -> None:
+    def work(i: int) -> None:
         own = latencies[i]
         try:
             barrier.wait()
@@ -118,7 +118,7 @@ def _produce(
         except BaseException as exc:  # noqa: BLE001 - reported after the join
             errors.append(exc)
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(len(connections))]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(connections))]
     for t in threads:
         t.start()
     barrier.wait()
@@ -284,9 +284,9 @@ def run_producers(
                     )
                     ticks = cpu_ticks()
                     if side == "seed":
-                        seconds, lat = _produce(seed_conns, seed_one, opts.jobs)
+                        seconds, lat = produce(seed_conns, seed_one, opts.jobs)
                     elif side in sync_sides:
-                        seconds, lat = _produce(queues, pgq_one, opts.jobs)
+                        seconds, lat = produce(queues, pgq_one, opts.jobs)
                     elif side == "seed_async":
                         seconds, lat = _produce_async(
                             _path_dsn(dsn, seed_schema), opts.producers, seed_one_async, opts.jobs
