@@ -86,7 +86,7 @@ def throwaway_database(dsn: str, prefix: str) -> Iterator[str]:
 def throwaway_schema(dsn: str, prefix: str, *, pgq: bool = True) -> Iterator[str]:
     """A new schema (migrated to pgq's latest version when `pgq`), dropped on exit."""
     name = f"{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         if pgq:
             migrate(conn, name)
         else:
@@ -94,7 +94,7 @@ def throwaway_schema(dsn: str, prefix: str, *, pgq: bool = True) -> Iterator[str
     try:
         yield name
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
             conn.execute(sql.SQL(DROP_SCHEMA).format(sql.Identifier(name)))
 
 

@@ -39,6 +39,7 @@ from pgq_core import JobSpec, PgqError, Queue, listen_statement
 
 from .common import (
     CHILD_APP,
+    CONNECT_TIMEOUT,
     QUEUE_NAME,
     Cost,
     Meter,
@@ -188,7 +189,7 @@ def listener(dsn: str, schema: str, ready: MPQueue[Any], go: Event, stop: Event)
     """An idle connection LISTENing on the queue's channel, consuming every notification."""
     _child_env()
     received = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         conn.execute(listen_statement(schema))
         ready.put(os.getpid())
         go.wait()
@@ -499,7 +500,10 @@ def run_bench(
     }
     claims = {"seed": opts.batch, **{k: getattr(opts, v) for k, v in PGQ_SIDES.items()}}
     sides = list(claims)
-    with contextlib.ExitStack() as stack, psycopg.connect(dsn, autocommit=True) as conn:
+    with (
+        contextlib.ExitStack() as stack,
+        psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn,
+    ):
         meter = Meter(conn)
         result["server"] = {"version": server_version(conn), "embedded": embedded}
         schemas = {

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from pgq_core import PgqError
 
-from .common import payload
+from .common import CONNECT_TIMEOUT, payload
 from .dbwork import DbWork
 
 #: What the side needs installed; and what its versions line names (uvloop: PgQueuer's loop).
@@ -83,7 +83,7 @@ def fill_peer(dsn: str, schema: str, jobs: int, payload_bytes: int) -> None:
         return 0.0
 
     run_loop(fill())
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         conn.execute(sql.SQL("VACUUM ANALYZE {}.pgqueuer").format(sql.Identifier(schema)))
 
 
@@ -132,7 +132,7 @@ def drain_peer(
                 f"{' | '.join(tail) or 'no output'}"
             )
     own = json.loads(lines[-1])
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         row = conn.execute(sql.SQL(PEER_TALLY).format(s=sql.Identifier(schema))).fetchone()
     assert row is not None
     done, enqueued, left, span = int(row[0]), int(row[1]), int(row[2]), float(row[3] or 0.0)

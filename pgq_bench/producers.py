@@ -41,6 +41,7 @@ from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
 from pgq_core.ops import NOTIFY_MODES
 
 from .common import (
+    CONNECT_TIMEOUT,
     QUEUE_NAME,
     cpu_ticks,
     load_average,
@@ -174,9 +175,9 @@ class _Ears:
         self.count = 0
         self.max_usage = 0.0
         self._stop = threading.Event()
-        self._listen = psycopg.connect(dsn, autocommit=True)
+        self._listen = psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         self._listen.execute(listen_statement(schema))
-        self._sample = psycopg.connect(dsn, autocommit=True)
+        self._sample = psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         self._threads = [
             threading.Thread(target=self._consume, daemon=True),
             threading.Thread(target=self._usage, daemon=True),
@@ -240,7 +241,7 @@ def run_producers(
     runs: dict[str, list[Run]] = {s: [] for s in sides}
     result: dict[str, Any] = {"params": asdict(opts), "machine": machine()}
     with (
-        psycopg.connect(dsn, autocommit=True) as admin,
+        psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin,
         throwaway_schema(dsn, "bench_seed", pgq=False) as seed_schema,
         throwaway_schema(dsn, "bench_pgq") as pgq_schema,
     ):

@@ -46,6 +46,7 @@ from pgq_core import JobSpec, PgqError, Queue
 from pgq_core.text import printable
 
 from .common import (
+    CONNECT_TIMEOUT,
     QUEUE_NAME,
     cpu_ticks,
     load_average,
@@ -161,7 +162,7 @@ def fill_pgq(dsn: str, schema: str, opts: SameResourcesOptions) -> None:
 
 
 def _tally(dsn: str, query: str, schema: str) -> tuple[Any, ...]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         row = conn.execute(sql.SQL(query).format(s=sql.Identifier(schema))).fetchone()
     assert row is not None
     return tuple(row)
@@ -366,7 +367,7 @@ def run_same_resources(
         },
         "machine": machine(),
     }
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
         result["server"] = {"version": server_version(conn), "embedded": embedded}
     peer = opts.peers
     if opts.peers:

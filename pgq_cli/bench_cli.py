@@ -8,6 +8,7 @@ install (`pip install -e .`, setup.py) maps `pgq_bench` beside `pgq_cli`. `pgq -
 from __future__ import annotations
 
 import importlib
+import signal
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -17,6 +18,12 @@ import click
 from .failures import fail
 from .options import FiniteFloatRange, at_most, duration, lease_duration
 from .session import settings
+
+
+def _exit_on_terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends the run as an exception, so the bench's own server and schemas are
+    stopped and dropped on the way out (the default action left its server running)."""
+    raise SystemExit(128 + signum)
 
 
 def load_bench() -> ModuleType:
@@ -323,4 +330,6 @@ def bench_command(ctx: click.Context, /, **options: Any) -> None:
     --failover: a Patroni cluster whose leader is killed --failovers times under load
     (asynchronous, or --sync); every job and handler run accounted for afterwards."""
     obj = settings(ctx)
-    load_bench().run_command(obj.dsn, obj.schema, **options)
+    bench = load_bench()
+    signal.signal(signal.SIGTERM, _exit_on_terminate)
+    bench.run_command(obj.dsn, obj.schema, **options)

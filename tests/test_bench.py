@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -567,3 +573,38 @@ def test_steal_is_the_share_of_cpu_time_the_hypervisor_gave_away() -> None:
     assert steal_percent(None, after) is None
     now = cpu_ticks()
     assert now is None or len(now) == 8
+
+
+@pytest.mark.slow
+def test_a_terminated_bench_stops_its_own_server(tmp_path: Path) -> None:
+    """SIGTERM to `pgq bench` mid-run: the embedded server it started is stopped and its
+    home deleted (before, the process died and left the server running)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("PGQ_DSN", None)
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "pgq_cli", "bench", "--producers", "2", "--jobs", "200000",
+         "--rounds", "1", "--json"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        postmaster = 0
+        while not postmaster and time.monotonic() < deadline and bench.poll() is None:
+            for pid_file in tmp_path.glob("pgq-bench-*/**/postmaster.pid"):
+                lines = pid_file.read_text().splitlines()
+                # the server's own pid (initdb's bootstrap writes a negative one), once ready
+                if len(lines) >= 8 and lines[7].strip() == "ready" and int(lines[0]) > 0:
+                    postmaster = int(lines[0])
+            time.sleep(0.2)
+        assert postmaster, "the bench never started its server"
+        time.sleep(2)  # the run is under way
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) != 0
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{postmaster}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{postmaster}").exists(), "the bench's server is still running"
+    assert not list(tmp_path.glob("pgq-bench-*")), "the bench's home is still there"
