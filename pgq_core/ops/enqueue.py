@@ -228,13 +228,10 @@ def copy_text(
     block: list[str] = []
     for job_id, spec in zip(ids, specs, strict=True):
         run_at = spec.run_at
-        when = due[spec.delay or _NO_DELAY] if run_at is None else run_at.isoformat()
+        when = due[spec.delay or _NO_DELAY] if run_at is None else _copy_field(run_at)
         payload = dumps(spec.payload).replace(_BS, _BS2)
-        block.append(
-            f"{job_id}\t{_copy_field(spec.queue)}\t{payload}\t{when}\t{spec.max_attempts}\t"
-            f"{spec.priority}\t{_copy_field(spec.backoff_base)}\t{_copy_field(spec.backoff_cap)}\t"
-            f"{trace}\n"
-        )
+        tail = _copy_tail(when, spec, trace)
+        block.append(f"{job_id}\t{_copy_field(spec.queue)}\t{payload}{tail}")
         if len(block) == _COPY_BLOCK:
             yield "".join(block)
             block = []
@@ -255,13 +252,18 @@ def payload_copy_text(
     if run_at is None:
         run_at = dict(zip(delays, run_ats, strict=True))[template.delay or _NO_DELAY]
     head = f"\t{_copy_field(template.queue)}\t"
-    fields = (run_at, template.max_attempts, template.priority, template.backoff_base,
-              template.backoff_cap, _trace_text())  # fmt: skip
-    tail = "".join("\t" + _copy_field(f) for f in fields) + "\n"
+    tail = _copy_tail(_copy_field(run_at), template, _copy_field(_trace_text()))
     dumps = _json_encoder()
     for at in range(0, len(payloads), _COPY_BLOCK):
         block = zip(ids[at : at + _COPY_BLOCK], payloads[at : at + _COPY_BLOCK], strict=True)
         yield "".join([f"{i}{head}{dumps(p).replace(_BS, _BS2)}{tail}" for i, p in block])
+
+
+def _copy_tail(when: str, spec: JobSpec, trace: str) -> str:
+    """A COPY row's fields after its payload, to its end: `when` (its run_at) and `trace`
+    given as COPY fields, and the spec's options between them."""
+    options = (spec.max_attempts, spec.priority, spec.backoff_base, spec.backoff_cap)
+    return f"\t{when}\t" + "\t".join(map(_copy_field, options)) + f"\t{trace}\n"
 
 
 def _trace_text() -> str | None:
