@@ -149,14 +149,20 @@ class AsyncQueue:
         try:
             return await session.arun(target, self.schema, op)
         except psycopg.Error as exc:
-            failure = session.classify(exc, self.schema, target)
-            if failure is Failure.SCHEMA_MISSING:
-                raise session.schema_missing(exc, self.schema) from exc
-            if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
-                await target.close()
-            if (refused := session.unstorable(exc, target)) is not None:
-                raise refused from exc
+            await self._refused(exc, target)
             raise
+
+    async def _refused(self, exc: psycopg.Error, target: psycopg.AsyncConnection[Any]) -> None:
+        """Raise what `run` says of `exc`, met on `target`, when it is one of pgq's errors
+        (SchemaMissing, `Unstorable`); else return, for the caller to raise `exc` itself. A
+        connection `connect` made that reached a server taking no writes is closed first."""
+        failure = session.classify(exc, self.schema, target)
+        if failure is Failure.SCHEMA_MISSING:
+            raise session.schema_missing(exc, self.schema) from exc
+        if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
+            await target.close()
+        if (refused := session.unstorable(exc, target)) is not None:
+            raise refused from exc
 
     # producers
     async def enqueue(
@@ -295,11 +301,16 @@ class AsyncQueue:
         return ids
 
     async def _copy_in(self, blocks: Iterable[str], target: psycopg.AsyncConnection[Any]) -> None:
-        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`."""
+        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`; a refusal is said as
+        `run` says it (text the database cannot hold: `Unstorable`, as for any enqueue)."""
         copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
-        async with target.cursor() as cur, cur.copy(copy_in) as copy:
-            for block in blocks:
-                await copy.write(block)
+        try:
+            async with target.cursor() as cur, cur.copy(copy_in) as copy:
+                for block in blocks:
+                    await copy.write(block)
+        except psycopg.Error as exc:
+            await self._refused(exc, target)
+            raise
 
     # lease holders
     async def claim(

@@ -144,14 +144,20 @@ class Queue:
         try:
             return session.run(target, self.schema, op)
         except psycopg.Error as exc:
-            failure = session.classify(exc, self.schema, target)
-            if failure is Failure.SCHEMA_MISSING:
-                raise session.schema_missing(exc, self.schema) from exc
-            if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
-                target.close()
-            if (refused := session.unstorable(exc, target)) is not None:
-                raise refused from exc
+            self._refused(exc, target)
             raise
+
+    def _refused(self, exc: psycopg.Error, target: psycopg.Connection[Any]) -> None:
+        """Raise what `run` says of `exc`, met on `target`, when it is one of pgq's errors
+        (SchemaMissing, `Unstorable`); else return, for the caller to raise `exc` itself. A
+        connection `connect` made that reached a server taking no writes is closed first."""
+        failure = session.classify(exc, self.schema, target)
+        if failure is Failure.SCHEMA_MISSING:
+            raise session.schema_missing(exc, self.schema) from exc
+        if failure is Failure.READ_ONLY and target is self.conn and self._dsn is not None:
+            target.close()
+        if (refused := session.unstorable(exc, target)) is not None:
+            raise refused from exc
 
     # producers
     def enqueue(
@@ -290,11 +296,16 @@ class Queue:
         return ids
 
     def _copy_in(self, blocks: Iterable[str], target: psycopg.Connection[Any]) -> None:
-        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`."""
+        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`; a refusal is said as
+        `run` says it (text the database cannot hold: `Unstorable`, as for any enqueue)."""
         copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
-        with target.cursor() as cur, cur.copy(copy_in) as copy:
-            for block in blocks:
-                copy.write(block)
+        try:
+            with target.cursor() as cur, cur.copy(copy_in) as copy:
+                for block in blocks:
+                    copy.write(block)
+        except psycopg.Error as exc:
+            self._refused(exc, target)
+            raise
 
     # lease holders
     def claim(

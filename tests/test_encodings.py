@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 from support import ENV, TIMEOUT, make_worker, running, until
 
 from pgq_cli.cli import main
-from pgq_core import PgqError, Queue, Unstorable
+from pgq_core import JobSpec, PgqError, Queue, Unstorable
 from pgq_core.migrate import migrate
 from pgq_core.worker import JobContext
 
@@ -141,6 +141,32 @@ def test_text_the_encoding_cannot_hold_is_refused_at_enqueue(dsn: str) -> None:
                 assert len(result.output.strip().splitlines()) == 1, result.output
                 assert "LATIN1" in result.output and "Traceback" not in result.output
             assert q.jobs(limit=10) == []
+
+
+def test_the_bulk_path_refuses_what_the_encoding_cannot_hold_in_one_line(
+    dsn: str, tmp_path: Any
+) -> None:
+    """COPY (`enqueue_payloads`, `enqueue_copy`, `pgq enqueue --file`) refuses an emoji in a
+    LATIN1 database as the one-job enqueue does: `Unstorable` naming the encoding, one line
+    from the CLI, and nothing written."""
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text('{"t": 1}\n{"t": "\\ud83d\\ude00"}\n')
+    with encoded_database(dsn, "LATIN1") as db:
+        assert cli(db, "migrate").exit_code == 0
+        with Queue.connect(db) as q:
+            with pytest.raises(Unstorable, match="LATIN1"):
+                q.enqueue_payloads("q", [{"t": 1}, {"t": "\N{GRINNING FACE}"}])
+            with pytest.raises(Unstorable, match="LATIN1"):
+                q.enqueue_payloads("q\N{GRINNING FACE}", [{"t": 1}])
+            with pytest.raises(Unstorable, match="LATIN1"):
+                q.enqueue_copy([JobSpec("q", {}), JobSpec("q\N{GRINNING FACE}", {})])
+            for args in (("q", "--file", str(lines)), ("q\N{GRINNING FACE}", "--file", str(lines))):
+                result = cli(db, "enqueue", *args)
+                assert result.exit_code == 1, result.output
+                assert len(result.output.strip().splitlines()) == 1, result.output
+                assert "LATIN1" in result.output and "Traceback" not in result.output
+            assert q.jobs(limit=10) == []
+            assert q.enqueue_payloads("q", [{"t": "café"}]), "the connection is still usable"
 
 
 async def test_a_result_the_encoding_cannot_hold_is_the_jobs_own_failure(dsn: str) -> None:

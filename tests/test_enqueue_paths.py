@@ -12,7 +12,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, listen_statement, ops, queries
+from pgq_core import (
+    AsyncQueue,
+    JobSpec,
+    PgqError,
+    Queue,
+    Unstorable,
+    listen_statement,
+    ops,
+    queries,
+)
 
 COLUMNS = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap, trace"
 
@@ -66,7 +75,7 @@ def test_enqueue_copy_is_all_or_nothing_and_refuses_what_it_cannot_carry(queue: 
             enqueue([JobSpec("c", {}), JobSpec("c", {}), JobSpec("c\u200d", {})])
         with pytest.raises(ValueError, match="queue name"):
             enqueue([JobSpec("c", {}), JobSpec("", {})])
-    with pytest.raises(psycopg.Error):  # the server refuses the second job: none is written
+    with pytest.raises(Unstorable):  # the server refuses the second job: none is written
         queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {"bad": "\x00"})])
     assert queue.enqueue_copy([]) == []
     assert not queue.has_jobs("c")
@@ -138,7 +147,7 @@ def test_enqueue_payloads_is_all_or_nothing_and_checks_its_options(queue: Queue)
         queue.enqueue_payloads("", [{}])
     with pytest.raises(ValueError, match="not one payload"):
         queue.enqueue_payloads("c", {"one": "job"})
-    with pytest.raises(psycopg.Error):  # the server refuses the last: none is written
+    with pytest.raises(Unstorable):  # the server refuses the last: none is written
         queue.enqueue_payloads("c", [{"n": n} for n in range(3000)] + [{"bad": "\x00"}])
     with pytest.raises(TypeError, match="not JSON serializable"):
         queue.enqueue_payloads("c", [{}, {"when": datetime.now(UTC)}])
@@ -161,6 +170,32 @@ async def test_async_enqueue_payloads_writes_the_same_jobs(
         assert not queue.has_jobs("t"), "not visible before the caller commits"
         await own.rollback()
     assert not queue.has_jobs("t") and rows(queue, ids) == []
+
+
+def test_the_bulk_path_refuses_unstorable_text_as_every_enqueue_does(queue: Queue) -> None:
+    """jsonb holds no \\u0000: the one-job enqueue, a batch and COPY all raise `Unstorable`,
+    write nothing and leave the connection usable."""
+    bad = {"bad": "\x00"}
+    with pytest.raises(Unstorable, match="u0000"):
+        queue.enqueue("c", bad)
+    with pytest.raises(Unstorable, match="u0000"):
+        queue.enqueue_many([JobSpec("c", {}), JobSpec("c", bad)])
+    with pytest.raises(Unstorable, match="u0000"):
+        queue.enqueue_payloads("c", [{"n": n} for n in range(6000)] + [bad])
+    with pytest.raises(Unstorable, match="u0000"):
+        queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", bad)])
+    assert not queue.has_jobs("c")
+    assert len(queue.enqueue_payloads("c", [{}])) == 1
+
+
+async def test_async_bulk_path_refuses_unstorable_text(queue: Queue, aqueue: AsyncQueue) -> None:
+    bad = {"bad": "\x00"}
+    with pytest.raises(Unstorable, match="u0000"):
+        await aqueue.enqueue_payloads("c", [{}, bad])
+    with pytest.raises(Unstorable, match="u0000"):
+        await aqueue.enqueue_copy([JobSpec("c", {}), JobSpec("c", bad)])
+    assert not queue.has_jobs("c")
+    assert len(await aqueue.enqueue_payloads("c", [{}])) == 1
 
 
 def test_enqueue_one_checks_and_writes_as_the_general_path(queue: Queue) -> None:
