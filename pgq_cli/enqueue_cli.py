@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 import click
+import psycopg
 
-from pgq_core import JobSpec, ops
+from pgq_core import JobSpec, PgqError, ops
 from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
@@ -300,7 +301,7 @@ def enqueue_command(
         "max_attempts": max_attempts,
         "priority": priority,
     }
-    ids = _enqueue_all(ctx, queue_name, payloads, options, after)
+    ids = _enqueue_all(ctx, queue_name, payloads, options, after, name)
     if as_json:
         echo_json(ids)
     elif ids:
@@ -332,9 +333,11 @@ def _enqueue_all(
     payloads: list[tuple[Any, int]],
     options: dict[str, Any],
     after: tuple[int, ...],
+    name: str,
 ) -> list[int]:
     """One job per payload, all in one transaction: a failure part-way leaves nothing
-    enqueued. Each statement carries a bounded step, so each stays under jsonb's size limit
+    enqueued, and its error says so (one noted before the commit: the transaction never
+    committed). Each statement carries a bounded step, so each stays under jsonb's size limit
     and the statement timeout. Jobs without dependencies go through COPY, without a JobSpec
     each (`Queue.enqueue_payloads`), when the role may (INSERT on jobs.id; pgq's producer role
     may not): else `enqueue_many`."""
@@ -346,12 +349,19 @@ def _enqueue_all(
             "enqueueing", total=len(payloads), visible=len(payloads) >= PROGRESS_THRESHOLD
         )
         bulk = not after and q.run(ops.may_copy(q.schema))
-        with q.conn.transaction():
-            for step in _steps(payloads, COPY_STEP if bulk else ENQUEUE_STEP):
-                if bulk:
-                    ids += q.enqueue_payloads(queue_name, step, **options)
-                else:
-                    specs = [JobSpec(queue_name, p, depends_on=after, **options) for p in step]
-                    ids += q.enqueue_many(specs)
-                progress.advance(task, len(step))
+        committing = False
+        try:
+            with q.conn.transaction():
+                for step in _steps(payloads, COPY_STEP if bulk else ENQUEUE_STEP):
+                    if bulk:
+                        ids += q.enqueue_payloads(queue_name, step, **options)
+                    else:
+                        specs = [JobSpec(queue_name, p, depends_on=after, **options) for p in step]
+                        ids += q.enqueue_many(specs)
+                    progress.advance(task, len(step))
+                committing = True
+        except (PgqError, psycopg.Error) as exc:
+            if not committing:
+                exc.add_note(f"nothing from {printable(name)} was enqueued")
+            raise
     return ids

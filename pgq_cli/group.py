@@ -55,14 +55,14 @@ class PgqGroup(click.Group):
         except (click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except PgqError as exc:
-            fail(_clean(ctx, str(exc)))
+            fail(_clean(ctx, _noted(exc, str(exc))))
         except psycopg.Error as exc:
             if is_pooler_error(exc):
                 fail(
                     f"{_clean(ctx, first_line(str(exc)))}: the connection goes through a pooler "
                     "in transaction mode; run again with --pooled (or PGQ_POOLED=1)"
                 )
-            fail(_clean(ctx, explain(exc, _dsn(ctx))))
+            fail(_clean(ctx, _noted(exc, explain(exc, _dsn(ctx)))))
         except RecursionError:
             fail("a JSON value is nested too deeply for Python to read (stored by plain SQL?)")
         except Exception as exc:
@@ -72,6 +72,13 @@ class PgqGroup(click.Group):
                 fail(f"a value given is {problem}", EXIT_USAGE)
             detail = _clean(ctx, first_line(str(exc)))
             fail(f"{_unexpected(exc)}: {detail} (PGQ_DEBUG=1 shows the traceback)")
+
+
+def _noted(exc: BaseException, said: str) -> str:
+    """`said` of `exc`, and what the command noted on it (`add_note`: what the failure left
+    undone), on the same line."""
+    notes = getattr(exc, "__notes__", None) or []
+    return "; ".join([said, *(first_line(str(note)) for note in notes)])
 
 
 def _unexpected(exc: BaseException) -> str:

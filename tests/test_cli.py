@@ -196,7 +196,8 @@ def test_enqueue_empty_file_enqueues_nothing(pgq: Pgq, conn: Any, schema: str) -
 def test_enqueue_big_file_is_one_transaction(
     pgq: Pgq, conn: Any, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """12 000 lines go in in several steps; a database error in a late step leaves nothing."""
+    """12 000 lines go in in several steps; a database error in a late step leaves nothing,
+    and its line says so."""
     from pgq_cli import enqueue_cli
 
     monkeypatch.setattr(enqueue_cli, "COPY_STEP", 5000)
@@ -223,7 +224,9 @@ def test_enqueue_big_file_is_one_transaction(
     lines = [f'{{"n": {n}}}\n' for n in range(12_000)]
     lines[11_000] = '{"boom": true}\n'
     big.write_text("".join(lines))
-    error_line(pgq("enqueue", "bulk", "--file", str(big)), 1, "database error", "boom refused")
+    said = f"nothing from {big} was enqueued"  # the error says so: the file is one transaction
+    error_line(pgq("enqueue", "bulk", "--file", str(big)), 1, "boom refused", said)
+    error_line(pgq("enqueue", "bulk", "--file", "-", input=big.read_text()), 1, "from stdin")
     assert count_jobs(conn, schema) == 0
 
 
