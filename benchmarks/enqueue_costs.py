@@ -1,11 +1,11 @@
 """What one enqueue costs, on one connection: µs of Python (this thread's CPU), µs of the
-server (the backend's CPU, from /proc), µs of wall time and WAL bytes, per job, for the seed's
+server (the backend's CPU, from /proc), µs of wall time and WAL bytes, per job, for the baseline's
 plain INSERT and pgq's `Queue.enqueue` under each `notify` mode, alternated round by round.
 
 PYTHONPATH=. python benchmarks/enqueue_costs.py [--dsn DSN] [--jobs N] [--rounds R]
     [--batch B]
 
-With --batch B each side enqueues B jobs per call instead (the seed's batch INSERT, pgq's
+With --batch B each side enqueues B jobs per call instead (the baseline's batch INSERT, pgq's
 `Queue.enqueue_many`, and its COPY path `Queue.enqueue_copy`). Without --dsn on a fresh
 embedded server (the backend's CPU is read from /proc only when the server runs on this
 machine). Each figure is the median over the rounds; the machine's CPU steal over the whole
@@ -25,16 +25,16 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgq_bench import (
+    BASELINE_ENQUEUE,
+    BASELINE_ENQUEUE_BATCH,
     QUEUE_NAME,
-    SEED_ENQUEUE,
-    SEED_ENQUEUE_BATCH,
+    baseline_connection,
     cpu_ticks,
     load_average,
     payload,
     process_cpu,
-    seed_connection,
     server,
-    setup_seed,
+    setup_baseline,
     steal_percent,
     throwaway_schema,
 )
@@ -90,20 +90,20 @@ def run(dsn: str, args: argparse.Namespace) -> None:
     results: dict[str, list[dict[str, float]]] = {}
     with (
         psycopg.connect(dsn, autocommit=True) as admin,
-        throwaway_schema(dsn, "cost_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "cost_baseline", pgq=False) as baseline_schema,
         throwaway_schema(dsn, "cost_pgq") as pgq_schema,
     ):
-        setup_seed(dsn, seed_schema)
-        seed = seed_connection(dsn, seed_schema)
+        setup_baseline(dsn, baseline_schema)
+        baseline = baseline_connection(dsn, baseline_schema)
         q = Queue(psycopg.connect(dsn, autocommit=True), pgq_schema, owns=True)
         body = [payload(args.payload_bytes, n) for n in range(per_call)]
 
-        def seed_one(n: int) -> None:
-            seed.execute(SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(body[0])})
+        def baseline_one(n: int) -> None:
+            baseline.execute(BASELINE_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(body[0])})
 
-        def seed_many(n: int) -> None:
-            seed.execute(
-                SEED_ENQUEUE_BATCH, {"queue": QUEUE_NAME, "payloads": [Jsonb(p) for p in body]}
+        def baseline_many(n: int) -> None:
+            baseline.execute(
+                BASELINE_ENQUEUE_BATCH, {"queue": QUEUE_NAME, "payloads": [Jsonb(p) for p in body]}
             )
 
         def pgq_one(n: int) -> None:
@@ -117,13 +117,13 @@ def run(dsn: str, args: argparse.Namespace) -> None:
 
         if batch:
             sides: dict[str, tuple[str | None, Callable[[int], None], psycopg.Connection[Any]]] = {
-                "seed_batch": (None, seed_many, seed),
+                "baseline_batch": (None, baseline_many, baseline),
                 "pgq_many_edge": ("edge", pgq_many, q.conn),
                 "pgq_copy_edge": ("edge", pgq_copy, q.conn),
             }
         else:
             sides = {
-                "seed": (None, seed_one, seed),
+                "baseline": (None, baseline_one, baseline),
                 "pgq_edge": ("edge", pgq_one, q.conn),
                 "pgq_always": ("always", pgq_one, q.conn),
                 "pgq_off": ("off", pgq_one, q.conn),
@@ -134,15 +134,15 @@ def run(dsn: str, args: argparse.Namespace) -> None:
         load = load_average()
         for _ in range(args.rounds):
             for name, (mode, call, conn) in sides.items():
-                for schema in (seed_schema, pgq_schema):
-                    tables = "jobs" if schema == seed_schema else "jobs, {s}.job_events"
+                for schema in (baseline_schema, pgq_schema):
+                    tables = "jobs" if schema == baseline_schema else "jobs, {s}.job_events"
                     admin.execute(
                         sql.SQL("TRUNCATE {s}." + tables).format(s=sql.Identifier(schema))
                     )
                 if mode is not None:
                     q.set_notify(mode)
                 results.setdefault(name, []).append(measure(admin, conn, call, calls, per_call))
-        seed.close()
+        baseline.close()
         q.close()
     print(
         f"{args.jobs} jobs per side per round, {per_call} per call, {args.rounds} rounds "

@@ -4,7 +4,7 @@ python benchmarks/hot_heartbeats.py DSN [--before-version-6]
 
 Fills a throwaway schema with 2,000 jobs (200-byte payloads), claims 200 and extends their
 leases 100 times (20,000 heartbeat updates), then prints how many were HOT and how the table
-and its indexes grew. `--before-version-6` puts back what version 6 changed (the seed's
+and its indexes grew. `--before-version-6` puts back what version 6 changed (the baseline's
 jobs_lease_idx on lease_until, fillfactor 100): the figures before the change.
 """
 

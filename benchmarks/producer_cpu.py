@@ -5,7 +5,7 @@ run on this machine) and the p50 latency of one enqueue. Sides: the baseline's p
 `Queue.enqueue` under each `notify` mode, alternated round by round on one server.
 
 PYTHONPATH=. python benchmarks/producer_cpu.py [--dsn DSN] [--producers 16] [--jobs 4000]
-    [--rounds 3] [--sides seed,edge,always,off]
+    [--rounds 3] [--sides baseline,edge,always,off]
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgq_bench import (
+    BASELINE_ENQUEUE,
     QUEUE_NAME,
-    SEED_ENQUEUE,
+    baseline_connection,
     load_average,
     payload,
     process_cpu,
     produce,
-    seed_connection,
     server,
-    setup_seed,
+    setup_baseline,
     throwaway_schema,
 )
 from pgq_core import Queue
 
-TRUNCATE_SEED = "TRUNCATE {s}.jobs"
+TRUNCATE_BASELINE = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sides", default="seed,edge,always,off")
+    parser.add_argument("--sides", default="baseline,edge,always,off")
     args = parser.parse_args()
     with server(args.dsn) as (dsn, _):
         run(dsn, args.producers, args.jobs, args.rounds, args.sides.split(","))
@@ -53,15 +53,15 @@ def main() -> None:
 def run(dsn: str, producers: int, jobs: int, rounds: int, sides: list[str]) -> None:
     with (
         psycopg.connect(dsn, autocommit=True) as admin,
-        throwaway_schema(dsn, "cpu_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "cpu_baseline", pgq=False) as baseline_schema,
         throwaway_schema(dsn, "cpu_pgq") as pgq_schema,
     ):
-        setup_seed(dsn, seed_schema)
-        seeds = [seed_connection(dsn, seed_schema) for _ in range(producers)]
+        setup_baseline(dsn, baseline_schema)
+        baselines = [baseline_connection(dsn, baseline_schema) for _ in range(producers)]
         queues = [Queue.connect(dsn, pgq_schema) for _ in range(producers)]
 
-        def seed_one(conn: psycopg.Connection[Any], n: int) -> None:
-            conn.execute(SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(0, n))})
+        def baseline_one(conn: psycopg.Connection[Any], n: int) -> None:
+            conn.execute(BASELINE_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(0, n))})
 
         def pgq_one(q: Queue, n: int) -> None:
             q.enqueue(QUEUE_NAME, payload(0, n))
@@ -70,17 +70,19 @@ def run(dsn: str, producers: int, jobs: int, rounds: int, sides: list[str]) -> N
         load = load_average()
         for _ in range(rounds):
             for side in sides:
-                seeded = side == "seed"
-                schema = sql.Identifier(seed_schema if seeded else pgq_schema)
-                admin.execute(sql.SQL(TRUNCATE_SEED if seeded else TRUNCATE_PGQ).format(s=schema))
+                on_baseline = side == "baseline"
+                schema = sql.Identifier(baseline_schema if on_baseline else pgq_schema)
+                admin.execute(
+                    sql.SQL(TRUNCATE_BASELINE if on_baseline else TRUNCATE_PGQ).format(s=schema)
+                )
                 admin.execute(sql.SQL("VACUUM {}.jobs").format(schema))
-                if not seeded:
+                if not on_baseline:
                     queues[0].set_notify(side)
-                conns: list[Any] = seeds if seeded else queues
-                one: Callable[[Any, int], None] = seed_one if seeded else pgq_one
+                conns: list[Any] = baselines if on_baseline else queues
+                one: Callable[[Any, int], None] = baseline_one if on_baseline else pgq_one
                 pids = (
-                    [c.info.backend_pid for c in seeds]
-                    if seeded
+                    [c.info.backend_pid for c in baselines]
+                    if on_baseline
                     else [q.conn.info.backend_pid for q in queues]
                 )
                 backends, python = sum(map(process_cpu, pids)), time.process_time()
@@ -88,7 +90,7 @@ def run(dsn: str, producers: int, jobs: int, rounds: int, sides: list[str]) -> N
                 python = time.process_time() - python
                 backends = sum(map(process_cpu, pids)) - backends
                 per[side].append((seconds, python, backends, statistics.median(latencies) * 1000))
-        for c in seeds:
+        for c in baselines:
             c.close()
         for q in queues:
             q.close()

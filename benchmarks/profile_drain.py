@@ -26,7 +26,7 @@ SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'
 """
 WAL = "SELECT wal_records, wal_bytes, wal_write, wal_sync, wal_sync_time FROM pg_stat_wal"
 #: (label, bench side kind, claim size)
-SIDES = (("seed", "seed", 10), ("pgq claim 10", "pgq", 10), ("pgq claim 50", "pgq", 50))
+SIDES = (("baseline", "baseline", 10), ("pgq claim 10", "pgq", 10), ("pgq claim 50", "pgq", 50))
 WORKERS = 4
 
 
@@ -40,8 +40,8 @@ def main(dsn: str, jobs: int) -> None:
         meter = Meter(conn)
         for label, kind, claim in SIDES:
             schema = stack.enter_context(throwaway_schema(dsn, "bench_prof", pgq=kind == "pgq"))
-            if kind == "seed":
-                bench.setup_seed(dsn, schema)
+            if kind == "baseline":
+                bench.setup_baseline(dsn, schema)
             bench.refill(conn, dsn, kind, schema, opts)
             conn.execute("SELECT pg_stat_statements_reset()")
             conn.execute("SELECT pg_stat_reset_shared('wal')")

@@ -3,7 +3,7 @@
 python benchmarks/profile_one_process.py DSN [JOBS] [CONCURRENCY] [sync|async]
 
 DSN must reach a superuser on a throwaway server started with
-`-c shared_preload_libraries=pg_stat_statements`. For the seed (C threads of the seed's SQL)
+`-c shared_preload_libraries=pg_stat_statements`. For the baseline (C threads of the baseline's SQL)
 and for one `pgq worker --concurrency C --burst` process it prints jobs/s, wall time per job
 and each statement's execution time per job: what is left of the wall time is commits, round
 trips and the client's own work. The statistics are server-wide; run on a quiet server.
@@ -21,7 +21,13 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgq_bench import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, seed_connection, setup_seed
+from pgq_bench import (
+    BASELINE_CLAIM,
+    BASELINE_COMPLETE,
+    BASELINE_ENQUEUE,
+    baseline_connection,
+    setup_baseline,
+)
 from pgq_core import JobSpec, Queue
 from pgq_core.migrate import migrate
 
@@ -44,21 +50,21 @@ def report(admin: psycopg.Connection[Any], label: str, jobs: int, seconds: float
         print(f"   {calls:7d} calls {per_call:7.0f} us/call {per_job:6.0f} us/job  {text}")
 
 
-def seed_side(dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int) -> None:
-    admin.execute("DROP SCHEMA IF EXISTS profile_seed CASCADE")
-    admin.execute("CREATE SCHEMA profile_seed")
-    setup_seed(dsn, "profile_seed")
-    conn = seed_connection(dsn, "profile_seed")
+def baseline_side(dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int) -> None:
+    admin.execute("DROP SCHEMA IF EXISTS profile_baseline CASCADE")
+    admin.execute("CREATE SCHEMA profile_baseline")
+    setup_baseline(dsn, "profile_baseline")
+    conn = baseline_connection(dsn, "profile_baseline")
     with conn.transaction():
         for n in range(jobs):
-            conn.execute(SEED_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})})
-    admin.execute("VACUUM ANALYZE profile_seed.jobs")
+            conn.execute(BASELINE_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})})
+    admin.execute("VACUUM ANALYZE profile_baseline.jobs")
 
     def drain() -> None:
-        own = seed_connection(dsn, "profile_seed")
-        while rows := own.execute(SEED_CLAIM, {"queue": "q", "limit": 10}).fetchall():
+        own = baseline_connection(dsn, "profile_baseline")
+        while rows := own.execute(BASELINE_CLAIM, {"queue": "q", "limit": 10}).fetchall():
             for row in rows:
-                own.execute(SEED_COMPLETE, {"id": row[0], "fence": row[2]})
+                own.execute(BASELINE_COMPLETE, {"id": row[0], "fence": row[2]})
 
     admin.execute(RESET)
     t0 = time.perf_counter()
@@ -67,7 +73,7 @@ def seed_side(dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int) -> No
         t.start()
     for t in threads:
         t.join()
-    report(admin, f"seed, {c} thread(s)", jobs, time.perf_counter() - t0)
+    report(admin, f"baseline, {c} thread(s)", jobs, time.perf_counter() - t0)
 
 
 def pgq_side(dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int, handler: str) -> None:
@@ -114,7 +120,7 @@ def main() -> None:
     handler = sys.argv[4] if len(sys.argv) > 4 else "async"
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        seed_side(dsn, admin, jobs, c)
+        baseline_side(dsn, admin, jobs, c)
         pgq_side(dsn, admin, jobs, c, handler)
 
 

@@ -1,11 +1,11 @@
 """The protocol's ceiling, without the worker runtime: N processes loop over the raw statements.
 
-`seed`: the seed's claim (LIMIT 10) and one fenced complete UPDATE per job, as written
-(`pgq_bench/seed.sql`), on pgq's table.
+`baseline`: the baseline's claim (LIMIT 10) and one fenced complete UPDATE per job, as written
+(`pgq_bench/baseline.sql`), on pgq's table.
 `pgq:B`: pgq's `claim`, then `complete_and_claim` (settle the batch, claim B more) per round
 trip, with fences checked and history rows written, exactly as the worker does.
 
-    .venv/bin/python benchmarks/protocol.py seed pgq:10 pgq:50 [--jobs 20000] [--procs 4]
+    .venv/bin/python benchmarks/protocol.py baseline pgq:10 pgq:50 [--jobs 20000] [--procs 4]
 
 Runs on the embedded server under PGQ_HOME (or PGQ_DSN), in a throwaway schema it drops.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgq_bench import QUEUE_NAME, SEED_CLAIM, SEED_COMPLETE, SEED_LIMIT
+from pgq_bench import BASELINE_CLAIM, BASELINE_COMPLETE, BASELINE_LIMIT, QUEUE_NAME
 from pgq_core import JobSpec, Queue, embedded, migrate, ops
 
 SCHEMA = "pgq_protocol_bench"
@@ -30,14 +30,14 @@ LEASE = timedelta(seconds=30)
 def loop(dsn: str, side: str, batch: int, out: Any) -> None:
     done = 0
     with Queue.connect(dsn, SCHEMA) as q:
-        if side == "seed":
-            # The seed's statements are unqualified: reach pgq's table through search_path.
+        if side == "baseline":
+            # The baseline's statements are unqualified: reach pgq's table through search_path.
             q.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(SCHEMA)))
-            claim = {"queue": QUEUE_NAME, "limit": SEED_LIMIT}
-            while rows := q.conn.execute(SEED_CLAIM, claim).fetchall():
+            claim = {"queue": QUEUE_NAME, "limit": BASELINE_LIMIT}
+            while rows := q.conn.execute(BASELINE_CLAIM, claim).fetchall():
                 for job_id, _payload, fence in rows:
                     complete = {"id": job_id, "fence": fence}
-                    done += q.conn.execute(SEED_COMPLETE, complete).rowcount
+                    done += q.conn.execute(BASELINE_COMPLETE, complete).rowcount
         else:
             jobs = q.claim("bench", batch, LEASE, f"bench-{os.getpid()}")
             while jobs:
@@ -74,7 +74,7 @@ def run(dsn: str, side: str, jobs: int, procs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sides", nargs="+", help="seed, pgq:10, pgq:50, ...")
+    parser.add_argument("sides", nargs="+", help="baseline, pgq:10, pgq:50, ...")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--procs", type=int, default=4)
     args = parser.parse_args()

@@ -1,13 +1,17 @@
 """Markdown tables from `pgq bench --json` result files (used to write README.md).
 
 python benchmarks/render.py benchmarks/results/pg18-embedded.json [more.json ...]
+
+Files written before the baseline had its name (`seed`, `ratio_to_seed`, ...) read as well:
+`read_result` gives both under today's names.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
+
+from pgq_bench import read_result
 
 
 def _n(value: Any, digits: int = 0) -> str:
@@ -16,19 +20,19 @@ def _n(value: Any, digits: int = 0) -> str:
     return f"{float(value):,.{digits}f}"
 
 
-SIDES = ("seed", "pgq_same_batch", "pgq")
+SIDES = ("baseline", "pgq_same_batch", "pgq")
 
 
 def _label(name: str, claim: int) -> str:
-    return f"seed (LIMIT {claim})" if name == "seed" else f"pgq (claim {claim})"
+    return f"baseline (LIMIT {claim})" if name == "baseline" else f"pgq (claim {claim})"
 
 
 def side_by_side(d: dict[str, Any]) -> str:
     sides = {name: d[name] for name in SIDES}
-    seed = sides["seed"]
+    baseline = sides["baseline"]
     labels = [_label(k, v["claim_size"]) for k, v in sides.items()]
     rows = [
-        ("enqueue (jobs/s; seed: INSERT per job, pgq: enqueue_many)", "enqueue_rate", 0),
+        ("enqueue (jobs/s; baseline: INSERT per job, pgq: enqueue_many)", "enqueue_rate", 0),
         ("**drain (jobs/s)**", "drain_rate", 0),
         ("pickup latency p50 (ms)", "pickup_p50_ms", 1),
         ("pickup latency p99 (ms)", "pickup_p99_ms", 1),
@@ -40,21 +44,25 @@ def side_by_side(d: dict[str, Any]) -> str:
         ("enqueue: WAL bytes / job", "enqueue_wal_bytes_per_job", 0),
     ]
     out = [
-        "| | " + " | ".join(labels) + " | " + " | ".join(f"{x} / seed" for x in labels[1:]) + " |",
+        "| | "
+        + " | ".join(labels)
+        + " | "
+        + " | ".join(f"{x} / baseline" for x in labels[1:])
+        + " |",
         "|---|" + "--:|" * (2 * len(labels) - 1),
     ]
     for label, key, digits in rows:
         values = [v.get(key) for v in sides.values()]
-        a = seed.get(key)
+        a = baseline.get(key)
         ratios = [f"{v / a:.2f}x" if a and v is not None else "-" for v in values[1:]]
         cells = [_n(v, digits) for v in values]
         out.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
     done = [f"{v['done']}/{v['jobs']}" for v in sides.values()]
     out.append("| jobs done | " + " | ".join(done) + " | | |")
     out.append(
-        f"\n**ratio (pgq drain / seed drain) = {d['ratio']:.2f}x** at claim "
+        f"\n**ratio (pgq drain / baseline drain) = {d['ratio']:.2f}x** at claim "
         f"{sides['pgq']['claim_size']}; ratio_same_batch = {d['ratio_same_batch']:.2f}x at "
-        f"claim {seed['claim_size']}."
+        f"claim {baseline['claim_size']}."
     )
     rounds = "; ".join(f"{k} " + " / ".join(_n(r) for r in v) for k, v in d["drain_rounds"].items())
     out.append(f"\nDrain rounds (jobs/s): {rounds}.")
@@ -129,8 +137,7 @@ def scale(d: dict[str, Any]) -> str:
 
 def main(paths: list[str]) -> None:
     for path in paths:
-        with open(path) as f:
-            d = json.load(f)
+        d = read_result(path)
         server = d["server"]
         print(
             f"### {path}: PostgreSQL {server['version']}"

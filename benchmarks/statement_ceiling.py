@@ -1,10 +1,10 @@
 """How fast pgq's statements alone can go: no worker runtime, no handler, no Python per job
-beyond the driver, against the seed's SQL on the same server in the same run.
+beyond the driver, against the baseline's SQL on the same server in the same run.
 
 python benchmarks/statement_ceiling.py DSN [--jobs N] [--levels 1,4,10,50] [--producers 16]
 
 Drain, for each C (the same resources `pgq bench --same-resources` gives both sides):
-  seed        C threads in one process, one connection each: claim LIMIT 10, one UPDATE per job
+  baseline    C threads in one process, one connection each: claim LIMIT 10, one UPDATE per job
   pgq         one connection looping `settle_complete_and_claim` with limit C: what one
               `pgq worker --concurrency C` process would do if its own work cost nothing
   -history    the same statement without its history CTE (no `claimed`/`completed` rows)
@@ -14,14 +14,14 @@ Drain, for each C (the same resources `pgq bench --same-resources` gives both si
               slots, a slot freed as soon as its job ends) on one connection, completions
               (`complete`, batched: whatever ended meanwhile) on a second, each in its own thread
 Enqueue, --producers threads each committing one job per statement:
-  seed        the plain INSERT
+  baseline    the plain INSERT
   pgq         `enqueue_one` (the job and its `enqueued` history row; notify off)
   -history    `enqueue_one` without its history CTE; -trigger, -both as above
-  bare table  the seed's plain INSERT into pgq's table, triggers off: the table alone
+  bare table  the baseline's plain INSERT into pgq's table, triggers off: the table alone
 
 The variants are measurements only: they show what each of pgq's guarantees costs on this
-server, never a mode pgq runs in. The ratio is pgq / seed in the same round; each figure is the
-median of --rounds rounds. Run it on a quiet machine; it drops the schemas it makes.
+server, never a mode pgq runs in. The ratio is pgq / baseline in the same round; each figure is
+the median of --rounds rounds. Run it on a quiet machine; it drops the schemas it makes.
 """
 
 from __future__ import annotations
@@ -42,19 +42,19 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgq_bench import (
-    SEED_CLAIM,
-    SEED_COMPLETE,
-    SEED_ENQUEUE,
+    BASELINE_CLAIM,
+    BASELINE_COMPLETE,
+    BASELINE_ENQUEUE,
+    baseline_connection,
     load_average,
     machine,
-    seed_connection,
-    setup_seed,
+    setup_baseline,
 )
 from pgq_core import JobSpec, Queue
 from pgq_core.migrate import migrate
 from pgq_core.queries import query
 
-SEED_SCHEMA = "ceiling_seed"
+BASELINE_SCHEMA = "ceiling_baseline"
 PGQ_SCHEMA = "ceiling_pgq"
 LEASE = timedelta(seconds=30)
 VARIANTS = ("pgq", "-history", "-trigger", "-both", "decoupled")
@@ -94,15 +94,16 @@ def reset(admin: psycopg.Connection[Any], dsn: str, jobs: int, trigger: bool) ->
         )
 
 
-def seed_reset(admin: psycopg.Connection[Any], dsn: str, jobs: int) -> None:
-    admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SEED_SCHEMA)))
-    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(SEED_SCHEMA)))
-    setup_seed(dsn, SEED_SCHEMA)
+def baseline_reset(admin: psycopg.Connection[Any], dsn: str, jobs: int) -> None:
+    schema = sql.Identifier(BASELINE_SCHEMA)
+    admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(schema))
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+    setup_baseline(dsn, BASELINE_SCHEMA)
     if jobs:
-        with seed_connection(dsn, SEED_SCHEMA) as conn, conn.transaction():
+        with baseline_connection(dsn, BASELINE_SCHEMA) as conn, conn.transaction():
             for n in range(jobs):
-                conn.execute(SEED_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})})
-        admin.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(SEED_SCHEMA)))
+                conn.execute(BASELINE_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})})
+        admin.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(BASELINE_SCHEMA)))
 
 
 def timed(threads: list[threading.Thread]) -> float:
@@ -114,13 +115,13 @@ def timed(threads: list[threading.Thread]) -> float:
     return time.perf_counter() - started
 
 
-def seed_drain(dsn: str, jobs: int, c: int) -> float:
-    conns = [seed_connection(dsn, SEED_SCHEMA) for _ in range(c)]
+def baseline_drain(dsn: str, jobs: int, c: int) -> float:
+    conns = [baseline_connection(dsn, BASELINE_SCHEMA) for _ in range(c)]
 
     def drain(conn: psycopg.Connection[Any]) -> None:
-        while rows := conn.execute(SEED_CLAIM, {"queue": "q", "limit": 10}).fetchall():
+        while rows := conn.execute(BASELINE_CLAIM, {"queue": "q", "limit": 10}).fetchall():
             for row in rows:
-                conn.execute(SEED_COMPLETE, {"id": row[0], "fence": row[2]})
+                conn.execute(BASELINE_COMPLETE, {"id": row[0], "fence": row[2]})
 
     seconds = timed([threading.Thread(target=drain, args=(conn,)) for conn in conns])
     for conn in conns:
@@ -228,7 +229,7 @@ def produce(
     one: Callable[[psycopg.Connection[Any], int], object],
     schema: str,
 ) -> float:
-    conns = [seed_connection(dsn, schema) for _ in range(producers)]
+    conns = [baseline_connection(dsn, schema) for _ in range(producers)]
     share = jobs // producers
 
     def run(conn: psycopg.Connection[Any]) -> None:
@@ -244,10 +245,10 @@ def produce(
 def drain_level(
     dsn: str, admin: psycopg.Connection[Any], jobs: int, c: int, rounds: int
 ) -> dict[str, Any]:
-    rates: dict[str, list[float]] = {"seed": [], **{v: [] for v in VARIANTS}}
+    rates: dict[str, list[float]] = {"baseline": [], **{v: [] for v in VARIANTS}}
     for _ in range(rounds):
-        seed_reset(admin, dsn, jobs)
-        rates["seed"].append(seed_drain(dsn, jobs, c))
+        baseline_reset(admin, dsn, jobs)
+        rates["baseline"].append(baseline_drain(dsn, jobs, c))
         for variant in VARIANTS:
             reset(admin, dsn, jobs, trigger=variant not in ("-trigger", "-both"))
             if variant == "decoupled":
@@ -259,30 +260,30 @@ def drain_level(
     return {
         "concurrency": c,
         "rate": medians,
-        "ratio": {v: medians[v] / medians["seed"] for v in VARIANTS},
+        "ratio": {v: medians[v] / medians["baseline"] for v in VARIANTS},
     }
 
 
 ENQUEUE_SIDES = ("pgq", "-history", "-trigger", "-both", "bare table")
-#: One job into pgq's table as the seed inserts one: no history, triggers off (`bare table`).
+#: One job into pgq's table as the baseline inserts one: no history, triggers off (`bare table`).
 BARE_INSERT = "INSERT INTO {}.jobs (queue, payload) VALUES (%(queue)s, %(payload)s)"
 
 
 def enqueue_level(
     dsn: str, admin: psycopg.Connection[Any], jobs: int, producers: int, rounds: int
 ) -> dict[str, Any]:
-    rates: dict[str, list[float]] = {side: [] for side in ("seed", *ENQUEUE_SIDES)}
+    rates: dict[str, list[float]] = {side: [] for side in ("baseline", *ENQUEUE_SIDES)}
     for _ in range(rounds):
-        seed_reset(admin, dsn, 0)
-        rates["seed"].append(
+        baseline_reset(admin, dsn, 0)
+        rates["baseline"].append(
             produce(
                 dsn,
                 jobs,
                 producers,
                 lambda conn, n: conn.execute(
-                    SEED_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})}
+                    BASELINE_ENQUEUE, {"queue": "q", "payload": Jsonb({"n": n})}
                 ),
-                SEED_SCHEMA,
+                BASELINE_SCHEMA,
             )
         )
         for side in ENQUEUE_SIDES:
@@ -311,7 +312,7 @@ def enqueue_level(
     return {
         "producers": producers,
         "rate": medians,
-        "ratio": {side: medians[side] / medians["seed"] for side in ENQUEUE_SIDES},
+        "ratio": {side: medians[side] / medians["baseline"] for side in ENQUEUE_SIDES},
     }
 
 
@@ -340,7 +341,7 @@ def main() -> None:
                 result["drain"].append(level)
                 if not args.json:
                     print(
-                        f"drain C={c:<3} seed {level['rate']['seed']:7,.0f} jobs/s   "
+                        f"drain C={c:<3} baseline {level['rate']['baseline']:7,.0f} jobs/s   "
                         + "   ".join(
                             f"{v} {level['rate'][v]:7,.0f} ({level['ratio'][v]:.2f}x)"
                             for v in VARIANTS
@@ -352,15 +353,15 @@ def main() -> None:
                 result["enqueue"] = level
                 if not args.json:
                     print(
-                        f"enqueue, {args.producers} producers: seed {level['rate']['seed']:7,.0f}"
-                        " jobs/s   "
+                        f"enqueue, {args.producers} producers: "
+                        f"baseline {level['rate']['baseline']:7,.0f} jobs/s   "
                         + "   ".join(
                             f"{s} {level['rate'][s]:7,.0f} ({level['ratio'][s]:.2f}x)"
                             for s in ENQUEUE_SIDES
                         )
                     )
         finally:
-            for schema in (SEED_SCHEMA, PGQ_SCHEMA):
+            for schema in (BASELINE_SCHEMA, PGQ_SCHEMA):
                 admin.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
                 )

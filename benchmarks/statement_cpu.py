@@ -22,14 +22,14 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgq_bench import (
+    BASELINE_ENQUEUE,
     QUEUE_NAME,
-    SEED_ENQUEUE,
+    baseline_connection,
     load_average,
     payload,
     process_cpu,
-    seed_connection,
     server,
-    setup_seed,
+    setup_baseline,
     throwaway_schema,
 )
 from pgq_core import Queue
@@ -50,23 +50,23 @@ def main() -> None:
 
 def run(dsn: str, calls: int, blocks: int) -> None:
     with (
-        throwaway_schema(dsn, "cpu_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "cpu_baseline", pgq=False) as baseline_schema,
         throwaway_schema(dsn, "cpu_pgq") as pgq_schema,
     ):
-        setup_seed(dsn, seed_schema)
-        seed = seed_connection(dsn, seed_schema)
+        setup_baseline(dsn, baseline_schema)
+        baseline = baseline_connection(dsn, baseline_schema)
         q = Queue(psycopg.connect(dsn, autocommit=True), pgq_schema, owns=True)
         q.set_notify("off")
         body = payload(0, 1)
 
-        def seed_one() -> None:
-            seed.execute(SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(body)})
+        def baseline_one() -> None:
+            baseline.execute(BASELINE_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(body)})
 
         def pgq_one() -> None:
             q.enqueue(QUEUE_NAME, body)
 
         sides: dict[str, tuple[Callable[[], None], psycopg.Connection[Any]]] = {
-            "baseline INSERT": (seed_one, seed),
+            "baseline INSERT": (baseline_one, baseline),
             "pgq enqueue (off)": (pgq_one, q.conn),
         }
         pids = {}
@@ -85,7 +85,7 @@ def run(dsn: str, calls: int, blocks: int) -> None:
                 for _ in range(calls):
                     call()
                 per[name].append((process_cpu(pids[name]) - start) * 1e6 / calls)
-        seed.close()
+        baseline.close()
         q.close()
     print(f"{blocks} blocks of {calls} per side, interleaved; load {load} -> {load_average()}")
     print(f"{'side':20} {'median us':>10} {'least us':>9}")

@@ -1,8 +1,8 @@
 """Where a drain's WAL goes: per relation and record type, per job (PostgreSQL 16+).
 
-python benchmarks/wal_by_record.py [--jobs N] [--side pgq|seed|both] C [C ...]
+python benchmarks/wal_by_record.py [--jobs N] [--side pgq|baseline|both] C [C ...]
 
-On a fresh embedded server (the bench's), for each C: the seed's drain (C threads, LIMIT 10)
+On a fresh embedded server (the bench's), for each C: the baseline's drain (C threads, LIMIT 10)
 and one `pgq worker --concurrency C --burst` process with the sync no-op handler, as
 `pgq bench --same-resources` runs them; the WAL between the LSNs before and after each drain
 is read back with pg_walinspect's pg_get_wal_block_info. A record is counted once, under the
@@ -22,9 +22,9 @@ import psycopg
 
 from pgq_bench import (
     SameResourcesOptions,
-    drain_seed,
+    drain_baseline,
+    fill_baseline,
     fill_pgq,
-    fill_seed,
     server,
     throwaway_schema,
     worker_command,
@@ -81,18 +81,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("levels", nargs="+", type=int)
     parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--side", choices=["pgq", "seed", "both"], default="both")
+    parser.add_argument("--side", choices=["pgq", "baseline", "both"], default="both")
     args = parser.parse_args()
     opts = SameResourcesOptions(jobs=args.jobs)
     with server(None) as (dsn, _), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         for c in args.levels:
-            if args.side in ("seed", "both"):
-                with throwaway_schema(dsn, "wal_seed", pgq=False) as schema:
-                    fill_seed(dsn, schema, opts)
+            if args.side in ("baseline", "both"):
+                with throwaway_schema(dsn, "wal_baseline", pgq=False) as schema:
+                    fill_baseline(dsn, schema, opts)
                     start = lsn(conn)
-                    drain_seed(dsn, schema, c, opts)
-                    print(f"seed, C={c}")
+                    drain_baseline(dsn, schema, c, opts)
+                    print(f"baseline, C={c}")
                     breakdown(conn, start, lsn(conn), args.jobs)
             if args.side in ("pgq", "both"):
                 with throwaway_schema(dsn, "wal_pgq") as schema:

@@ -1,4 +1,4 @@
-"""pgq's benchmarks: pgq against the seed's plain SQL (`seed.sql`), on throwaway servers.
+"""pgq's benchmarks: pgq against the baseline's plain SQL (`baseline.sql`), on throwaway servers.
 
 Loaded only by `pgq bench` (and the scripts in `benchmarks/`), never by the queue
 (`pgq_core`), the dashboard (`pgq_tui`) or any other `pgq` command. What the scripts and the
@@ -13,6 +13,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .baseline import (
+        BASELINE_CLAIM,
+        BASELINE_COMPLETE,
+        BASELINE_ENQUEUE,
+        BASELINE_ENQUEUE_BATCH,
+        BASELINE_INDEXES,
+        BASELINE_LIMIT,
+        BASELINE_TABLE,
+        baseline_connection,
+        read_result,
+        setup_baseline,
+        with_baseline_names,
+    )
     from .command import run_command
     from .common import (
         QUEUE_NAME,
@@ -33,10 +46,10 @@ if TYPE_CHECKING:
     from .producers import produce
     from .same_resources import (
         SameResourcesOptions,
+        drain_baseline,
         drain_pgq,
-        drain_seed,
+        fill_baseline,
         fill_pgq,
-        fill_seed,
         print_same_resources,
         run_same_resources,
         worker_command,
@@ -51,46 +64,36 @@ if TYPE_CHECKING:
         print_scale,
         run_stats_scale,
     )
-    from .seed import (
-        SEED_CLAIM,
-        SEED_COMPLETE,
-        SEED_ENQUEUE,
-        SEED_ENQUEUE_BATCH,
-        SEED_INDEXES,
-        SEED_LIMIT,
-        SEED_TABLE,
-        seed_connection,
-        setup_seed,
-    )
 
 __all__ = [
+    "BASELINE_CLAIM",
+    "BASELINE_COMPLETE",
+    "BASELINE_ENQUEUE",
+    "BASELINE_ENQUEUE_BATCH",
+    "BASELINE_INDEXES",
+    "BASELINE_LIMIT",
+    "BASELINE_TABLE",
     "FIXTURE_EVENTS",
     "FIXTURE_JOBS",
     "HANDLER_SPECS",
     "HISTORY_DAYS",
     "QUEUES",
     "QUEUE_NAME",
-    "SEED_CLAIM",
-    "SEED_COMPLETE",
-    "SEED_ENQUEUE",
-    "SEED_ENQUEUE_BATCH",
-    "SEED_INDEXES",
-    "SEED_LIMIT",
-    "SEED_TABLE",
     "Meter",
     "Options",
     "Phase",
     "SameResourcesOptions",
     "ScaleOptions",
+    "baseline_connection",
     "busy_percent",
     "cpu_ticks",
     "drain",
     "drain_args",
+    "drain_baseline",
     "drain_pgq",
-    "drain_seed",
+    "fill_baseline",
     "fill_fixture",
     "fill_pgq",
-    "fill_seed",
     "load_average",
     "machine",
     "noop_async",
@@ -102,16 +105,17 @@ __all__ = [
     "print_tables",
     "process_cpu",
     "produce",
+    "read_result",
     "refill",
     "run_bench",
     "run_command",
     "run_same_resources",
     "run_stats_scale",
-    "seed_connection",
     "server",
-    "setup_seed",
+    "setup_baseline",
     "steal_percent",
     "throwaway_schema",
+    "with_baseline_names",
     "worker_command",
 ]
 
@@ -145,9 +149,9 @@ _HOME = {
         (
             "SameResourcesOptions",
             "drain_pgq",
-            "drain_seed",
+            "drain_baseline",
             "fill_pgq",
-            "fill_seed",
+            "fill_baseline",
             "worker_command",
             "print_same_resources",
             "run_same_resources",
@@ -169,17 +173,19 @@ _HOME = {
     ),
     **dict.fromkeys(
         (
-            "SEED_CLAIM",
-            "SEED_COMPLETE",
-            "SEED_ENQUEUE",
-            "SEED_ENQUEUE_BATCH",
-            "SEED_INDEXES",
-            "SEED_LIMIT",
-            "SEED_TABLE",
-            "seed_connection",
-            "setup_seed",
+            "BASELINE_CLAIM",
+            "BASELINE_COMPLETE",
+            "BASELINE_ENQUEUE",
+            "BASELINE_ENQUEUE_BATCH",
+            "BASELINE_INDEXES",
+            "BASELINE_LIMIT",
+            "BASELINE_TABLE",
+            "baseline_connection",
+            "read_result",
+            "setup_baseline",
+            "with_baseline_names",
         ),
-        "seed",
+        "baseline",
     ),
 }
 

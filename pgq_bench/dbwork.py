@@ -2,7 +2,7 @@
 server, read before and after it on a connection of the run's throwaway database.
 
 - **statement time**: `pg_stat_statements.total_exec_time` of every statement run in that
-  database (the worker's, the seed's, PgQueuer's: claims, settlements, heartbeats, LISTEN),
+  database (the worker's, the baseline's, PgQueuer's: claims, settlements, heartbeats, LISTEN),
   with its calls and the WAL its statements wrote (`wal_bytes`, PostgreSQL 13+). Filtered by
   database, so other sessions on a shared server do not count; the meter's own reads are left
   out by their text. Needs `shared_preload_libraries = 'pg_stat_statements'` on the server (the

@@ -1,8 +1,8 @@
-"""`pgq bench` (the default run): the seed's plain SQL against pgq's worker, side by side on one
+"""`pgq bench` (the default run): the baseline's plain SQL against pgq's worker, side by side on one
 throwaway server.
 
 Three sides drain the same jobs with the same number of worker processes on the same server,
-in the same run: `seed` (the seed's SQL, claim `--batch`), `pgq_same_batch` (pgq's worker
+in the same run: `baseline` (the baseline's SQL, claim `--batch`), `pgq_same_batch` (pgq's worker
 claiming `--batch` too: what batched settlement alone buys) and `pgq` (claiming
 `--concurrency`: what the larger claim buys on top).
 Each worker process connects first, reports ready and waits for `go`, so process start-up is
@@ -37,6 +37,14 @@ from rich.table import Table
 
 from pgq_core import JobSpec, PgqError, Queue, listen_statement
 
+from .baseline import (
+    BASELINE_CLAIM,
+    BASELINE_COMPLETE,
+    BASELINE_ENQUEUE,
+    BASELINE_POLL_INTERVAL,
+    baseline_connection,
+    setup_baseline,
+)
 from .common import (
     CHILD_APP,
     CONNECT_TIMEOUT,
@@ -52,14 +60,6 @@ from .common import (
     throwaway_schema,
 )
 from .handlers import noop_async
-from .seed import (
-    SEED_CLAIM,
-    SEED_COMPLETE,
-    SEED_ENQUEUE,
-    SEED_POLL_INTERVAL,
-    seed_connection,
-    setup_seed,
-)
 
 # The bench's own bookkeeping.
 TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
@@ -76,10 +76,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-TRUNCATE_SEED = "TRUNCATE {s}.jobs"
+TRUNCATE_BASELINE = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
-#: Refill of the seed's table for later rounds: the same rows its INSERT writes, in one go.
-SEED_FILL = """
+#: Refill of the baseline's table for later rounds: the same rows its INSERT writes, in one go.
+BASELINE_FILL = """
 INSERT INTO {s}.jobs (queue, payload)
 SELECT %(queue)s, jsonb_build_object('n', g, 'pad', repeat('x', %(pad)s))
   FROM generate_series(0, %(n)s - 1) g"""
@@ -97,7 +97,7 @@ def _child_env() -> None:
     os.environ["PGAPPNAME"] = CHILD_APP
 
 
-def seed_worker(
+def baseline_worker(
     dsn: str,
     schema: str,
     batch: int,
@@ -107,25 +107,25 @@ def seed_worker(
     go: Event,
     stop: Event,
 ) -> None:
-    """The seed's loop: claim `batch`, complete each job with its own UPDATE. With `drain` it
-    exits at the first empty claim; otherwise it polls every SEED_POLL_INTERVAL until `stop`."""
+    """The baseline's loop: claim `batch`, complete each job with its own UPDATE. With `drain` it
+    exits at the first empty claim; otherwise it polls every BASELINE_POLL_INTERVAL until `stop`."""
     _child_env()
-    with seed_connection(dsn, schema) as conn:
+    with baseline_connection(dsn, schema) as conn:
         ready.put(os.getpid())
         go.wait()
         cpu = time.process_time()
         lost = 0
         while True:
-            rows = conn.execute(SEED_CLAIM, {"queue": QUEUE_NAME, "limit": batch}).fetchall()
+            rows = conn.execute(BASELINE_CLAIM, {"queue": QUEUE_NAME, "limit": batch}).fetchall()
             if not rows:
                 if drain or stop.is_set():
                     break
-                stop.wait(SEED_POLL_INTERVAL)
+                stop.wait(BASELINE_POLL_INTERVAL)
                 continue
             for job_id, _payload, fence in rows:
                 if starts is not None:
                     starts.put((job_id, time.time()))
-                cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
+                cur = conn.execute(BASELINE_COMPLETE, {"id": job_id, "fence": fence})
                 lost += cur.rowcount == 0
         ready.put(("finished", time.time()))
     ready.put(("lost", lost))
@@ -291,7 +291,7 @@ class Phase:
     worker_cpu_us_per_job: float | None = None
     #: CPU of the whole machine (every process, PostgreSQL included) over the run, per job.
     machine_cpu_us_per_job: float | None = None
-    #: Jobs per claim (the seed's LIMIT, pgq's worker concurrency); None for enqueues.
+    #: Jobs per claim (the baseline's LIMIT, pgq's worker concurrency); None for enqueues.
     claim: int | None = None
 
     @property
@@ -306,13 +306,13 @@ def _phase(jobs: int, seconds: float, cost: Cost) -> Phase:
     return Phase(jobs, seconds, cost.xacts_per_job, cost.wal_bytes_per_job)
 
 
-def enqueue_seed(meter: Meter, dsn: str, schema: str, jobs: int, payload_bytes: int) -> Phase:
-    with seed_connection(dsn, schema) as conn:
+def enqueue_baseline(meter: Meter, dsn: str, schema: str, jobs: int, payload_bytes: int) -> Phase:
+    with baseline_connection(dsn, schema) as conn:
         start = meter.start()
         t0 = time.perf_counter()
         for n in range(jobs):
             conn.execute(
-                SEED_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(payload_bytes, n))}
+                BASELINE_ENQUEUE, {"queue": QUEUE_NAME, "payload": Jsonb(payload(payload_bytes, n))}
             )
         seconds = time.perf_counter() - t0
         conn.execute(sql.SQL("SELECT pg_stat_force_next_flush()"))
@@ -378,7 +378,7 @@ def pickup_latency(
 ) -> list[float]:
     """Seconds from enqueue commit to handler start, one job at a time on an idle queue.
 
-    Between samples the queue stays idle for a random time (longer than the seed's poll
+    Between samples the queue stays idle for a random time (longer than the baseline's poll
     interval), so polling workers are caught at a random point of their cycle."""
     starts: MPQueue[Any] = ctx.Queue()
     status = sql.SQL(JOB_STATUS).format(s=sql.Identifier(schema))
@@ -404,7 +404,7 @@ def pickup_latency(
                 if time.monotonic() > deadline:
                     raise PgqError(f"job {job_id} did not complete within 30s")
                 time.sleep(0.001)
-            time.sleep(random.uniform(0.01, 0.01 + SEED_POLL_INTERVAL))
+            time.sleep(random.uniform(0.01, 0.01 + BASELINE_POLL_INTERVAL))
     return latencies
 
 
@@ -448,17 +448,17 @@ class Options:
 
 
 def drain_args(kind: str, dsn: str, schema: str, batch: int) -> tuple[Any, ...]:
-    worker = seed_worker if kind == "seed" else pgq_worker
+    worker = baseline_worker if kind == "baseline" else pgq_worker
     return (worker, dsn, schema, batch, True, None)
 
 
 def refill(conn: psycopg.Connection[Any], dsn: str, kind: str, schema: str, opts: Options) -> None:
     """Empty a side's tables and enqueue the round's jobs again (unmeasured)."""
     ident = sql.Identifier(schema)
-    if kind == "seed":
-        conn.execute(sql.SQL(TRUNCATE_SEED).format(s=ident))
+    if kind == "baseline":
+        conn.execute(sql.SQL(TRUNCATE_BASELINE).format(s=ident))
         conn.execute(
-            sql.SQL(SEED_FILL).format(s=ident),
+            sql.SQL(BASELINE_FILL).format(s=ident),
             {"queue": QUEUE_NAME, "n": opts.jobs, "pad": opts.payload_bytes},
         )
     else:
@@ -475,8 +475,8 @@ def _median_phase(phases: list[Phase]) -> Phase:
 
 
 #: The sides compared (one JSON object and one table column each), in column order.
-SIDES = ("seed", "pgq_same_batch", "pgq")
-#: pgq's sides: the claim size each drains with ("batch": the seed's, "concurrency": pgq's).
+SIDES = ("baseline", "pgq_same_batch", "pgq")
+#: pgq's sides: the claim size each drains with ("batch": the baseline's, "concurrency": pgq's).
 PGQ_SIDES: dict[str, str] = {
     "pgq_same_batch": "batch",
     "pgq": "concurrency",
@@ -489,16 +489,16 @@ def run_bench(
 ) -> dict[str, Any]:
     """Every figure of one bench run, as plain data.
 
-    Drains run in rounds, the sides interleaved (seed, pgq at the seed's claim size, pgq at its
-    own, pgq variants, then again), so a noisy neighbour hits every side alike; each side
-    reports its median round. Pickup latency is measured for the seed and for `pgq` only."""
+    Drains run in rounds, the sides interleaved (baseline, pgq at the baseline's claim size, pgq
+    at its own, pgq variants, then again), so a noisy neighbour hits every side alike; each side
+    reports its median round. Pickup latency is measured for the baseline and for `pgq` only."""
     ctx = mp.get_context("spawn")
     single_jobs = min(opts.jobs, SINGLE_ENQUEUE_CAP)
     result: dict[str, Any] = {
         "params": {**asdict(opts), "single_enqueue_jobs": single_jobs},
         "machine": machine(),
     }
-    claims = {"seed": opts.batch, **{k: getattr(opts, v) for k, v in PGQ_SIDES.items()}}
+    claims = {"baseline": opts.batch, **{k: getattr(opts, v) for k, v in PGQ_SIDES.items()}}
     sides = list(claims)
     with (
         contextlib.ExitStack() as stack,
@@ -507,17 +507,19 @@ def run_bench(
         meter = Meter(conn)
         result["server"] = {"version": server_version(conn), "embedded": embedded}
         schemas = {
-            "seed": stack.enter_context(throwaway_schema(dsn, "bench_seed", pgq=False)),
+            "baseline": stack.enter_context(throwaway_schema(dsn, "bench_baseline", pgq=False)),
             **{k: stack.enter_context(throwaway_schema(dsn, "bench_pgq")) for k in PGQ_SIDES},
         }
-        setup_seed(dsn, schemas["seed"])
+        setup_baseline(dsn, schemas["baseline"])
         for name, statements in VARIANTS.items():
             for statement in statements:
                 conn.execute(sql.SQL(statement).format(s=sql.Identifier(schemas[name])))
 
-        say(f"seed: enqueue {opts.jobs} jobs, one INSERT each")
+        say(f"baseline: enqueue {opts.jobs} jobs, one INSERT each")
         enqueued = {
-            "seed": enqueue_seed(meter, dsn, schemas["seed"], opts.jobs, opts.payload_bytes)
+            "baseline": enqueue_baseline(
+                meter, dsn, schemas["baseline"], opts.jobs, opts.payload_bytes
+            )
         }
         for name in PGQ_SIDES:
             say(f"{name}: enqueue_many {opts.jobs} jobs")
@@ -525,14 +527,14 @@ def run_bench(
                 meter, dsn, schemas[name], opts.jobs, opts.payload_bytes, many=True
             )
             _vacuum(conn, schemas[name])
-        _vacuum(conn, schemas["seed"])
+        _vacuum(conn, schemas["baseline"])
 
         drains: dict[str, list[Phase]] = {k: [] for k in sides}
         lost = dict.fromkeys(sides, 0)
         tallies: dict[str, tuple[int, int]] = {}
         for r in range(opts.rounds):
             for name in sides:
-                kind = "seed" if name == "seed" else "pgq"
+                kind = "baseline" if name == "baseline" else "pgq"
                 if r:
                     refill(conn, dsn, kind, schemas[name], opts)
                 say(
@@ -553,28 +555,28 @@ def run_bench(
                 done, total = _tally(conn, schemas[name])
                 tallies[name] = (min(done, tallies.get(name, (done, 0))[0]), total)
 
-        seed_schema, pgq_schema = schemas["seed"], schemas["pgq"]
-        say(f"seed: pickup latency, {opts.latency_samples} jobs one at a time")
-        with seed_connection(dsn, seed_schema) as producer:
+        baseline_schema, pgq_schema = schemas["baseline"], schemas["pgq"]
+        say(f"baseline: pickup latency, {opts.latency_samples} jobs one at a time")
+        with baseline_connection(dsn, baseline_schema) as producer:
 
-            def seed_enqueue_one(n: int) -> int:
+            def baseline_enqueue_one(n: int) -> int:
                 params = {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
-                row = producer.execute(SEED_ENQUEUE + " RETURNING id", params).fetchone()
+                row = producer.execute(BASELINE_ENQUEUE + " RETURNING id", params).fetchone()
                 assert row is not None
                 return int(row[0])
 
-            seed_latency = pickup_latency(
+            baseline_latency = pickup_latency(
                 meter,
                 ctx,
-                seed_schema,
+                baseline_schema,
                 opts.latency_samples,
                 opts.workers,
-                seed_worker,
+                baseline_worker,
                 dsn,
-                seed_schema,
+                baseline_schema,
                 opts.batch,
                 False,
-                enqueue=seed_enqueue_one,
+                enqueue=baseline_enqueue_one,
                 wait_running=False,
             )
         say(f"pgq: pickup latency, {opts.latency_samples} jobs one at a time")
@@ -603,7 +605,7 @@ def run_bench(
 
     median = {k: _median_phase(v) for k, v in drains.items()}
     latencies: dict[str, list[float] | None] = {
-        "seed": seed_latency,
+        "baseline": baseline_latency,
         "pgq_same_batch": None,
         "pgq": pgq_latency,
     }
@@ -637,7 +639,7 @@ def run_bench(
     for name in SIDES:
         result[name] = side(name)
     result["enqueue"] = {
-        "seed_insert_per_job": enqueued["seed"].to_dict(),
+        "baseline_insert_per_job": enqueued["baseline"].to_dict(),
         "pgq_enqueue_per_job": pgq_single.to_dict(),
         "pgq_enqueue_per_job_listened": {
             **pgq_single_listened.to_dict(),
@@ -648,14 +650,16 @@ def run_bench(
         **{f"pgq_enqueue_many_{k}": enqueued[k].to_dict() for k in VARIANTS},
     }
     result["drain"] = {
-        "seed": median["seed"].to_dict(),
+        "baseline": median["baseline"].to_dict(),
         "pgq_same_batch": median["pgq_same_batch"].to_dict(),
         "pgq": median["pgq"].to_dict(),
         **{f"pgq_{k}": median[k].to_dict() for k in VARIANTS},
     }
-    seed_rate = median["seed"].rate
-    result["ratio"] = median["pgq"].rate / seed_rate if seed_rate else None
-    result["ratio_same_batch"] = median["pgq_same_batch"].rate / seed_rate if seed_rate else None
+    baseline_rate = median["baseline"].rate
+    result["ratio"] = median["pgq"].rate / baseline_rate if baseline_rate else None
+    result["ratio_same_batch"] = (
+        median["pgq_same_batch"].rate / baseline_rate if baseline_rate else None
+    )
     result["machine"]["load_at_end"] = load_average()
     return result
 
@@ -682,12 +686,12 @@ def _x(ratio: float | None) -> str:
 
 
 def side_label(name: str, claim: int) -> str:
-    return f"seed (LIMIT {claim})" if name == "seed" else f"pgq (claim {claim})"
+    return f"baseline (LIMIT {claim})" if name == "baseline" else f"pgq (claim {claim})"
 
 
 def print_tables(result: dict[str, Any], console: Console) -> None:
     sides = {name: result[name] for name in SIDES}
-    seed = sides["seed"]
+    baseline = sides["baseline"]
     server_info, params = result["server"], result["params"]
     title = (
         f"pgq bench · PostgreSQL {server_info['version']}"
@@ -699,19 +703,19 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     for name, fig in sides.items():
         table.add_column(side_label(name, fig["claim_size"]), justify="right")
     for name, fig in sides.items():
-        if name != "seed":
-            table.add_column(f"{side_label(name, fig['claim_size'])} / seed", justify="right")
+        if name != "baseline":
+            table.add_column(f"{side_label(name, fig['claim_size'])} / baseline", justify="right")
 
     def row(label: str, key: str, digits: int = 0) -> None:
         values = [fig[key] for fig in sides.values()]
         if all(v is None for v in values):
             return
         cells = ["-" if v is None else _f(float(v), digits) for v in values]
-        a = seed[key]
+        a = baseline[key]
         ratios = [f"{float(v) / float(a):.2f}x" if a and v is not None else "-" for v in values[1:]]
         table.add_row(label, *cells, *ratios)
 
-    row("enqueue (jobs/s; seed INSERT, pgq enqueue_many)", "enqueue_rate")
+    row("enqueue (jobs/s; baseline INSERT, pgq enqueue_many)", "enqueue_rate")
     row("drain (jobs/s)", "drain_rate")
     row("pickup p50 (ms)", "pickup_p50_ms", 1)
     row("pickup p99 (ms)", "pickup_p99_ms", 1)
@@ -728,7 +732,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     for col in RUN_COLUMNS:
         methods.add_column(col, justify="left" if col == "run" else "right")
     labels = {
-        "seed_insert_per_job": "enqueue: seed INSERT, one per job",
+        "baseline_insert_per_job": "enqueue: baseline INSERT, one per job",
         "pgq_enqueue_per_job": "enqueue: pgq enqueue, one per job",
         "pgq_enqueue_per_job_listened": "enqueue: pgq enqueue, one per job, listeners on",
         "pgq_enqueue_many": "enqueue: pgq enqueue_many (arrays)",
@@ -749,7 +753,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         )
     console.print(methods)
     console.print(
-        f"ratio (pgq drain / seed drain): [bold]{_x(result['ratio'])}[/bold] at claim "
+        f"ratio (pgq drain / baseline drain): [bold]{_x(result['ratio'])}[/bold] at claim "
         f"{result['pgq']['claim_size']}; ratio_same_batch: {_x(result['ratio_same_batch'])} "
-        f"at the seed's claim size {seed['claim_size']}"
+        f"at the baseline's claim size {baseline['claim_size']}"
     )

@@ -1,8 +1,8 @@
 """`pgq bench --producers N`: many producers, each committing one job per transaction (the
-web-request pattern), pgq's `Queue.enqueue` under each `notify` mode against the seed's plain
+web-request pattern), pgq's `Queue.enqueue` under each `notify` mode against the baseline's plain
 INSERT, same threads, same run, same server; then the same from N asyncio tasks sharing a pool
-of N connections (`AsyncQueue.enqueue` against the seed's INSERT), and batches: BATCH_JOBS jobs
-in batches of BATCH_SIZE on one connection (the seed's batch INSERT, `Queue.enqueue_many`,
+of N connections (`AsyncQueue.enqueue` against the baseline's INSERT), and batches: BATCH_JOBS jobs
+in batches of BATCH_SIZE on one connection (the baseline's batch INSERT, `Queue.enqueue_many`,
 `Queue.enqueue_copy`, PgQueuer's batch enqueue on asyncpg), `pgq enqueue --file` of them (a
 process, its start counted), and 5x as many in one `enqueue_payloads` (the bulk path: COPY,
 one job per payload, no JobSpec each).
@@ -40,6 +40,7 @@ from rich.table import Table
 from pgq_core import AsyncQueue, JobSpec, Queue, listen_statement
 from pgq_core.ops import NOTIFY_MODES
 
+from .baseline import BASELINE_ENQUEUE, BASELINE_ENQUEUE_BATCH, baseline_connection, setup_baseline
 from .common import (
     CONNECT_TIMEOUT,
     QUEUE_NAME,
@@ -52,11 +53,10 @@ from .common import (
     steal_percent,
     throwaway_schema,
 )
-from .seed import SEED_ENQUEUE, SEED_ENQUEUE_BATCH, seed_connection, setup_seed
 
 # The bench's own bookkeeping.
 QUEUE_USAGE = "SELECT pg_notification_queue_usage()"
-TRUNCATE_SEED = "TRUNCATE {s}.jobs"
+TRUNCATE_BASELINE = "TRUNCATE {s}.jobs"
 TRUNCATE_PGQ = "TRUNCATE {s}.jobs, {s}.job_events, {s}.queue_counts"
 SAMPLE_EVERY = 0.05
 TRUNCATE_PEER = "TRUNCATE {s}.pgqueuer"
@@ -214,13 +214,13 @@ class _Ears:
         self._sample.close()
 
 
-def _summary(runs: dict[str, list[Run]], seed: str) -> dict[str, Any]:
-    """Each side's medians over its rounds, and its rate's ratio to `seed`'s."""
+def _summary(runs: dict[str, list[Run]], baseline: str) -> dict[str, Any]:
+    """Each side's medians over its rounds, and its rate's ratio to `baseline`'s."""
     medians = {s: statistics.median(run.rate for run in rs) for s, rs in runs.items()}
     return {
         s: {
             "rate": medians[s],
-            "ratio_to_seed": medians[s] / medians[seed] if medians[seed] else None,
+            "ratio_to_baseline": medians[s] / medians[baseline] if medians[baseline] else None,
             "p50_ms": statistics.median(run.p50_ms for run in rs),
             "p99_ms": statistics.median(run.p99_ms for run in rs),
             "notifications": statistics.median(run.notifications for run in rs),
@@ -235,32 +235,32 @@ def run_producers(
     dsn: str, embedded: bool, opts: ProducersOptions, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Every figure of one producers run, as plain data (see the module's docstring)."""
-    sync_sides = ["seed", *(f"pgq_{mode}" for mode in NOTIFY_MODES)]
-    async_sides = ["seed_async", *(f"pgq_async_{mode}" for mode in ASYNC_MODES)]
+    sync_sides = ["baseline", *(f"pgq_{mode}" for mode in NOTIFY_MODES)]
+    async_sides = ["baseline_async", *(f"pgq_async_{mode}" for mode in ASYNC_MODES)]
     sides = [*sync_sides, *async_sides]
     runs: dict[str, list[Run]] = {s: [] for s in sides}
     result: dict[str, Any] = {"params": asdict(opts), "machine": machine()}
     with (
         psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin,
-        throwaway_schema(dsn, "bench_seed", pgq=False) as seed_schema,
+        throwaway_schema(dsn, "bench_baseline", pgq=False) as baseline_schema,
         throwaway_schema(dsn, "bench_pgq") as pgq_schema,
     ):
         result["server"] = {"version": server_version(admin), "embedded": embedded}
-        setup_seed(dsn, seed_schema)
-        seed_conns = [seed_connection(dsn, seed_schema) for _ in range(opts.producers)]
+        setup_baseline(dsn, baseline_schema)
+        baseline_conns = [baseline_connection(dsn, baseline_schema) for _ in range(opts.producers)]
         queues = [Queue.connect(dsn, pgq_schema) for _ in range(opts.producers)]
         ears = _Ears(dsn, pgq_schema)
 
-        def seed_one(conn: psycopg.Connection[Any], n: int) -> None:
+        def baseline_one(conn: psycopg.Connection[Any], n: int) -> None:
             params = {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
-            conn.execute(SEED_ENQUEUE, params)
+            conn.execute(BASELINE_ENQUEUE, params)
 
         def pgq_one(q: Queue, n: int) -> None:
             q.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
 
-        async def seed_one_async(conn: psycopg.AsyncConnection[Any], n: int) -> None:
+        async def baseline_one_async(conn: psycopg.AsyncConnection[Any], n: int) -> None:
             params = {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
-            await conn.execute(SEED_ENQUEUE, params)
+            await conn.execute(BASELINE_ENQUEUE, params)
 
         aqueues: dict[int, AsyncQueue] = {}  # one per pooled connection, as an application keeps
 
@@ -271,12 +271,12 @@ def run_producers(
         try:
             for r in range(opts.rounds):
                 for side in sides:
-                    seeded = side.startswith("seed")
-                    schema = seed_schema if seeded else pgq_schema
-                    truncate = TRUNCATE_SEED if seeded else TRUNCATE_PGQ
+                    on_baseline = side.startswith("baseline")
+                    schema = baseline_schema if on_baseline else pgq_schema
+                    truncate = TRUNCATE_BASELINE if on_baseline else TRUNCATE_PGQ
                     admin.execute(sql.SQL(truncate).format(s=sql.Identifier(schema)))
                     admin.execute(sql.SQL("VACUUM {}.jobs").format(sql.Identifier(schema)))
-                    if not seeded:
+                    if not on_baseline:
                         queues[0].set_notify(side.rsplit("_", 1)[1])
                     ears.reset()
                     say(
@@ -284,13 +284,16 @@ def run_producers(
                         f"{opts.jobs} jobs one per transaction"
                     )
                     ticks = cpu_ticks()
-                    if side == "seed":
-                        seconds, lat = produce(seed_conns, seed_one, opts.jobs)
+                    if side == "baseline":
+                        seconds, lat = produce(baseline_conns, baseline_one, opts.jobs)
                     elif side in sync_sides:
                         seconds, lat = produce(queues, pgq_one, opts.jobs)
-                    elif side == "seed_async":
+                    elif side == "baseline_async":
                         seconds, lat = _produce_async(
-                            _path_dsn(dsn, seed_schema), opts.producers, seed_one_async, opts.jobs
+                            _path_dsn(dsn, baseline_schema),
+                            opts.producers,
+                            baseline_one_async,
+                            opts.jobs,
                         )
                     else:
                         aqueues.clear()
@@ -309,22 +312,22 @@ def run_producers(
                         )
                     )
             queues[0].set_notify("edge")
-            result["batches"] = _batches(dsn, admin, seed_schema, queues[0], opts, say)
+            result["batches"] = _batches(dsn, admin, baseline_schema, queues[0], opts, say)
         finally:
             ears.close()
-            for c in seed_conns:
+            for c in baseline_conns:
                 c.close()
             for q in queues:
                 q.close()
     result["load_at_end"] = load_average()
     result["rounds"] = {s: [run.to_dict() for run in rs] for s, rs in runs.items()}
-    result["sides"] = _summary({s: runs[s] for s in sync_sides}, "seed")
-    result["async_sides"] = _summary({s: runs[s] for s in async_sides}, "seed_async")
+    result["sides"] = _summary({s: runs[s] for s in sync_sides}, "baseline")
+    result["async_sides"] = _summary({s: runs[s] for s in async_sides}, "baseline_async")
     return result
 
 
 def _path_dsn(dsn: str, schema: str) -> str:
-    """`dsn` whose sessions start with `schema` on their search_path (the seed's statements
+    """`dsn` whose sessions start with `schema` on their search_path (the baseline's statements
     are unqualified)."""
     return make_conninfo(dsn, options=f"-c search_path={schema}")
 
@@ -332,21 +335,22 @@ def _path_dsn(dsn: str, schema: str) -> str:
 def _batches(
     dsn: str,
     admin: psycopg.Connection[Any],
-    seed_schema: str,
+    baseline_schema: str,
     q: Queue,
     opts: ProducersOptions,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Up to BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds
     alternated; `pgq enqueue --file` of them all; 5x as many in one `enqueue_payloads`. Jobs/s
-    per side (median) and its ratio to the seed's batch INSERT and to PgQueuer's batch enqueue."""
+    per side (median) and its ratio to the baseline's batch INSERT and to PgQueuer's batch
+    enqueue."""
     from . import pgqueuer_side
 
     pgq_ident = sql.Identifier(q.schema)
     batch_jobs = max(BATCH_SIZE, min(BATCH_JOBS, opts.jobs * 5))
     bodies = [payload(opts.payload_bytes, n) for n in range(batch_jobs)]
     chunks = [bodies[i : i + BATCH_SIZE] for i in range(0, batch_jobs, BATCH_SIZE)]
-    seed = seed_connection(dsn, seed_schema)
+    baseline = baseline_connection(dsn, baseline_schema)
     rates: dict[str, list[float]] = {}
     steal: dict[str, list[float | None]] = {}
     with (
@@ -359,10 +363,10 @@ def _batches(
         asyncio.run(pgqueuer_side.install_and_fill(dsn, peer_schema, []))
         env = {**os.environ, "PGQ_DSN": dsn, "PGQ_SCHEMA": q.schema}
 
-        def seed_batch() -> None:
+        def baseline_batch() -> None:
             for chunk in chunks:
-                seed.execute(
-                    SEED_ENQUEUE_BATCH,
+                baseline.execute(
+                    BASELINE_ENQUEUE_BATCH,
                     {"queue": QUEUE_NAME, "payloads": [Jsonb(b) for b in chunk]},
                 )
 
@@ -386,7 +390,7 @@ def _batches(
 
         bulk = [payload(opts.payload_bytes, n) for n in range(batch_jobs * BULK_FACTOR)]
         batch_sides: dict[str, tuple[Callable[[], None], int]] = {
-            "seed_batch": (seed_batch, batch_jobs),
+            "baseline_batch": (baseline_batch, batch_jobs),
             "pgqueuer_batch": (peer_batch, batch_jobs),
             "pgq_enqueue_many": (pgq_many, batch_jobs),
             "pgq_enqueue_copy": (pgq_copy, batch_jobs),
@@ -396,7 +400,9 @@ def _batches(
         try:
             for r in range(opts.rounds):
                 for side, (call, jobs) in batch_sides.items():
-                    admin.execute(sql.SQL(TRUNCATE_SEED).format(s=sql.Identifier(seed_schema)))
+                    admin.execute(
+                        sql.SQL(TRUNCATE_BASELINE).format(s=sql.Identifier(baseline_schema))
+                    )
                     admin.execute(sql.SQL(TRUNCATE_PGQ).format(s=pgq_ident))
                     admin.execute(sql.SQL(TRUNCATE_PEER).format(s=sql.Identifier(peer_schema)))
                     say(f"round {r + 1}/{opts.rounds}: {side}, {jobs} jobs")
@@ -406,7 +412,7 @@ def _batches(
                     rates.setdefault(side, []).append(jobs / (time.perf_counter() - t0))
                     steal.setdefault(side, []).append(steal_percent(ticks, cpu_ticks()))
         finally:
-            seed.close()
+            baseline.close()
     medians = {side: statistics.median(rs) for side, rs in rates.items()}
     return {
         "batch_size": BATCH_SIZE,
@@ -415,7 +421,7 @@ def _batches(
             side: {
                 "rate": rate,
                 "rounds": rates[side],
-                "ratio_to_seed_batch": rate / medians["seed_batch"],
+                "ratio_to_baseline_batch": rate / medians["baseline_batch"],
                 "ratio_to_pgqueuer": rate / medians["pgqueuer_batch"],
                 "steal_percent": steal[side],
             }
@@ -431,22 +437,22 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
             title=f"{params['producers']} {how}, {params['jobs']:,} jobs one per transaction, "
             f"median of {params['rounds']} round(s)"
         )
-        columns = ("side", "jobs/s", "x seed", "p50 ms", "x seed p50", "p99 ms", "notifications",
-                   "steal %")  # fmt: skip
+        columns = ("side", "jobs/s", "x baseline", "p50 ms", "x baseline p50", "p99 ms",
+                   "notifications", "steal %")  # fmt: skip
         for column in columns:
             table.add_column(column, justify="left" if column == "side" else "right")
         sides = result[key]
-        seed_p50 = next(iter(sides.values()))["p50_ms"]
+        baseline_p50 = next(iter(sides.values()))["p50_ms"]
         for side, s in sides.items():
-            ratio = s["ratio_to_seed"]
+            ratio = s["ratio_to_baseline"]
             table.add_row(
                 side,
                 f"{s['rate']:,.0f}",
                 f"{ratio:.2f}x" if ratio is not None else "-",
                 f"{s['p50_ms']:.2f}",
-                f"{s['p50_ms'] / seed_p50:.2f}x" if seed_p50 else "-",
+                f"{s['p50_ms'] / baseline_p50:.2f}x" if baseline_p50 else "-",
                 f"{s['p99_ms']:.2f}",
-                "-" if side.startswith("seed") else f"{s['notifications']:,.0f}",
+                "-" if side.startswith("baseline") else f"{s['notifications']:,.0f}",
                 " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
             )
         console.print(table)
@@ -455,13 +461,13 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
         title=f"batches of {batches['batch_size']:,} on one connection (the bulk side: one "
         f"enqueue_payloads), median of {params['rounds']} round(s)"
     )
-    for column in ("side", "jobs/s", "x seed batch", "x PgQueuer", "steal %"):
+    for column in ("side", "jobs/s", "x baseline batch", "x PgQueuer", "steal %"):
         table.add_column(column, justify="left" if column == "side" else "right")
     for side, s in batches["sides"].items():
         table.add_row(
             side,
             f"{s['rate']:,.0f}",
-            f"{s['ratio_to_seed_batch']:.2f}x",
+            f"{s['ratio_to_baseline_batch']:.2f}x",
             f"{s['ratio_to_pgqueuer']:.2f}x",
             " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
         )

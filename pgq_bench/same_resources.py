@@ -1,19 +1,19 @@
-"""`pgq bench --same-resources`: the seed and pgq at equal resources, one process and C-way
+"""`pgq bench --same-resources`: the baseline and pgq at equal resources, one process and C-way
 concurrency per side, for each C of `--concurrency-levels`.
 
-- **seed**: the seed's SQL as written (`seed.sql`), C threads in one Python process (this one),
-  each on its own autocommit connection, looping: claim `LIMIT 10`, then complete each claimed
-  job with its own UPDATE, until a claim comes back empty.
+- **baseline**: the baseline's SQL as written (`baseline.sql`), C threads in one Python process
+  (this one), each on its own autocommit connection, looping: claim `LIMIT 10`, then complete
+  each claimed job with its own UPDATE, until a claim comes back empty.
 - **pgq**: one `pgq worker QUEUE --concurrency C --burst --handler <no-op>` subprocess, a real
   separate process as users run it, once with a plain-function no-op handler (`sync`) and once
   with an `async def` one (`async`).
 
 Every run gets its own throwaway schema, filled with the same N jobs (unmeasured) and dropped
-afterwards. Both sides are timed from the first claim to the last completion: the seed's
+afterwards. Both sides are timed from the first claim to the last completion: the baseline's
 threads read the clock before their first claim and after each completion; pgq's span is read
 from the database afterwards (`max(finished_at) - min(claimed_at)`). The total wall time is
 reported too: for pgq from starting the worker process to its exit (Python start-up, imports,
-connecting and the burst exit included), for the seed from starting its threads to joining
+connecting and the burst exit included), for the baseline from starting its threads to joining
 them (connecting included). Every job must end `done`, or the run fails.
 
 With `--peers` a third side runs at every C in the same run: PgQueuer, one process with C
@@ -45,6 +45,14 @@ from rich.table import Table
 from pgq_core import JobSpec, PgqError, Queue
 from pgq_core.text import printable
 
+from .baseline import (
+    BASELINE_CLAIM,
+    BASELINE_COMPLETE,
+    BASELINE_ENQUEUE,
+    BASELINE_LIMIT,
+    baseline_connection,
+    setup_baseline,
+)
 from .common import (
     CONNECT_TIMEOUT,
     QUEUE_NAME,
@@ -60,12 +68,11 @@ from .common import (
 from .dbwork import DbWork
 from .handlers import HANDLER_SPECS
 from .peers import PEER_BATCH, PEER_NAME, drain_peer, fill_peer, missing_peer, peer_versions
-from .seed import SEED_CLAIM, SEED_COMPLETE, SEED_ENQUEUE, SEED_LIMIT, seed_connection, setup_seed
 
 #: What each side gets, said in every output.
 RESOURCES = (
-    "both sides get one process and C-way concurrency: seed = C threads in one process, one "
-    "connection each, the seed's SQL with LIMIT {limit}; pgq = one `pgq worker --concurrency C "
+    "both sides get one process and C-way concurrency: baseline = C threads in one process, one "
+    "connection each, the baseline's SQL with LIMIT {limit}; pgq = one `pgq worker --concurrency C "
     "--burst` process with a no-op handler (sync: a plain function, async: an async def)"
 )
 #: What the peer side gets, said in every output that has it.
@@ -84,7 +91,7 @@ PGQ_TALLY = """
 SELECT count(*) FILTER (WHERE status = 'done'), count(*),
        extract(epoch FROM max(finished_at) - min(claimed_at))
   FROM {s}.jobs"""
-SEED_TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
+BASELINE_TALLY = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM {s}.jobs"
 VACUUM = "VACUUM ANALYZE {s}.jobs"
 #: Longest a pgq worker process may run before the bench gives up on it.
 PROCESS_TIMEOUT = 1800.0
@@ -98,8 +105,8 @@ class SameResourcesOptions:
     levels: tuple[int, ...] = (1, 4, 10, 50)
     #: Handler kinds of the pgq side, of HANDLER_SPECS.
     handlers: tuple[str, ...] = ("sync", "async")
-    #: The seed's LIMIT (10 as the seed writes it).
-    batch: int = SEED_LIMIT
+    #: The baseline's LIMIT (10 unless `--batch` says otherwise).
+    batch: int = BASELINE_LIMIT
     payload_bytes: int = 100
     #: Add the peer side (PgQueuer, `peers.py`) at every level.
     peers: bool = False
@@ -117,7 +124,7 @@ class Run:
     done: int
     #: First claim to last completion.
     drain_seconds: float
-    #: Including start-up (pgq: the worker process's whole life; seed: threads and connects).
+    #: Including start-up (pgq: the worker process's whole life; baseline: threads and connects).
     wall_seconds: float
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -138,13 +145,13 @@ class Run:
 # ---------------------------------------------------------------- enqueue (unmeasured)
 
 
-def fill_seed(dsn: str, schema: str, opts: SameResourcesOptions) -> None:
-    """The seed's table and indexes, then N jobs by its plain INSERT (pipelined, one commit)."""
-    setup_seed(dsn, schema)
-    with seed_connection(dsn, schema) as conn:
+def fill_baseline(dsn: str, schema: str, opts: SameResourcesOptions) -> None:
+    """The baseline's table and indexes, then N jobs by its plain INSERT (pipelined, one commit)."""
+    setup_baseline(dsn, schema)
+    with baseline_connection(dsn, schema) as conn:
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
-                SEED_ENQUEUE,
+                BASELINE_ENQUEUE,
                 (
                     {"queue": QUEUE_NAME, "payload": Jsonb(payload(opts.payload_bytes, n))}
                     for n in range(opts.jobs)
@@ -176,7 +183,7 @@ def _check_done(side: str, concurrency: int, done: int, total: int, jobs: int) -
         )
 
 
-# ---------------------------------------------------------------- the seed: C threads
+# ---------------------------------------------------------------- the baseline: C threads
 
 
 @dataclass
@@ -187,14 +194,14 @@ class _ThreadReport:
     lost: int = 0
 
 
-def drain_seed(
+def drain_baseline(
     dsn: str,
     schema: str,
     threads: int,
     opts: SameResourcesOptions,
     meter: DbWork | None = None,
 ) -> Run:
-    """C threads in this process, one autocommit connection each, the seed's loop as written.
+    """C threads in this process, one autocommit connection each, the baseline's loop as written.
 
     The threads connect, then start together; each reads `time.perf_counter()` just before its
     first claim and after every completion. Drain: the earliest first claim to the latest
@@ -206,12 +213,12 @@ def drain_seed(
 
     def loop(report: _ThreadReport) -> None:
         try:
-            with seed_connection(dsn, schema) as conn:
+            with baseline_connection(dsn, schema) as conn:
                 start.wait()
                 report.first_claim = time.perf_counter()
-                while rows := conn.execute(SEED_CLAIM, params).fetchall():
+                while rows := conn.execute(BASELINE_CLAIM, params).fetchall():
                     for job_id, _payload, fence in rows:
-                        cur = conn.execute(SEED_COMPLETE, {"id": job_id, "fence": fence})
+                        cur = conn.execute(BASELINE_COMPLETE, {"id": job_id, "fence": fence})
                         report.completed += cur.rowcount
                         report.lost += cur.rowcount == 0
                     report.last_completion = time.perf_counter()
@@ -222,7 +229,7 @@ def drain_seed(
             start.abort()
 
     workers = [
-        threading.Thread(target=loop, args=(r,), name=f"seed-{i}", daemon=True)
+        threading.Thread(target=loop, args=(r,), name=f"baseline-{i}", daemon=True)
         for i, r in enumerate(reports)
     ]
     metered = meter.read() if meter else None
@@ -238,10 +245,10 @@ def drain_seed(
     firsts = [r.first_claim for r in reports if r.first_claim is not None]
     lasts = [r.last_completion for r in reports if r.last_completion is not None]
     drain = max(lasts) - min(firsts) if firsts and lasts else 0.0
-    done, total = _tally(dsn, SEED_TALLY, schema)
-    _check_done("seed", threads, int(done), int(total), opts.jobs)
+    done, total = _tally(dsn, BASELINE_TALLY, schema)
+    _check_done("baseline", threads, int(done), int(total), opts.jobs)
     return Run(
-        "seed",
+        "baseline",
         threads,
         opts.jobs,
         int(done),
@@ -360,7 +367,7 @@ def run_same_resources(
             "jobs": opts.jobs,
             "concurrency_levels": list(opts.levels),
             "handlers": list(opts.handlers),
-            "seed_limit": opts.batch,
+            "baseline_limit": opts.batch,
             "payload_bytes": opts.payload_bytes,
             "peers": opts.peers,
             "db_work": opts.db_work,
@@ -410,17 +417,17 @@ def _level(
     meter: DbWork | None,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """One concurrency level: the seed, pgq with each handler, then the peer."""
-    with throwaway_schema(dsn, "bench_sr_seed", pgq=False) as schema:
-        say(f"C={c}: seed, enqueue {opts.jobs} jobs")
-        fill_seed(dsn, schema, opts)
-        say(f"C={c}: seed drain, {c} thread(s) in one process, LIMIT {opts.batch}")
+    """One concurrency level: the baseline, pgq with each handler, then the peer."""
+    with throwaway_schema(dsn, "bench_sr_baseline", pgq=False) as schema:
+        say(f"C={c}: baseline, enqueue {opts.jobs} jobs")
+        fill_baseline(dsn, schema, opts)
+        say(f"C={c}: baseline drain, {c} thread(s) in one process, LIMIT {opts.batch}")
         ticks = cpu_ticks()
-        seed = drain_seed(dsn, schema, c, opts, meter)
-        seed_steal = steal_percent(ticks, cpu_ticks())
+        baseline = drain_baseline(dsn, schema, c, opts, meter)
+        baseline_steal = steal_percent(ticks, cpu_ticks())
     level: dict[str, Any] = {
         "concurrency": c,
-        "seed": {**seed.to_dict(), "steal_percent": seed_steal},
+        "baseline": {**baseline.to_dict(), "steal_percent": baseline_steal},
         "pgq": {},
     }
     level["ratio"], level["ratio_wall"] = {}, {}
@@ -434,8 +441,8 @@ def _level(
             run = drain_pgq(dsn, schema, c, kind, opts, meter)
             steal = steal_percent(ticks, cpu_ticks())
         runs[kind] = level["pgq"][kind] = {**run.to_dict(), "steal_percent": steal}
-        level["ratio"][kind] = _ratio(run.drain_rate, seed.drain_rate)
-        level["ratio_wall"][kind] = _ratio(run.wall_rate, seed.wall_rate)
+        level["ratio"][kind] = _ratio(run.drain_rate, baseline.drain_rate)
+        level["ratio_wall"][kind] = _ratio(run.wall_rate, baseline.wall_rate)
     if peer:
         with throwaway_schema(dsn, "bench_sr_peer", pgq=False) as schema:
             say(f"C={c}: PgQueuer, install its schema and enqueue {opts.jobs} jobs")
@@ -453,7 +460,7 @@ def _level(
         }
         runs[PEER_NAME] = peer_run
     if meter:
-        base = level["seed"]["db_work"]
+        base = level["baseline"]["db_work"]
         level["db_work_ratio"] = {
             name: {
                 key: _ratio(run["db_work"][key], base[key])
@@ -483,11 +490,11 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
             f"{' (embedded)' if server_info['embedded'] else ''} · {params['jobs']} jobs per run"
         ),
         caption=(
-            f"{RESOURCES.format(limit=params['seed_limit'])}.\n"
-            "drain: first claim to last completion (seed: the threads' clock; pgq: "
+            f"{RESOURCES.format(limit=params['baseline_limit'])}.\n"
+            "drain: first claim to last completion (baseline: the threads' clock; pgq: "
             "min(claimed_at) to max(finished_at) in the database). wall: including start-up "
-            "(pgq: the worker process from start to exit; seed: threads and connects).\n"
-            "ratio = pgq drain jobs/s / seed drain jobs/s at the same C; ratio (wall): the "
+            "(pgq: the worker process from start to exit; baseline: threads and connects).\n"
+            "ratio = pgq drain jobs/s / baseline drain jobs/s at the same C; ratio (wall): the "
             "same with wall times.\nsteal: the share of the machine's CPU time the hypervisor "
             "gave to other guests during that drain (a drain with much of it ran on less)."
         ),
@@ -500,9 +507,9 @@ def print_same_resources(result: dict[str, Any], console: Console) -> None:
     table.add_column("ratio (wall)", justify="right")
     for level in result["levels"]:
         c = level["concurrency"]
-        seed = level["seed"]
+        baseline = level["baseline"]
         rows: list[tuple[str, dict[str, Any], str, str]] = [
-            (f"seed, {c} thread{'s' if c > 1 else ''}", seed, "", "")
+            (f"baseline, {c} thread{'s' if c > 1 else ''}", baseline, "", "")
         ]
         for kind, run in level["pgq"].items():
             rows.append(
@@ -585,12 +592,12 @@ def _print_db_work(result: dict[str, Any], console: Console) -> None:
         "statement µs",
         "statement WAL B",
         "WAL B (server)",
-        "statement µs / seed",
-        "WAL / seed",
+        "statement µs / baseline",
+        "WAL / baseline",
     ):
         table.add_column(col, justify="left" if col == "side" else "right")
     for level in result["levels"]:
-        runs = {"seed": level["seed"], **{f"pgq {k}": r for k, r in level["pgq"].items()}}
+        runs = {"baseline": level["baseline"], **{f"pgq {k}": r for k, r in level["pgq"].items()}}
         if PEER_NAME in level:
             runs["PgQueuer"] = level[PEER_NAME]
         ratios = {f"pgq {k}": level["db_work_ratio"][k] for k in level["pgq"]}

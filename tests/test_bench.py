@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from pgq_bench import busy_percent, cpu_ticks, steal_percent
+from pgq_bench import busy_percent, cpu_ticks, read_result, steal_percent, with_baseline_names
+from pgq_bench.baseline import LEGACY_NAMES
 from pgq_cli.cli import main
 from pgq_core import JobSpec, PgqError, Queue
 
@@ -39,6 +40,8 @@ SIDE_FIGURES = (
     "lost",
 )
 PHASE_FIGURES = ("jobs", "seconds", "rate", "xacts_per_job", "wal_bytes_per_job")
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 
 
 def _run_json(dsn: str, *args: str) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         "--rounds",
         "2",
     )
-    claims = {"seed": 3, "pgq_same_batch": 3, "pgq": 7}
+    claims = {"baseline": 3, "pgq_same_batch": 3, "pgq": 7}
     for side, claim in claims.items():
         figures = data[side]
         assert set(SIDE_FIGURES) <= set(figures), side
@@ -89,24 +92,24 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
         assert figures["drain_worker_cpu_us_per_job"] > 0, side
         assert figures["enqueue_xacts_per_job"] >= 0, side
         assert figures["enqueue_wal_bytes_per_job"] > 0, side
-    # Pickup latency is measured for the seed and pgq at its own claim size only.
-    for side in ("seed", "pgq"):
+    # Pickup latency is measured for the baseline and pgq at its own claim size only.
+    for side in ("baseline", "pgq"):
         assert 0 <= data[side]["pickup_p50_ms"] <= data[side]["pickup_p99_ms"], side
     assert data["pgq_same_batch"]["pickup_p50_ms"] is None
-    # The seed commits at least one transaction per job (its completion); pgq settles in
+    # The baseline commits at least one transaction per job (its completion); pgq settles in
     # batches, so fewer than one, and fewer still with the larger claim.
-    assert data["seed"]["drain_xacts_per_job"] >= 1
+    assert data["baseline"]["drain_xacts_per_job"] >= 1
     assert data["pgq_same_batch"]["drain_xacts_per_job"] < 1
-    seed_rate = data["seed"]["drain_rate"]
-    assert data["ratio"] == pytest.approx(data["pgq"]["drain_rate"] / seed_rate)
+    baseline_rate = data["baseline"]["drain_rate"]
+    assert data["ratio"] == pytest.approx(data["pgq"]["drain_rate"] / baseline_rate)
     assert data["ratio_same_batch"] == pytest.approx(
-        data["pgq_same_batch"]["drain_rate"] / seed_rate
+        data["pgq_same_batch"]["drain_rate"] / baseline_rate
     )
     for name, phase in {**data["enqueue"], **data["drain"]}.items():
         assert set(PHASE_FIGURES) <= set(phase), name
         assert phase["rate"] > 0, name
     assert {k: ph["claim"] for k, ph in data["drain"].items()} == {
-        "seed": 3,
+        "baseline": 3,
         "pgq_same_batch": 3,
         "pgq": 7,
         "pgq_no_trigger": 7,
@@ -116,7 +119,7 @@ def test_bench_tiny_has_every_figure_and_drains_every_job(dsn: str) -> None:
     assert data["params"]["workers"] == 2
     assert (data["params"]["batch"], data["params"]["concurrency"]) == (3, 7)
     assert {k: len(v) for k, v in data["drain_rounds"].items()} == {
-        "seed": 2,
+        "baseline": 2,
         "pgq_same_batch": 2,
         "pgq": 2,
         "no_trigger": 2,
@@ -168,6 +171,7 @@ def test_bench_help_names_both_claim_sizes() -> None:
     assert result.exit_code == 0, result.output
     assert "--batch" in result.output and "--concurrency" in result.output
     assert "baseline's LIMIT" in result.output
+    assert "seed" not in result.output.lower()
 
 
 @pytest.mark.slow
@@ -301,7 +305,8 @@ SAME_RESOURCES_FIGURES = (
 
 @pytest.mark.slow
 def test_same_resources_tiny_has_every_level_and_drains_every_job(dsn: str) -> None:
-    """Through the real CLI: the seed's threads here, a real `pgq worker` process per pgq run."""
+    """Through the real CLI: the baseline's threads here, a real `pgq worker` process per pgq
+    run."""
     before = _bench_schemas(dsn)
     data = _run_json(dsn, "--same-resources", "--jobs", "200", "--concurrency-levels", "1,4")
     assert data["mode"] == "same_resources"
@@ -311,9 +316,9 @@ def test_same_resources_tiny_has_every_level_and_drains_every_job(dsn: str) -> N
     assert [level["concurrency"] for level in data["levels"]] == [1, 4]
     for level in data["levels"]:
         c = level["concurrency"]
-        seed = level["seed"]
-        runs = {"seed": seed, **{f"pgq_{k}": run for k, run in level["pgq"].items()}}
-        assert set(runs) == {"seed", "pgq_sync", "pgq_async"}, c
+        baseline = level["baseline"]
+        runs = {"baseline": baseline, **{f"pgq_{k}": run for k, run in level["pgq"].items()}}
+        assert set(runs) == {"baseline", "pgq_sync", "pgq_async"}, c
         for name, run in runs.items():
             assert set(SAME_RESOURCES_FIGURES) <= set(run), (c, name)
             assert run["jobs"] == run["done"] == 200, (c, name)
@@ -321,14 +326,15 @@ def test_same_resources_tiny_has_every_level_and_drains_every_job(dsn: str) -> N
             assert run["drain_rate"] > 0 and run["wall_rate"] > 0, (c, name)
             assert 0 < run["drain_seconds"] <= run["wall_seconds"], (c, name)
             assert 0 <= run["steal_percent"] <= 100, (c, name)  # Linux: /proc/stat
-        assert seed["threads"] == c and seed["claim"] == 10
-        assert seed["completed"] == 200 and seed["lost"] == 0
+        assert baseline["threads"] == c and baseline["claim"] == 10
+        assert baseline["completed"] == 200 and baseline["lost"] == 0
         for kind, run in level["pgq"].items():
             assert run["handler"] == kind and run["claim"] == c
             assert f"worker bench --concurrency {c} --burst" in run["command"]
             assert run["command"].endswith(f"pgq_bench.handlers:noop_{kind}")
-            assert level["ratio"][kind] == pytest.approx(run["drain_rate"] / seed["drain_rate"])
-            assert level["ratio_wall"][kind] == pytest.approx(run["wall_rate"] / seed["wall_rate"])
+            drain, wall = baseline["drain_rate"], baseline["wall_rate"]
+            assert level["ratio"][kind] == pytest.approx(run["drain_rate"] / drain)
+            assert level["ratio_wall"][kind] == pytest.approx(run["wall_rate"] / wall)
     assert _bench_schemas(dsn) == before, "throwaway schemas must be dropped"
 
 
@@ -355,6 +361,7 @@ def test_same_resources_human_output_says_what_each_side_gets(dsn: str) -> None:
     assert "pgq async" in result.output and "pgq sync" not in result.output
     assert "50/50" in result.output
     assert "steal" in result.output and "hypervisor" in result.output
+    assert "baseline, 2 threads" in result.output and "seed" not in result.output.lower()
 
 
 def test_same_resources_rejects_bad_levels_and_mixed_modes() -> None:
@@ -387,7 +394,7 @@ DB_WORK_FIGURES = (
 
 def _check_db_work(data: dict[str, Any], runs: dict[str, dict[str, Any]]) -> None:
     """Every drain has its database work per job; statement figures all there or all missing
-    (and then the run says why); the ratios are the sides' figures over the seed's."""
+    (and then the run says why); the ratios are the sides' figures over the baseline's."""
     missing = data["db_work"]["statement_stats_missing"]
     for name, run in runs.items():
         work = run["db_work"]
@@ -399,8 +406,8 @@ def _check_db_work(data: dict[str, Any], runs: dict[str, dict[str, Any]]) -> Non
         else:
             assert all(v > 0 for v in statements), (name, statements)
     if not missing:
-        # The seed runs one UPDATE per job and one claim per ten: at least one statement each.
-        assert runs["seed"]["db_work"]["statements_per_job"] >= 1
+        # The baseline runs one UPDATE per job and one claim per ten: at least one statement each.
+        assert runs["baseline"]["db_work"]["statements_per_job"] >= 1
 
 
 @pytest.mark.slow
@@ -436,13 +443,13 @@ def test_same_resources_with_peers_and_db_work_tiny(dsn: str) -> None:
     assert level["ratio_peer_wall"]["async"] == pytest.approx(
         pgq["wall_rate"] / peer["wall_rate"]
     )
-    runs = {"seed": level["seed"], "async": pgq, "pgqueuer": peer}
+    runs = {"baseline": level["baseline"], "async": pgq, "pgqueuer": peer}
     _check_db_work(data, runs)
     for name in ("async", "pgqueuer"):
         ratio = level["db_work_ratio"][name]
         wal = runs[name]["db_work"]["wal_bytes_per_job"]
         assert ratio["wal_bytes_per_job"] == pytest.approx(
-            wal / level["seed"]["db_work"]["wal_bytes_per_job"]
+            wal / level["baseline"]["db_work"]["wal_bytes_per_job"]
         )
     # Every schema of the run lived in its throwaway database (named, as others' runs on a
     # shared server make theirs too), and that is gone.
@@ -463,7 +470,7 @@ def test_db_work_has_statement_time_on_the_bench_own_server() -> None:
     assert data["server"]["embedded"] is True
     assert data["db_work"]["statement_stats_missing"] is None
     [level] = data["levels"]
-    _check_db_work(data, {"seed": level["seed"], "sync": level["pgq"]["sync"]})
+    _check_db_work(data, {"baseline": level["baseline"], "sync": level["pgq"]["sync"]})
     assert "peer" not in data and "pgqueuer" not in level
 
 
@@ -608,3 +615,60 @@ def test_a_terminated_bench_stops_its_own_server(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert not Path(f"/proc/{postmaster}").exists(), "the bench's server is still running"
     assert not list(tmp_path.glob("pgq-bench-*")), "the bench's home is still there"
+
+
+def _names(value: Any) -> set[str]:
+    """Every key at any depth of `value`, and every side's `"side"`."""
+    if isinstance(value, dict):
+        sides = {v for k, v in value.items() if k == "side" and isinstance(v, str)}
+        return set(value) | sides | {n for v in value.values() for n in _names(v)}
+    if isinstance(value, list):
+        return {n for v in value for n in _names(v)}
+    return set()
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_committed_results_read_under_the_baseline_s_names(path: Path) -> None:
+    """Results written before the rename read as today's; a failover or fleet run's `seed` is
+    its random state and stays."""
+    raw = json.loads(path.read_text())
+    read = read_result(path)
+    if "failover" in raw or "fleet" in raw:
+        assert read == raw
+        return
+    assert _names(read) & set(LEGACY_NAMES) == set()
+    old = _names(raw) & set(LEGACY_NAMES)
+    assert {LEGACY_NAMES[n] for n in old} <= _names(read)
+    assert with_baseline_names(read) == read, "today's names read unchanged"
+
+
+def test_the_old_and_new_names_of_a_result_read_alike() -> None:
+    new = {
+        "baseline": {"claim_size": 10, "drain_rate": 100.0},
+        "drain_rounds": {"baseline": [1.0, 2.0], "pgq": [3.0]},
+        "enqueue": {"baseline_insert_per_job": {"rate": 5.0}},
+        "params": {"baseline_limit": 10},
+        "levels": [{"baseline": {"side": "baseline"}, "pgq": {"side": "pgq"}}],
+        "sides": {"baseline_async": {"ratio_to_baseline": 1.0}},
+        "batches": {"baseline_batch": {"ratio_to_baseline_batch": 1.0}},
+    }
+    old = json.loads(json.dumps(new).replace("baseline", "seed"))
+    assert "baseline" not in json.dumps(old)
+    assert with_baseline_names(old) == new
+    assert with_baseline_names(new) == new
+    fleet = {"fleet": {"seed": 7}, "drain": {"seed": None}}
+    assert with_baseline_names(fleet) == fleet
+
+
+def test_render_reads_a_result_written_before_the_rename() -> None:
+    old = ROOT / "benchmarks" / "results" / "pg18-embedded.json"
+    assert '"seed"' in old.read_text()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "render.py"), str(old)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| | baseline (LIMIT 10) |" in done.stdout
+    assert "ratio (pgq drain / baseline drain)" in done.stdout
+    assert "seed" not in done.stdout

@@ -36,24 +36,24 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     sides = data["sides"]
-    assert set(sides) == {"seed", "pgq_always", "pgq_edge", "pgq_off"}
+    assert set(sides) == {"baseline", "pgq_always", "pgq_edge", "pgq_off"}
     for side in sides.values():
         assert side["rate"] > 0 and side["p99_ms"] >= side["p50_ms"] > 0
-    assert sides["seed"]["ratio_to_seed"] == 1
+    assert sides["baseline"]["ratio_to_baseline"] == 1
     assert sides["pgq_always"]["notifications"] == 200, "one per transaction"
     assert 1 <= sides["pgq_edge"]["notifications"] < 200
     assert sides["pgq_off"]["notifications"] == 0
     assert 0 <= sides["pgq_always"]["max_queue_usage"] < 1
     asynchronous = data["async_sides"]
-    assert set(asynchronous) == {"seed_async", "pgq_async_edge", "pgq_async_always"}
+    assert set(asynchronous) == {"baseline_async", "pgq_async_edge", "pgq_async_always"}
     assert asynchronous["pgq_async_always"]["notifications"] == 200, "one per transaction"
     batches = data["batches"]["sides"]
     assert set(batches) == {
-        "seed_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
+        "baseline_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
         "pgq_enqueue_file", "pgq_copy_bulk",
     }  # fmt: skip
     assert all(b["rate"] > 0 for b in batches.values())
-    assert batches["seed_batch"]["ratio_to_seed_batch"] == 1
+    assert batches["baseline_batch"]["ratio_to_baseline_batch"] == 1
     assert _bench_schemas(dsn) == before, "throwaway schemas are dropped"
 
 

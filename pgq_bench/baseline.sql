@@ -1,12 +1,12 @@
--- The seed's baseline SQL, by name: the one home of the statements `pgq bench` runs as "seed".
--- Not pgq's SQL (that is pgq_core/queries.sql): this is the classic SKIP LOCKED design pgq
--- is measured against, exactly as the bench runs it. The statements are unqualified, as the
--- seed writes them; they run on connections whose search_path is the seed's throwaway schema.
--- Placeholders are psycopg's: the seed's $1 is %(queue)s (claim) or %(id)s (complete), $2 is
+-- The baseline's SQL, by name: the one home of the statements `pgq bench` runs as "baseline",
+-- a plain-SQL job queue. Not pgq's SQL (that is pgq_core/sql/): this is the classic SKIP
+-- LOCKED design pgq is measured against, exactly as the bench runs it. The statements are
+-- unqualified; they run on connections whose search_path is the baseline's throwaway schema.
+-- Placeholders are psycopg's: the design's $1 is %(queue)s (claim) or %(id)s (complete), $2 is
 -- %(fence)s, and its `LIMIT 10` is %(limit)s (10 unless `pgq bench --batch` says otherwise).
 
 -- name: table
--- The seed's table, verbatim.
+-- The baseline's table, verbatim.
 CREATE TABLE jobs (
   id           bigserial   PRIMARY KEY,
   queue        text        NOT NULL,
@@ -21,15 +21,15 @@ CREATE TABLE jobs (
 );
 
 -- name: ready_index
--- The seed's first partial index, verbatim.
+-- The baseline's first partial index, verbatim.
 CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'ready';
 
 -- name: lease_index
--- The seed's second partial index, verbatim.
+-- The baseline's second partial index, verbatim.
 CREATE INDEX jobs_lease_idx ON jobs (lease_until) WHERE status = 'running';
 
 -- name: enqueue
--- The seed shows no INSERT; this is the plain one, one job per statement.
+-- The design shows no INSERT; this is the plain one, one job per statement.
 INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s);
 
 -- name: enqueue_batch
@@ -37,7 +37,7 @@ INSERT INTO jobs (queue, payload) VALUES (%(queue)s, %(payload)s);
 INSERT INTO jobs (queue, payload) SELECT %(queue)s, p FROM unnest(%(payloads)s::jsonb[]) p;
 
 -- name: claim
--- The seed's claim, one short transaction.
+-- The baseline's claim, one short transaction.
 UPDATE jobs
 SET status      = 'running',
     attempts    = attempts + 1,
@@ -53,7 +53,7 @@ WHERE id IN (
 RETURNING id, payload, fence;
 
 -- name: complete
--- The seed's completion: one UPDATE (and transaction) per job.
+-- The baseline's completion: one UPDATE (and transaction) per job.
 UPDATE jobs
 SET status = 'done', lease_until = NULL
 WHERE id = %(id)s AND fence = %(fence)s AND status = 'running';
