@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -57,6 +60,42 @@ def test_edge_counts_only_due_jobs_and_rearms_when_drained(queue: Queue, dsn: st
         assert drain(ears) == []
         queue.enqueue("s", {})
         assert drain(ears) == ["s"], "drained, then a job: an edge again"
+
+
+def _enqueue_ways(queue: Queue) -> dict[str, Callable[[str, psycopg.Connection[Any] | None], Any]]:
+    """Every way a producer enqueues onto queue `name`, on `conn` (None: the queue's own)."""
+    return {
+        "enqueue": lambda name, conn: queue.enqueue(name, {}, conn=conn),
+        "enqueue_many": lambda name, conn: queue.enqueue_many(
+            [JobSpec(name, {}), JobSpec(name, {})], conn
+        ),
+        "enqueue_copy": lambda name, conn: queue.enqueue_copy([JobSpec(name, {})], conn),
+        "enqueue_payloads": lambda name, conn: queue.enqueue_payloads(name, [{}, {}], conn=conn),
+    }
+
+
+def test_edge_producers_racing_onto_an_idle_queue_wake_a_listener(
+    queue: Queue, dsn: str
+) -> None:
+    """Two producers enqueue onto an idle queue at once: the first's jobs are not committed
+    when the second looks for due jobs, so neither sees the other's. Whatever the paths (one
+    alone, in a transaction, a batch, COPY), at least one notification goes out: under `edge`
+    an idle queue that gets work always wakes a listener."""
+    queue.set_notify("edge")
+    ways = _enqueue_ways(queue)
+    with listener(dsn, queue.schema) as ears:
+        for n, ((first, held_way), (second, alone_way)) in enumerate(
+            itertools.product(ways.items(), repeat=2)
+        ):
+            name = f"race{n}"
+            with psycopg.connect(dsn) as held:  # the first, still uncommitted
+                held_way(name, held)
+                alone_way(name, None)  # the second, its own transaction
+            woken: list[str] = []
+            deadline = time.monotonic() + 10
+            while name not in woken and time.monotonic() < deadline:
+                woken += [m.payload for m in ears.notifies(timeout=1, stop_after=1)]
+            assert name in woken, f"{first} (in a transaction), then {second}: {woken}"
 
 
 def test_edge_batch_onto_an_empty_queue_is_one_notification(queue: Queue, dsn: str) -> None:
