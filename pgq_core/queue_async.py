@@ -280,9 +280,10 @@ class AsyncQueue:
         payload, with the options given, through COPY, as `enqueue_copy` of a JobSpec each
         (without making one: for loading a backlog); all or nothing, in one transaction (or
         the caller's, on `conn`). Their new ids, in order."""
-        if isinstance(payloads, str | bytes | dict):
+        if isinstance(payloads, str | bytes | bytearray | memoryview | dict):
             raise ValueError("payloads: give one payload per job (a list), not one payload")
-        payloads = payloads if isinstance(payloads, Sequence) else list(payloads)
+        # sliced in blocks (`payload_copy_text`): a deque is a Sequence that cannot be
+        payloads = payloads if isinstance(payloads, list | tuple) else list(payloads)
         template = JobSpec(
             queue, None, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,

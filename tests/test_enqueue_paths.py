@@ -5,6 +5,7 @@ writes the jobs, wakes listeners and refuses bad input as the general path does.
 from __future__ import annotations
 
 import re
+from collections import deque
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -157,6 +158,17 @@ def test_enqueue_payloads_is_all_or_nothing_and_checks_its_options(queue: Queue)
         queue.enqueue_payloads("c", [[1], looped])
     assert queue.enqueue_payloads("c", []) == []
     assert not queue.has_jobs("c")
+
+
+def test_enqueue_payloads_takes_any_iterable_and_refuses_one_payload(queue: Queue) -> None:
+    """Any iterable of payloads (a deque is a Sequence that cannot be sliced) enqueues a job
+    per item; a str, bytes, bytearray, memoryview or dict is one payload, refused."""
+    ids = queue.enqueue_payloads("c", deque([{"n": 1}, {"n": 2}, {"n": 3}]))
+    assert [r[2] for r in rows(queue, ids)] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    for one in ("ab", b"ab", bytearray(b"ab"), memoryview(b"ab"), {"a": 1}):
+        with pytest.raises(ValueError, match="not one payload"):
+            queue.enqueue_payloads("one", one)
+    assert not queue.has_jobs("one")
 
 
 async def test_async_enqueue_payloads_writes_the_same_jobs(
