@@ -361,7 +361,7 @@ def _enqueue_all(
                     progress.advance(task, len(step))
                 committing = True
         except (PgqError, psycopg.Error) as exc:
-            if not committing:
+            if not committing and "nothing was enqueued" not in str(exc):  # said once
                 exc.add_note(f"nothing from {printable(name)} was enqueued")
             raise
     return ids

@@ -227,6 +227,8 @@ def test_enqueue_big_file_is_one_transaction(
     said = f"nothing from {big} was enqueued"  # the error says so: the file is one transaction
     error_line(pgq("enqueue", "bulk", "--file", str(big)), 1, "boom refused", said)
     error_line(pgq("enqueue", "bulk", "--file", "-", input=big.read_text()), 1, "from stdin")
+    line = error_line(pgq("enqueue", "b", "--file", str(big), "--after", "999999"), 1, "999999")
+    assert line.count("nothing") == 1, "said once, not twice"
     assert count_jobs(conn, schema) == 0
 
 
