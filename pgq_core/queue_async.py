@@ -82,6 +82,14 @@ async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
     return conn
 
 
+def _joined(target: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The transaction block several statements share on `target`: on an autocommit connection
+    a transaction (a savepoint inside a caller's block); on a connection not in autocommit, none
+    of our own: they run in the transaction it has or begins, which its owner commits or rolls
+    back (psycopg's block there would commit by itself when it began the transaction)."""
+    return target.transaction() if target.autocommit else contextlib.nullcontext()
+
+
 class AsyncQueue:
     """Every operation on the queue, over one autocommit connection: enqueue, read jobs and
     statistics, requeue, kill, pause, schedules. A context manager; `close()` otherwise."""
@@ -136,6 +144,20 @@ class AsyncQueue:
         """The turn on the queue's own connection (`conn` None or it); a caller's own
         connection and its transaction are the caller's to share."""
         return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """One transaction for several calls: on `conn` (as the calls' `conn` joins it: a
+        savepoint in autocommit, else the caller's own transaction, never committed here),
+        else on the queue's own connection, which no other caller sharing the queue uses until
+        it ends (their statements would commit or roll back with it). Yields the connection
+        to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too."""
+        async with self._turn_on(conn):
+            target = conn or await self._own()
+            async with _joined(target):
+                yield target
 
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
@@ -237,7 +259,7 @@ class AsyncQueue:
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
                 return await self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
-            async with target.transaction():
+            async with _joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):
                     done.extend(await self._drive(ops.enqueue_flow(chunk), target))
             return done
@@ -255,8 +277,7 @@ class AsyncQueue:
             return []
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
-            # a connection not in autocommit has (or begins) the caller's transaction: join it
-            async with target.transaction() if target.autocommit else contextlib.nullcontext():
+            async with _joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
@@ -293,7 +314,7 @@ class AsyncQueue:
             return []
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
-            async with target.transaction() if target.autocommit else contextlib.nullcontext():
+            async with _joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(payloads), delays), target
                 )

@@ -77,6 +77,14 @@ def _open(dsn: str) -> psycopg.Connection[Any]:
     return conn
 
 
+def _joined(target: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Any]:
+    """The transaction block several statements share on `target`: on an autocommit connection
+    a transaction (a savepoint inside a caller's block); on a connection not in autocommit, none
+    of our own: they run in the transaction it has or begins, which its owner commits or rolls
+    back (psycopg's block there would commit by itself when it began the transaction)."""
+    return target.transaction() if target.autocommit else contextlib.nullcontext()
+
+
 class Queue:
     """Every operation on the queue, over one autocommit connection: enqueue, read jobs and
     statistics, requeue, kill, pause, schedules. A context manager; `close()` otherwise."""
@@ -131,6 +139,20 @@ class Queue:
         """The turn on the queue's own connection (`conn` None or it); a caller's own
         connection and its transaction are the caller's to share."""
         return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def transaction(
+        self, conn: psycopg.Connection[Any] | None = None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction for several calls: on `conn` (as the calls' `conn` joins it: a
+        savepoint in autocommit, else the caller's own transaction, never committed here),
+        else on the queue's own connection, which no other caller sharing the queue uses until
+        it ends (their statements would commit or roll back with it). Yields the connection
+        to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too."""
+        with self._turn_on(conn):
+            target = conn or self._own()
+            with _joined(target):
+                yield target
 
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,
@@ -232,7 +254,7 @@ class Queue:
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
                 return self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
-            with target.transaction():
+            with _joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):
                     done.extend(self._drive(ops.enqueue_flow(chunk), target))
             return done
@@ -250,8 +272,7 @@ class Queue:
             return []
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
-            # a connection not in autocommit has (or begins) the caller's transaction: join it
-            with target.transaction() if target.autocommit else contextlib.nullcontext():
+            with _joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
@@ -288,7 +309,7 @@ class Queue:
             return []
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
-            with target.transaction() if target.autocommit else contextlib.nullcontext():
+            with _joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = self.run(
                     ops.copy_ids(self.schema, len(payloads), delays), target
                 )

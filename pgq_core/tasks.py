@@ -474,7 +474,7 @@ def chain(*links: Link, depends_on: Sequence[int] = (), conn: Any = None) -> lis
     queue, target = groups[0][0].task.tasks._sync_target(conn)
     ids: list[int] = []
     parents = list(depends_on)
-    with (target or queue.conn).transaction():
+    with queue.transaction(target):  # the queue's own connection is this chain's until then
         for steps in groups:
             parents = _enqueue(queue, _after(steps, parents), target)
             ids.extend(parents)
@@ -499,7 +499,7 @@ async def achain(
     queue, target = await groups[0][0].task.tasks._async_target(conn)
     ids: list[int] = []
     parents = list(depends_on)
-    async with (target or queue.conn).transaction():
+    async with queue.transaction(target):  # the queue's own connection is this chain's
         for steps in groups:
             parents = await _aenqueue(queue, _after(steps, parents), target)
             ids.extend(parents)

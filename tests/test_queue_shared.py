@@ -13,7 +13,8 @@ import pytest
 from psycopg import sql
 from support import lock_jobs, until
 
-from pgq_core import AsyncQueue, JobSpec, PgqError, Queue
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, Tasks, achain, chain
+from pgq_core.defaults import ENQUEUE_CHUNK
 
 TIMEOUT = 30.0
 
@@ -86,3 +87,60 @@ def test_a_thread_s_enqueue_outlives_another_thread_s_failed_batch(
     assert len(failed) == 1 and len(ids) == 1
     assert queue.job(ids[0]).status == "ready"
     assert _statuses(dsn, schema) == [("one", "ready")]
+
+
+async def test_a_task_s_enqueue_outlives_another_task_s_failed_chain(
+    dsn: str, schema: str, aqueue: AsyncQueue
+) -> None:
+    """`achain` on the shared queue is one transaction on its connection: another task's
+    enqueue waits for it to end, never runs inside it and goes down with its failure (the
+    second link, a keyed job after the first, is refused once the first is in)."""
+    tasks = Tasks("chain", schema=schema, async_client=aqueue)
+
+    @tasks.task()
+    async def first() -> None: ...
+
+    @tasks.task(unique_key="k")
+    async def keyed() -> None: ...
+
+    with psycopg.connect(dsn) as holder:
+        lock_jobs(holder, schema)
+        chained = asyncio.ensure_future(achain(first.s(), keyed.s()))
+        await until(lambda: _waiting_on_jobs(dsn, schema) == 1, TIMEOUT, "the chain to wait")
+        one = asyncio.ensure_future(aqueue.enqueue("one", {}))
+        await asyncio.sleep(0.2)  # the enqueue is queued behind the chain's first link
+        holder.rollback()
+    with pytest.raises(PgqError, match="unique_key"):
+        await asyncio.wait_for(chained, TIMEOUT)
+    job_id = await asyncio.wait_for(one, TIMEOUT)
+    assert _statuses(dsn, schema) == [("one", "ready")]
+    assert (await aqueue.job(job_id)).status == "ready"
+
+
+def test_a_batch_or_chain_on_a_callers_connection_is_in_the_callers_transaction(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """On a caller's connection not in autocommit, a batch of many statements (over
+    ENQUEUE_CHUNK jobs) and a chain run in the caller's transaction, as one statement does:
+    its rollback leaves nothing, its commit keeps all (never a commit of their own)."""
+    tasks = Tasks("c", schema=schema, client=queue)
+
+    @tasks.task()
+    def step() -> None: ...
+
+    many = [JobSpec("c", {"n": n}) for n in range(ENQUEUE_CHUNK + 1)]
+    for commit in (False, True):
+        with psycopg.connect(dsn) as own:
+            queue.enqueue_many(many, own)
+            chain(step.s(), step.s(), conn=own)
+            assert _statuses(dsn, schema) == [], "nothing is visible before the caller commits"
+            if commit:
+                own.commit()
+            else:
+                own.rollback()
+        statuses = _statuses(dsn, schema)
+        assert len(statuses) == (len(many) + 2 if commit else 0), commit
+    with pytest.raises(RuntimeError), queue.transaction():  # the queue's own: all or nothing
+        queue.enqueue("t", {})
+        raise RuntimeError
+    assert not queue.has_jobs("t")

@@ -35,6 +35,8 @@ NAMES = {
     "TaskTurn": "ThreadTurn",
     "AsyncConnection": "Connection",
     "AsyncIterator": "Iterator",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    "asynccontextmanager": "contextmanager",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "_aopen": "_open",
