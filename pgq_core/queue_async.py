@@ -153,7 +153,9 @@ class AsyncQueue:
         savepoint in autocommit, else the caller's own transaction, never committed here),
         else on the queue's own connection, which no other caller sharing the queue uses until
         it ends (their statements would commit or roll back with it). Yields the connection
-        to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too."""
+        to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too,
+        when made by this task (thread): another's waits for the block to end, so the block
+        must not wait for it."""
         async with self._turn_on(conn):
             target = conn or await self._own()
             async with _joined(target):
