@@ -210,6 +210,29 @@ async def test_async_bulk_path_refuses_unstorable_text(queue: Queue, aqueue: Asy
     assert len(await aqueue.enqueue_payloads("c", [{}])) == 1
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_attempts", 2.5), ("max_attempts", True), ("max_attempts", 2**31),
+     ("priority", 1.5), ("priority", False), ("priority", 2**31), ("priority", -(2**31) - 1)],
+)  # fmt: skip
+def test_every_path_refuses_an_option_that_is_no_int4(
+    queue: Queue, option: str, value: Any
+) -> None:
+    """max_attempts and priority are int4 columns: a float, a bool or a number out of range is
+    refused by every path before anything is sent (the one-job INSERT cast 2.5 to 3 and True
+    to 1, COPY refused them in the database, a batch said "integer out of range")."""
+    paths = [
+        lambda: queue.enqueue("c", {}, **{option: value}),
+        lambda: queue.enqueue_many([JobSpec("c", {}, **{option: value})]),
+        lambda: queue.enqueue_copy([JobSpec("c", {}, **{option: value})]),
+        lambda: queue.enqueue_payloads("c", [{}], **{option: value}),
+    ]
+    for path in paths:
+        with pytest.raises(ValueError, match=option):
+            path()
+    assert not queue.has_jobs("c")
+
+
 def test_enqueue_one_checks_and_writes_as_the_general_path(queue: Queue) -> None:
     one = queue.enqueue(
         "c", {"n": 2}, delay=timedelta(hours=1), priority=3, max_attempts=2, backoff_base=2,

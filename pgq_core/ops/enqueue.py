@@ -18,7 +18,15 @@ from ..defaults import UNIQUE_ROUNDS
 from ..errors import PgqError
 from ..models import Enqueued
 from .op import Op, Rows, read_nothing
-from .spec import JobSpec, check_backoff, check_spec, job_arrays, trace_context
+from .spec import (
+    JobSpec,
+    check_backoff,
+    check_max_attempts,
+    check_priority,
+    check_spec,
+    job_arrays,
+    trace_context,
+)
 from .workflows import enqueue_after
 
 #: One enqueue round's answer per spec: its outcome, or None when a ready or running job held
@@ -69,8 +77,8 @@ def enqueue_job(
     and leaves it to the caller, who sends `notify_committed` for the queue it answers once
     the statement has returned."""
     check_new_queue_name(queue)
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    check_max_attempts(max_attempts)
+    check_priority(priority)
     if run_at is not None and run_at.tzinfo is None:
         run_at = run_at.astimezone()  # the client's local time, as JobSpec reads it
     carrier = tracing.current()

@@ -15,6 +15,7 @@ from ..config import check_new_queue_name
 from ..defaults import DEFAULT_MAX_ATTEMPTS
 from ..models import Schedule
 from .op import Op, Rows
+from .spec import check_max_attempts
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:
@@ -73,8 +74,7 @@ def add_schedule(
     check_schedule_name(name)
     check_new_queue_name(queue)
     check_cron(cron)
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    check_max_attempts(max_attempts)
     return Op(
         "add_schedule",
         {

@@ -72,6 +72,26 @@ def check_unique_key(key: str) -> str:
     return key
 
 
+#: max_attempts and priority are int4 columns.
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+
+
+def check_max_attempts(value: Any) -> int:
+    """ValueError unless `value` is an int from 1 to INT4_MAX (not a float, not a bool)."""
+    return _int4(value, "max_attempts", 1)
+
+
+def check_priority(value: Any) -> int:
+    """ValueError unless `value` is an int of 32 bits (not a float, not a bool)."""
+    return _int4(value, "priority", INT4_MIN)
+
+
+def _int4(value: Any, what: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= INT4_MAX:
+        raise ValueError(f"{what} must be an integer from {least} to {INT4_MAX}, got {value!r}")
+    return value
+
+
 def check_backoff(seconds: float | None, what: str) -> float | None:
     """ValueError unless `seconds` is None or a number of seconds from 0 to BACKOFF_MAX."""
     if seconds is None:
@@ -91,8 +111,11 @@ def check_spec(spec: JobSpec, named: set[str] | None = None) -> None:
         check_new_queue_name(spec.queue)
         if named is not None:
             named.add(spec.queue)
-    if spec.max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {spec.max_attempts}")
+    attempts, priority = spec.max_attempts, spec.priority
+    if type(attempts) is not int or not 0 < attempts <= INT4_MAX:  # inline: the common case
+        check_max_attempts(attempts)
+    if type(priority) is not int or not INT4_MIN <= priority <= INT4_MAX:
+        check_priority(priority)
     if spec.unique_key is not None:
         check_unique_key(spec.unique_key)
     check_backoff(spec.backoff_base, "backoff_base")
