@@ -13,8 +13,9 @@ the pool only when, after the test:
      (granted or awaited) by another session on one of its relations, no advisory lock held by
      any other session in this database (pgq keys them on strings holding the schema name),
      and no prepared transaction in this database;
-  2. one transaction could, within a short lock_timeout, `TRUNCATE ... RESTART IDENTITY` every
-     table the migration left empty (and restart any sequence no column owns);
+  2. one transaction could, within a short lock_timeout, lock every table the migration left
+     empty, `TRUNCATE ... RESTART IDENTITY` those a test wrote to and restart every sequence
+     that handed out a value;
   3. then, in that transaction, its fingerprint (`FINGERPRINT`: every catalog row a test can
      change in the schema, the planner's statistics, sequence positions, and the full contents
      of the tables the migration filled) equals the one taken right after its migration.
@@ -42,8 +43,10 @@ from pgq_core import migrate
 
 APPLICATION_NAME = "tests schema pool"
 RESET_LOCK_TIMEOUT = "2s"
-SETTLE_WAITS = 5
-SETTLE_WAIT = 0.02
+#: how often, and how long apart, `_reset` looks again for a closed session still leaving
+#: (it is usually gone within a few milliseconds; 100 ms in all, as before)
+SETTLE_WAITS = 20
+SETTLE_WAIT = 0.005
 
 #: Everything in the catalog a test could change in schema %(schema)s, in one md5. Relations
 #: with their options, ACLs, persistence, row security, ownership, size figures (a TRUNCATE
@@ -177,18 +180,43 @@ SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity
 """
 
 #: The schema's plain and partitioned tables (partitions aside: their parent's TRUNCATE takes
-#: them) and the sequences no column owns.
+#: them).
 LAYOUT = """
-SELECT 'table', c.relname::text FROM pg_catalog.pg_class c
+SELECT c.relname::text FROM pg_catalog.pg_class c
  WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)
    AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-UNION ALL
-SELECT 'sequence', c.relname::text FROM pg_catalog.pg_class c
- WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s) AND c.relkind = 'S'
-   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-                    WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
-                      AND d.refclassid = 'pg_catalog.pg_class'::regclass
-                      AND d.deptype IN ('a', 'i'))
+"""
+
+#: The plain tables and leaf partitions under the emptied tables %(tables)s that a TRUNCATE
+#: would change: a row was written to them (kept or not, in the heap or its TOAST table), or a
+#: VACUUM or ANALYZE moved their size figures or those of one of their indexes from what a
+#: TRUNCATE leaves (relpages 0, reltuples -1, relallvisible 0).
+TOUCHED = """
+WITH tops AS (
+  SELECT c.oid, c.relkind FROM pg_catalog.pg_class c
+   WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s) AND c.relname = ANY(%(tables)s)
+), heaps AS (
+  SELECT oid FROM tops WHERE relkind = 'r'
+  UNION
+  SELECT tree.relid FROM tops, LATERAL pg_catalog.pg_partition_tree(tops.oid) tree
+   WHERE tops.relkind = 'p' AND tree.isleaf
+)
+SELECT c.relname::text FROM heaps JOIN pg_catalog.pg_class c ON c.oid = heaps.oid
+ WHERE pg_catalog.pg_relation_size(c.oid) > 0
+    OR (c.relpages, c.reltuples, c.relallvisible) <> (0, -1, 0)
+    OR (c.reltoastrelid <> 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) > 0)
+    OR EXISTS (SELECT FROM pg_catalog.pg_index i
+                 JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+                WHERE i.indrelid = c.oid
+                  AND (x.relpages, x.reltuples, x.relallvisible) <> (0, -1, 0))
+ ORDER BY 1
+"""
+
+#: The schema's sequences that handed out a value since they were created or restarted.
+CALLED = """
+SELECT sequencename::text FROM pg_catalog.pg_sequences
+ WHERE schemaname = %(schema)s AND last_value IS NOT NULL
+ ORDER BY 1
 """
 
 TODAY = "SELECT (pg_catalog.now() AT TIME ZONE 'UTC')::date"
@@ -197,11 +225,10 @@ TODAY = "SELECT (pg_catalog.now() AT TIME ZONE 'UTC')::date"
 @dataclass
 class Layout:
     """What a freshly migrated schema holds: tables the migration filled (kept as they are
-    and fingerprinted in full), tables it left empty (truncated), sequences no column owns."""
+    and fingerprinted in full) and tables it left empty (truncated)."""
 
     filled: list[str]
     emptied: list[str]
-    free_sequences: list[str]
 
 
 @dataclass
@@ -362,8 +389,7 @@ class SchemaPool:
 
 def read_layout(conn: psycopg.Connection[Any], schema: str) -> Layout:
     rows = conn.execute(LAYOUT, {"schema": schema}).fetchall()
-    tables = sorted(str(name) for kind, name in rows if kind == "table")
-    sequences = sorted(str(name) for kind, name in rows if kind == "sequence")
+    tables = sorted(str(name) for (name,) in rows)
     ident = sql.Identifier(schema)
     probe = sql.SQL(" UNION ALL ").join(
         sql.SQL("SELECT {} WHERE EXISTS (SELECT FROM {}.{})").format(
@@ -372,7 +398,7 @@ def read_layout(conn: psycopg.Connection[Any], schema: str) -> Layout:
         for table in tables
     )
     filled = sorted(str(row[0]) for row in conn.execute(probe).fetchall())
-    return Layout(filled, [t for t in tables if t not in filled], sequences)
+    return Layout(filled, [t for t in tables if t not in filled])
 
 
 def fingerprint(conn: psycopg.Connection[Any], schema: str, layout: Layout) -> str:
@@ -418,15 +444,29 @@ def reset(conn: psycopg.Connection[Any], schema: str, layout: Layout) -> None:
     the planner reads them only for a partial index, before any VACUUM or ANALYZE). No command
     short of VACUUM or ANALYZE (which leave their own traces) puts them back, so every pooled
     schema is reset once right after its migration, and any schema the fixture hands out, new
-    or reused, is in exactly this state."""
+    or reused, is in exactly this state.
+
+    Every emptied table is locked as a TRUNCATE of them all would lock it, but only the plain
+    tables and leaf partitions that are not in that state any more (`TOUCHED`) are truncated,
+    and only the sequences that handed out a value are restarted: a test writes to a few of
+    them, and truncating an untouched one (a new file for it and each of its indexes) changes
+    nothing a test can see."""
     ident = sql.Identifier(schema)
     if layout.emptied:
         conn.execute(
-            sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+            sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
                 sql.SQL(", ").join(sql.Identifier(schema, t) for t in layout.emptied)
             )
         )
-    for sequence in layout.free_sequences:
+        rows = conn.execute(TOUCHED, {"schema": schema, "tables": layout.emptied}).fetchall()
+        if rows:
+            conn.execute(
+                sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                    sql.SQL(", ").join(sql.Identifier(schema, str(r[0])) for r in rows)
+                )
+            )
+    called = conn.execute(CALLED, {"schema": schema}).fetchall()
+    for (sequence,) in called:
         conn.execute(
-            sql.SQL("ALTER SEQUENCE {}.{} RESTART").format(ident, sql.Identifier(sequence))
+            sql.SQL("ALTER SEQUENCE {}.{} RESTART").format(ident, sql.Identifier(str(sequence)))
         )
