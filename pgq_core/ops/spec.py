@@ -73,22 +73,22 @@ def check_unique_key(key: str) -> str:
 
 
 #: max_attempts and priority are int4 columns.
-INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+_INT4_MIN, _INT4_MAX = -(2**31), 2**31 - 1
 
 
 def check_max_attempts(value: Any) -> int:
-    """ValueError unless `value` is an int from 1 to INT4_MAX (not a float, not a bool)."""
+    """ValueError unless `value` is an int from 1 to 2**31 - 1 (not a float, not a bool)."""
     return _int4(value, "max_attempts", 1)
 
 
 def check_priority(value: Any) -> int:
     """ValueError unless `value` is an int of 32 bits (not a float, not a bool)."""
-    return _int4(value, "priority", INT4_MIN)
+    return _int4(value, "priority", _INT4_MIN)
 
 
 def _int4(value: Any, what: str, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= INT4_MAX:
-        raise ValueError(f"{what} must be an integer from {least} to {INT4_MAX}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= _INT4_MAX:
+        raise ValueError(f"{what} must be an integer from {least} to {_INT4_MAX}, got {value!r}")
     return value
 
 
@@ -112,9 +112,9 @@ def check_spec(spec: JobSpec, named: set[str] | None = None) -> None:
         if named is not None:
             named.add(spec.queue)
     attempts, priority = spec.max_attempts, spec.priority
-    if type(attempts) is not int or not 0 < attempts <= INT4_MAX:  # inline: the common case
+    if type(attempts) is not int or not 0 < attempts <= _INT4_MAX:  # inline: the common case
         check_max_attempts(attempts)
-    if type(priority) is not int or not INT4_MIN <= priority <= INT4_MAX:
+    if type(priority) is not int or not _INT4_MIN <= priority <= _INT4_MAX:
         check_priority(priority)
     if spec.unique_key is not None:
         check_unique_key(spec.unique_key)
