@@ -67,6 +67,8 @@ from .queue_common import (
 from .session import Failure, adetect_pooler
 from .target import find_target
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
 
 async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
     """An autocommit connection for a queue, bounded (`config.connect_options`); a pooler
@@ -80,14 +82,6 @@ async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
     if line is not None:
         log.warning("%s", line)
     return conn
-
-
-def _joined(target: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
-    """The transaction block several statements share on `target`: on an autocommit connection
-    a transaction (a savepoint inside a caller's block); on a connection not in autocommit, none
-    of our own: they run in the transaction it has or begins, which its owner commits or rolls
-    back (psycopg's block there would commit by itself when it began the transaction)."""
-    return target.transaction() if target.autocommit else contextlib.nullcontext()
 
 
 class AsyncQueue:
@@ -146,19 +140,31 @@ class AsyncQueue:
         return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
 
     @contextlib.asynccontextmanager
+    async def _joined(self, target: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        """The block several statements share on `target`: undone whole by any failure inside,
+        never committed here. On an autocommit connection a transaction (a savepoint inside a
+        caller's block); on one not in autocommit, a savepoint in the caller's transaction,
+        begun first when idle (psycopg's block would begin its own there, and commit it)."""
+        if not target.autocommit and target.info.transaction_status == _IDLE:
+            await self._run(ops.open_transaction(), target)
+        async with target.transaction():
+            yield
+
+    @contextlib.asynccontextmanager
     async def transaction(
         self, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """One transaction for several calls: on `conn` (as the calls' `conn` joins it: a
-        savepoint in autocommit, else the caller's own transaction, never committed here),
-        else on the queue's own connection, which no other caller sharing the queue uses until
-        it ends (their statements would commit or roll back with it). Yields the connection
+        """One transaction for several calls, undone whole by a failure inside: on `conn` (a
+        savepoint in the caller's transaction, never committed here; in autocommit, outside a
+        block, a transaction of its own), else on the queue's own connection, which no other
+        caller sharing the queue uses until it ends (their statements would commit or roll
+        back with it). Yields the connection
         to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too,
         when made by this task (thread): another's waits for the block to end, so the block
         must not wait for it."""
         async with self._turn_on(conn):
             target = conn or await self._own()
-            async with _joined(target):
+            async with self._joined(target):
                 yield target
 
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
@@ -261,7 +267,7 @@ class AsyncQueue:
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
                 return await self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
-            async with _joined(target):  # a caller's transaction is joined, never committed
+            async with self._joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):
                     done.extend(await self._drive(ops.enqueue_flow(chunk), target))
             return done
@@ -279,7 +285,7 @@ class AsyncQueue:
             return []
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
-            async with _joined(target):  # a caller's transaction is joined, never committed
+            async with self._joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
@@ -316,7 +322,7 @@ class AsyncQueue:
             return []
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
-            async with _joined(target):  # a caller's transaction is joined, never committed
+            async with self._joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(payloads), delays), target
                 )

@@ -62,6 +62,8 @@ from .queue_common import (
 from .session import Failure, detect_pooler
 from .target import find_target
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
 
 def _open(dsn: str) -> psycopg.Connection[Any]:
     """An autocommit connection for a queue, bounded (`config.connect_options`); a pooler
@@ -75,14 +77,6 @@ def _open(dsn: str) -> psycopg.Connection[Any]:
     if line is not None:
         log.warning("%s", line)
     return conn
-
-
-def _joined(target: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Any]:
-    """The transaction block several statements share on `target`: on an autocommit connection
-    a transaction (a savepoint inside a caller's block); on a connection not in autocommit, none
-    of our own: they run in the transaction it has or begins, which its owner commits or rolls
-    back (psycopg's block there would commit by itself when it began the transaction)."""
-    return target.transaction() if target.autocommit else contextlib.nullcontext()
 
 
 class Queue:
@@ -141,19 +135,31 @@ class Queue:
         return self._turn if conn is None or conn is self.conn else contextlib.nullcontext()
 
     @contextlib.contextmanager
+    def _joined(self, target: psycopg.Connection[Any]) -> Iterator[None]:
+        """The block several statements share on `target`: undone whole by any failure inside,
+        never committed here. On an autocommit connection a transaction (a savepoint inside a
+        caller's block); on one not in autocommit, a savepoint in the caller's transaction,
+        begun first when idle (psycopg's block would begin its own there, and commit it)."""
+        if not target.autocommit and target.info.transaction_status == _IDLE:
+            self._run(ops.open_transaction(), target)
+        with target.transaction():
+            yield
+
+    @contextlib.contextmanager
     def transaction(
         self, conn: psycopg.Connection[Any] | None = None
     ) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction for several calls: on `conn` (as the calls' `conn` joins it: a
-        savepoint in autocommit, else the caller's own transaction, never committed here),
-        else on the queue's own connection, which no other caller sharing the queue uses until
-        it ends (their statements would commit or roll back with it). Yields the connection
+        """One transaction for several calls, undone whole by a failure inside: on `conn` (a
+        savepoint in the caller's transaction, never committed here; in autocommit, outside a
+        block, a transaction of its own), else on the queue's own connection, which no other
+        caller sharing the queue uses until it ends (their statements would commit or roll
+        back with it). Yields the connection
         to pass the calls as `conn`; on the queue's own, calls without `conn` are inside too,
         when made by this task (thread): another's waits for the block to end, so the block
         must not wait for it."""
         with self._turn_on(conn):
             target = conn or self._own()
-            with _joined(target):
+            with self._joined(target):
                 yield target
 
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
@@ -256,7 +262,7 @@ class Queue:
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
                 return self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
-            with _joined(target):  # a caller's transaction is joined, never committed
+            with self._joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):
                     done.extend(self._drive(ops.enqueue_flow(chunk), target))
             return done
@@ -274,7 +280,7 @@ class Queue:
             return []
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
-            with _joined(target):  # a caller's transaction is joined, never committed
+            with self._joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
@@ -311,7 +317,7 @@ class Queue:
             return []
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
-            with _joined(target):  # a caller's transaction is joined, never committed
+            with self._joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = self.run(
                     ops.copy_ids(self.schema, len(payloads), delays), target
                 )

@@ -144,3 +144,29 @@ def test_a_batch_or_chain_on_a_callers_connection_is_in_the_callers_transaction(
         queue.enqueue("t", {})
         raise RuntimeError
     assert not queue.has_jobs("t")
+
+
+def test_a_failed_batch_or_chain_leaves_the_callers_open_transaction_usable(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """In a caller's transaction already open, a batch of many statements or a chain that
+    fails part-way is undone alone (a savepoint), as before: the caller's own writes stay and
+    its transaction goes on."""
+    tasks = Tasks("c", schema=schema, client=queue)
+
+    @tasks.task()
+    def first() -> None: ...
+
+    @tasks.task(unique_key="k")
+    def keyed() -> None: ...
+
+    failing = [JobSpec("c", {})] * ENQUEUE_CHUNK + FAILING
+    with psycopg.connect(dsn) as own:
+        mine = queue.enqueue("mine", {}, conn=own)
+        with pytest.raises(PgqError):
+            queue.enqueue_many(failing, own)
+        with pytest.raises(PgqError, match="unique_key"):
+            chain(first.s(), keyed.s(), conn=own)
+        own.commit()
+    assert _statuses(dsn, schema) == [("mine", "ready")]
+    assert queue.job(mine).status == "ready"

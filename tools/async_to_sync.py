@@ -35,7 +35,6 @@ NAMES = {
     "TaskTurn": "ThreadTurn",
     "AsyncConnection": "Connection",
     "AsyncIterator": "Iterator",
-    "AbstractAsyncContextManager": "AbstractContextManager",
     "asynccontextmanager": "contextmanager",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import PgqError, SchemaMissing
 from ..models import ServerRole
-from .op import Op, Rows
+from .op import Op, Rows, read_nothing
 
 
 def drop_schema() -> Op[None]:
@@ -75,6 +75,11 @@ def local_limits(statement_timeout: timedelta, lock_timeout: timedelta) -> Op[No
 def session_settings() -> Op[None]:
     """The settings pgq's own sessions run with (see `session_settings` in sql/*.sql)."""
     return Op("session_settings", {}, lambda rows: None)
+
+
+def open_transaction() -> Op[None]:
+    """A statement reading nothing, that begins a caller's transaction (`open_transaction`)."""
+    return Op("open_transaction", {}, read_nothing)
 
 
 def backend_pid() -> Op[int]:

@@ -81,3 +81,9 @@ DROP SCHEMA IF EXISTS {schema} CASCADE;
 -- name: database_clock
 -- The database's time now (not the transaction's): a worker's scheduler computes slots from it.
 SELECT clock_timestamp();
+
+-- name: open_transaction
+-- Reads nothing: run on a caller's connection not in autocommit and idle, it makes psycopg
+-- begin the caller's transaction, so the transaction block the queue opens next is a savepoint
+-- in it (undone alone on a failure), not a transaction psycopg would begin and commit itself.
+SELECT 1;
