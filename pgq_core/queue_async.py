@@ -98,6 +98,8 @@ class AsyncQueue:
         self._dsn: str | None = None
         #: the own connection's turn: callers sharing the queue never meet in a transaction
         self._turn = TaskTurn()
+        #: blocks of `transaction` open on the own connection: it is not replaced under them
+        self._blocks = 0
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -127,8 +129,9 @@ class AsyncQueue:
 
     async def _own(self) -> psycopg.AsyncConnection[Any]:
         """The queue's own connection; one `connect` made is replaced first if it broke or left
-        a server taking no writes (see `connect`)."""
-        if self._dsn is not None and self.conn.closed:
+        a server taking no writes (see `connect`), but not inside a `transaction` block on it:
+        a call there would run, and commit, alone."""
+        if self._dsn is not None and self.conn.closed and not self._blocks:
             self.conn = await _aopen(self._dsn)
         return self.conn
 
@@ -164,8 +167,13 @@ class AsyncQueue:
         must not wait for it."""
         async with self._turn_on(conn):
             target = conn or await self._own()
-            async with self._joined(target):
-                yield target
+            own = conn is None or conn is self.conn
+            self._blocks += own
+            try:
+                async with self._joined(target):
+                    yield target
+            finally:
+                self._blocks -= own
 
     async def run(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,

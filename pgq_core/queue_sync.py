@@ -93,6 +93,8 @@ class Queue:
         self._dsn: str | None = None
         #: the own connection's turn: callers sharing the queue never meet in a transaction
         self._turn = ThreadTurn()
+        #: blocks of `transaction` open on the own connection: it is not replaced under them
+        self._blocks = 0
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
@@ -122,8 +124,9 @@ class Queue:
 
     def _own(self) -> psycopg.Connection[Any]:
         """The queue's own connection; one `connect` made is replaced first if it broke or left
-        a server taking no writes (see `connect`)."""
-        if self._dsn is not None and self.conn.closed:
+        a server taking no writes (see `connect`), but not inside a `transaction` block on it:
+        a call there would run, and commit, alone."""
+        if self._dsn is not None and self.conn.closed and not self._blocks:
             self.conn = _open(self._dsn)
         return self.conn
 
@@ -159,8 +162,13 @@ class Queue:
         must not wait for it."""
         with self._turn_on(conn):
             target = conn or self._own()
-            with self._joined(target):
-                yield target
+            own = conn is None or conn is self.conn
+            self._blocks += own
+            try:
+                with self._joined(target):
+                    yield target
+            finally:
+                self._blocks -= own
 
     def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
         """Run `op` (on `conn`, else the queue's own): a missing schema raises SchemaMissing,

@@ -170,3 +170,21 @@ def test_a_failed_batch_or_chain_leaves_the_callers_open_transaction_usable(
         own.commit()
     assert _statuses(dsn, schema) == [("mine", "ready")]
     assert queue.job(mine).status == "ready"
+
+
+def test_a_call_after_the_connection_broke_in_a_block_is_refused_not_run_alone(
+    dsn: str, schema: str
+) -> None:
+    """In `Queue.transaction()` on the queue's own connection, a call after that connection
+    broke fails: the queue does not replace it there (as `connect`'s queue does between
+    calls), since the call would run and commit alone, outside the block it was written in."""
+    with Queue.connect(dsn, schema) as q:
+        with pytest.raises(psycopg.OperationalError), q.transaction():
+            q.enqueue("a", {})
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [q.conn.info.backend_pid])
+            with pytest.raises(psycopg.OperationalError):
+                q.enqueue("b", {})
+            q.enqueue("c", {})  # the caller went on: refused, never committed by itself
+        assert not q.has_jobs("c"), "the block's call committed alone"
+        assert _statuses(dsn, schema) == []
