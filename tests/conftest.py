@@ -119,6 +119,21 @@ def pytest_sessionfinish() -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_collection() -> Iterator[None]:
+    """pytest keeps each test module's assertion-rewritten code in __pycache__ (ignored by git)
+    unless bytecode writing is off, as PYTHONDONTWRITEBYTECODE turns it off in some shells and
+    images: then every xdist worker parses and rewrites all the test modules again, 5 CPU
+    seconds of each run's start per worker (1.3 with the cache). Collecting writes it anyway;
+    what runs after collecting sees the setting as it was."""
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = was
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     """Once a test's teardown is complete (its connections closed), its schema is emptied and
     pooled, or dropped."""
