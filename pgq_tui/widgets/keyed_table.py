@@ -8,8 +8,9 @@ from typing import Any
 
 from rich.text import Text
 from textual import events
+from textual._two_way_dict import TwoWayDict
 from textual.widgets import DataTable
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, CellKey, RowKey
 
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
@@ -18,6 +19,8 @@ Row = tuple[str, Sequence[Cell]]
 Column = tuple[str, str, int | None, int]
 #: the width an auto-width column counts for when deciding what fits
 AUTO_MIN = 16
+#: from this many rows going at once, `KeyedTable` removes them in one pass
+BATCH_REMOVE = 8
 
 
 def plain(cell: object) -> str:
@@ -143,8 +146,7 @@ class KeyedTable(DataTable[Cell]):
             ]
         selected = self.selected_key
         wanted = {key: cells for key, cells in rows}
-        for key in [k for k in self._keys if k not in wanted]:
-            self.remove_row(key)
+        self._remove_rows([k for k in self._keys if k not in wanted])
         every = [c[0] for c in self.COLUMNS]
         shown = [every.index(c[0]) for c in self._shown]
         column_keys = [every[i] for i in shown]
@@ -183,6 +185,33 @@ class KeyedTable(DataTable[Cell]):
         rows = [self._memo.row(key, inputs, build) for key, inputs, build in entries]
         self._memo.keep({key for key, _ in rows})
         self.sync(rows)
+
+    def _remove_rows(self, keys: list[str]) -> None:
+        """What `remove_row` of each key does, in one pass: it renumbers every row below the
+        one it removes, so a page of rows replaced (another queue's jobs) took quadratic time.
+        The cursor and hover are clamped once, at the end, as the last `remove_row` would."""
+        if len(keys) < BATCH_REMOVE:
+            for key in keys:
+                self.remove_row(key)
+            return
+        gone = {RowKey(key) for key in keys}
+        self._require_update_dimensions = True
+        self.check_idle()
+        kept = sorted(
+            (index, key)
+            for key in self._row_locations
+            if key not in gone and (index := self._row_locations.get(key)) is not None
+        )
+        self._row_locations = TwoWayDict({key: i for i, (_, key) in enumerate(kept)})
+        for row_key in gone:
+            for column_key in self._data[row_key]:
+                self._updated_cells.discard(CellKey(row_key, column_key))
+            del self.rows[row_key]
+            del self._data[row_key]
+        self.cursor_coordinate = self.cursor_coordinate
+        self.hover_coordinate = self.hover_coordinate
+        self._update_count += 1
+        self.refresh(layout=True)
 
     def _current_order(self) -> list[str]:
         rows = self.ordered_rows
