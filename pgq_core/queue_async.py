@@ -45,6 +45,7 @@ from .models import (
     TableSize,
     WorkerInfo,
 )
+from .notifier import Notifier, notifier_for
 from .ops import JobSpec, Op
 from .queries import statement
 from .queue_common import (
@@ -100,6 +101,8 @@ class AsyncQueue:
         self._turn = TaskTurn()
         #: blocks of `transaction` open on the own connection: it is not replaced under them
         self._blocks = 0
+        #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
+        self._notifiers: set[Notifier] = set()
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -117,7 +120,12 @@ class AsyncQueue:
         return queue
 
     async def close(self) -> None:
-        """Close the connection, if the queue opened it (`connect`)."""
+        """Close the connection, if the queue opened it (`connect`). The wake-ups its enqueues
+        left to the process's notifier are sent first (bounded: `notifier.EXIT_FLUSH_SECONDS`)."""
+        notifiers, self._notifiers = self._notifiers, set()
+        for notifier in notifiers:
+            leave = notifier.leave
+            await asyncio.to_thread(leave, self)
         if self._owns:
             await self.conn.close()
 
@@ -231,7 +239,7 @@ class AsyncQueue:
                     backoff_cap, alone=alone(target),
                 )  # fmt: skip
                 job_id, wake = await self.run(job, target)
-                if wake is not None:
+                if wake is not None and not self._wake(target, wake):
                     try:
                         await self.run(ops.notify_committed(channel(self.schema), wake), target)
                     except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
@@ -246,6 +254,13 @@ class AsyncQueue:
             depends_on=depends_on,
         )
         return (await self.enqueue_many_detailed([spec], conn))[0].id
+
+    def _wake(self, target: psycopg.AsyncConnection[Any], queue: str) -> bool:
+        """Hand `queue`'s NOTIFY to the process's notifier for `target`'s server (False: it is
+        down, send it yourself)."""
+        notifier = notifier_for(target, self.schema)
+        self._notifiers.add(notifier)
+        return notifier.mark(queue, self)
 
     async def _drive(self, flow: Flow[T], conn: psycopg.AsyncConnection[Any] | None) -> T:
         """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""

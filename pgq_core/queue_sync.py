@@ -40,6 +40,7 @@ from .models import (
     TableSize,
     WorkerInfo,
 )
+from .notifier import Notifier, notifier_for
 from .ops import JobSpec, Op
 from .queries import statement
 from .queue_common import (
@@ -95,6 +96,8 @@ class Queue:
         self._turn = ThreadTurn()
         #: blocks of `transaction` open on the own connection: it is not replaced under them
         self._blocks = 0
+        #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
+        self._notifiers: set[Notifier] = set()
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
@@ -112,7 +115,12 @@ class Queue:
         return queue
 
     def close(self) -> None:
-        """Close the connection, if the queue opened it (`connect`)."""
+        """Close the connection, if the queue opened it (`connect`). The wake-ups its enqueues
+        left to the process's notifier are sent first (bounded: `notifier.EXIT_FLUSH_SECONDS`)."""
+        notifiers, self._notifiers = self._notifiers, set()
+        for notifier in notifiers:
+            leave = notifier.leave
+            leave(self)
         if self._owns:
             self.conn.close()
 
@@ -226,7 +234,7 @@ class Queue:
                     backoff_cap, alone=alone(target),
                 )  # fmt: skip
                 job_id, wake = self.run(job, target)
-                if wake is not None:
+                if wake is not None and not self._wake(target, wake):
                     try:
                         self.run(ops.notify_committed(channel(self.schema), wake), target)
                     except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
@@ -241,6 +249,13 @@ class Queue:
             depends_on=depends_on,
         )
         return self.enqueue_many_detailed([spec], conn)[0].id
+
+    def _wake(self, target: psycopg.Connection[Any], queue: str) -> bool:
+        """Hand `queue`'s NOTIFY to the process's notifier for `target`'s server (False: it is
+        down, send it yourself)."""
+        notifier = notifier_for(target, self.schema)
+        self._notifiers.add(notifier)
+        return notifier.mark(queue, self)
 
     def _drive(self, flow: Flow[T], conn: psycopg.Connection[Any] | None) -> T:
         """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""

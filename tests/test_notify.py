@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 
 from pgq_core import JobSpec, Queue, channel, listen_statement
+from pgq_core.notifier import notifier_for
 
 
 def listener(dsn: str, schema: str) -> psycopg.Connection[Any]:
@@ -50,6 +51,7 @@ def test_notification_arrives_only_when_the_callers_transaction_commits(
 
 def test_no_notification_for_delayed_jobs_claims_or_completions(queue: Queue, dsn: str) -> None:
     job_id = queue.enqueue("q", {})
+    assert notifier_for(queue.conn, queue.schema).flush(10)  # its NOTIFY is out, unheard
     with listener(dsn, queue.schema) as ears:
         queue.enqueue("q", {}, delay=timedelta(hours=1))
         [job] = queue.claim("q", 1, timedelta(seconds=30), "w")

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from pgq_core import JobSpec, Queue, channel, listen_statement
+from pgq_core.notifier import notifier_for
 from pgq_core.worker import Worker
 
 
@@ -34,7 +35,13 @@ def test_default_is_always_and_each_enqueue_notifies(queue: Queue, dsn: str) -> 
     with listener(dsn, queue.schema) as ears:
         for _ in range(5):
             queue.enqueue("a", {})
-        assert drain(ears) == ["a"] * 5
+            # sent by the process's notifier after the commit, not before enqueue returns
+            assert [n.payload for n in ears.notifies(timeout=10, stop_after=1)] == ["a"]
+            assert drain(ears, 0.1) == []
+        for _ in range(20):
+            queue.enqueue("a", {})
+        burst = drain(ears, 1.0)
+        assert 1 <= len(burst) <= 20 and set(burst) == {"a"}, "coalesced, never dropped"
 
 
 def test_edge_burst_onto_a_queue_with_due_jobs_is_silent(queue: Queue, dsn: str) -> None:
@@ -108,6 +115,7 @@ def test_edge_batch_onto_an_empty_queue_is_one_notification(queue: Queue, dsn: s
 def test_edge_requeue_onto_an_empty_queue_notifies(queue: Queue, dsn: str) -> None:
     queue.set_notify("edge")
     dead = queue.enqueue("r", {})
+    assert notifier_for(queue.conn, queue.schema).flush(10)  # its own NOTIFY is out
     queue.kill([dead])
     with listener(dsn, queue.schema) as ears:
         queue.requeue([dead])

@@ -78,6 +78,7 @@ from .enqueue import (
     enqueue_round,
     may_copy,
     notify_committed,
+    notify_queues,
     payload_copy_text,
     unique_holders,
 )
@@ -321,6 +322,7 @@ __all__ = [
     "metrics_stuck",
     "milliseconds",
     "notify_committed",
+    "notify_queues",
     "open_transaction",
     "pairs",
     "pause",

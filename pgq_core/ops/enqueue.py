@@ -103,6 +103,11 @@ def notify_committed(channel: str, queue: str) -> Op[None]:
     return Op("notify_committed", {"channel": channel, "queue": queue}, read_nothing)
 
 
+def notify_queues(channel: str, queues: Sequence[str]) -> Op[None]:
+    """One NOTIFY on `channel` for each of `queues` (the notifier's round)."""
+    return Op("notify_queues", {"channel": channel, "queues": list(queues)}, read_nothing)
+
+
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
     with a key already in the batch are duplicates of the first (same outcome, not inserted)."""

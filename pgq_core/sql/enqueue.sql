@@ -50,6 +50,13 @@ RETURNING j.id,
 SELECT pg_catalog.set_config('synchronous_commit', 'off', true),
        pg_catalog.pg_notify(%(channel)s, %(queue)s);
 
+-- name: notify_queues
+-- The process notifier's round (pgq_core/notifier.py): one NOTIFY per queue marked by the
+-- enqueues committed since its last round; a hint, so no WAL flush is waited for.
+SELECT pg_catalog.pg_notify(%(channel)s, q)
+  FROM (SELECT pg_catalog.set_config('synchronous_commit', 'off', true)) quick,
+       pg_catalog.unnest(%(queues)s::text[]) q;
+
 -- name: enqueue_copy_ids
 -- The bulk path's first statement (`Queue.enqueue_copy`): `n` new job ids, and the run_at of
 -- each of `delays` from the transaction's now() (as an enqueue computes it; the first is 0:

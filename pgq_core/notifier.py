@@ -1,0 +1,225 @@
+"""The wake-up after an enqueue that was a transaction of its own, sent off the enqueue's path.
+
+`Queue.enqueue` / `AsyncQueue.enqueue` on an autocommit connection learn from their INSERT
+which queue to wake (under `always`, or `edge` at an edge). They hand it to the process's
+`Notifier` for that server and schema, and return. The notifier's thread sends, on a
+connection of its own, one NOTIFY per queue marked since its last send: every marked queue is
+notified after the mark (so after the enqueue's commit), and enqueues that commit while a send
+is under way share the next one. A notification is a hint (workers poll too); a notifier that
+cannot reach the server hands the NOTIFY back to the enqueue's own connection for a while
+(`mark` answers False), as pgq did before there was a notifier.
+
+One notifier per (server, schema) per process, shared by every queue; a forked child makes its
+own and never touches its parent's connection.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from . import ops, session
+from .config import connect_options
+from .queue_common import channel
+
+log = logging.getLogger("pgq")
+
+#: Seconds a notifier that failed to send leaves the NOTIFY to each enqueue's own connection.
+DOWN_SECONDS = 5.0
+#: Seconds without a mark after which a notifier closes its connection (the next mark reopens).
+IDLE_SECONDS = 10.0
+#: The longest the process's exit, or the close of the last queue using a notifier, waits for
+#: marked queues to be sent.
+EXIT_FLUSH_SECONDS = 2.0
+#: Its connection's application_name: `pgq notifier <schema>`.
+APPLICATION_NAME = "pgq notifier"
+
+
+class Notifier:
+    """Sends a NOTIFY for each queue marked, once per round, after the mark."""
+
+    def __init__(self, conninfo: str, schema: str, *, background: bool = True):
+        self._conninfo = conninfo
+        self.schema = schema
+        self._background = background
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}
+        self._sending = False
+        self._down_until = 0.0
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        #: held while the connection is in use or closed: a round and a close never meet
+        self._io = threading.Lock()
+        #: the queues that marked and have not closed: the last to close closes the connection
+        self._users: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: NOTIFY statements sent (each for one or more queues): for tests and tuning
+        self.rounds = 0
+
+    def mark(self, queue: str, user: Any = None) -> bool:
+        """Have `queue` notified soon, after this call; False when the notifier is down (the
+        caller sends its NOTIFY itself). `user`: the caller's queue, until it `leave`s."""
+        with self._cond:
+            if time.monotonic() < self._down_until:
+                return False
+            if user is not None:
+                self._users.add(user)
+            self._pending[queue] = None
+            if self._background and self._thread is None:
+                thread = threading.Thread(
+                    target=self._loop, name=f"pgq notifier {self.schema}", daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError:  # no new thread (the interpreter is exiting)
+                    del self._pending[queue]
+                    return False
+                self._thread = thread
+            self._cond.notify_all()
+        return True
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queue marked so far has been sent (or given up): False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._sending:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._thread is None and not self._sending):
+                    return not (self._pending or self._sending)
+                self._cond.wait(left)
+        return True
+
+    def leave(self, user: Any, timeout: float = EXIT_FLUSH_SECONDS) -> None:
+        """`user` is closing: once no queue uses the notifier, what it marked is sent (bounded
+        by `timeout`) and the connection closed (a later mark reopens it)."""
+        with self._cond:
+            self._users.discard(user)
+            if len(self._users):
+                return
+        self.flush(timeout)
+        with self._io:
+            self._close()
+
+    def send_pending(self) -> None:
+        """One round: a NOTIFY for every queue marked since the last round."""
+        with self._cond:
+            queues = list(self._pending)
+            self._pending.clear()
+            self._sending = bool(queues)
+        try:
+            if queues:
+                with self._io:
+                    self._send(queues)
+        finally:
+            with self._cond:
+                self._sending = False
+                self._cond.notify_all()
+
+    def _send(self, queues: list[str]) -> None:
+        last: Exception | None = None
+        for _ in range(2):  # a connection that broke since the last round: reconnect once
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(
+                        self._conninfo,
+                        autocommit=True,
+                        application_name=f"{APPLICATION_NAME} {self.schema}",
+                        **connect_options(self._conninfo),
+                    )
+                round_ = ops.notify_queues(channel(self.schema), queues)
+                session.run(self._conn, self.schema, round_)
+                self.rounds += 1
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure: hand the NOTIFYs back
+                last = exc
+                self._close()
+        with self._cond:
+            self._down_until = time.monotonic() + DOWN_SECONDS
+        log.warning(
+            "pgq: the notifier could not send wake-ups (%s); each enqueue sends its own for "
+            "the next %.0f s",
+            type(last).__name__,
+            DOWN_SECONDS,
+        )
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    if not self._cond.wait(IDLE_SECONDS) and not self._pending:
+                        with self._io:  # idle: no connection kept; the next mark starts anew
+                            self._close()
+                        self._thread = None
+                        return
+            self.send_pending()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):  # already broken: nothing to close cleanly
+                conn.close()
+
+    def close(self) -> None:
+        """Close the connection (a notifier made outside the registry, in tests)."""
+        with self._io:
+            self._close()
+
+
+_lock = threading.Lock()
+_notifiers: dict[tuple[str, str], Notifier] = {}
+_conninfos: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+#: a forked child's inherited notifiers: kept, never closed (their sockets are the parent's)
+_inherited: list[Notifier] = []
+
+
+def conninfo_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
+    """The options `conn` was opened with but its application_name (password included: kept
+    in memory only, never logged); remembered per connection. Call it under `_lock`."""
+    known = _conninfos.get(conn)
+    if known is None:
+        options = {
+            o.keyword.decode(): o.val.decode()
+            for o in conn.pgconn.info
+            if o.val is not None and o.val != b"" and o.keyword != b"application_name"
+        }
+        known = _conninfos[conn] = make_conninfo(**options)
+    return known
+
+
+def notifier_for(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], schema: str
+) -> Notifier:
+    """The process's notifier for the server `conn` reached and `schema`."""
+    with _lock:
+        key = (conninfo_of(conn), schema)
+        found = _notifiers.get(key)
+        if found is None:
+            found = _notifiers[key] = Notifier(key[0], schema)
+        return found
+
+
+def _flush_all() -> None:
+    deadline = time.monotonic() + EXIT_FLUSH_SECONDS
+    for notifier in list(_notifiers.values()):
+        notifier.flush(max(0.0, deadline - time.monotonic()))
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _inherited.extend(_notifiers.values())
+    _notifiers.clear()
+    _conninfos.clear()
+
+
+atexit.register(_flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,203 @@
+"""The process's notifier (pgq_core/notifier.py): wake-ups after autocommit enqueues, sent on a
+connection of its own after the commit, one per queue per round, and never lost to a broken
+notifier (the enqueue's own connection sends them then)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgq_core import AsyncQueue, Queue, listen_statement
+from pgq_core import notifier as notifier_module
+from pgq_core.notifier import APPLICATION_NAME, Notifier, conninfo_of, notifier_for
+
+
+def listener(dsn: str, schema: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(listen_statement(schema))
+    return conn
+
+
+def heard(conn: psycopg.Connection[Any], wait: float) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=wait)]
+
+
+def first(conn: psycopg.Connection[Any]) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=10, stop_after=1)]
+
+
+def test_one_round_notifies_each_marked_queue_once(dsn: str, schema: str, conn: Any) -> None:
+    notifier = Notifier(conninfo_of(conn), schema, background=False)
+    try:
+        with listener(dsn, schema) as ears:
+            for _ in range(50):
+                assert notifier.mark("a")
+            assert notifier.mark("b")
+            assert heard(ears, 0.3) == [], "nothing is sent before the round"
+            notifier.send_pending()
+            assert sorted(heard(ears, 0.5)) == ["a", "b"]
+            assert notifier.rounds == 1
+            notifier.send_pending()  # nothing marked since: no statement
+            assert notifier.rounds == 1
+    finally:
+        notifier.close()
+
+
+def test_a_notifier_that_cannot_connect_hands_the_notify_back(
+    dsn: str, schema: str, conn: Any
+) -> None:
+    unreachable = conninfo_of(conn) + " dbname=pgq_no_such_database"
+    notifier = Notifier(unreachable, schema, background=False)
+    assert notifier.mark("a")
+    notifier.send_pending()  # fails, twice: down for a while
+    assert notifier.rounds == 0
+    assert not notifier.mark("a"), "down: the caller sends its own NOTIFY"
+
+
+def test_a_killed_notifier_connection_is_replaced(queue: Queue, dsn: str, conn: Any) -> None:
+    with listener(dsn, queue.schema) as ears:
+        queue.enqueue("k", {})
+        assert first(ears) == ["k"]
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            [f"{APPLICATION_NAME} {queue.schema}"],
+        ).fetchall()
+        assert killed and all(ok for (ok,) in killed)
+        queue.enqueue("k", {})
+        assert first(ears) == ["k"], "the next round reconnects"
+
+
+def test_a_burst_from_many_threads_is_coalesced_and_the_last_commit_is_heard(
+    queue: Queue, dsn: str
+) -> None:
+    queues = [
+        Queue(psycopg.connect(dsn, autocommit=True), queue.schema, owns=True) for _ in range(4)
+    ]
+    notifier = notifier_for(queues[0].conn, queue.schema)
+    before = notifier.rounds
+    try:
+        with listener(dsn, queue.schema) as ears:
+            threads = [
+                threading.Thread(target=lambda q=q: [q.enqueue("c", {}) for _ in range(50)])
+                for q in queues
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert notifier.flush(10)
+            got = heard(ears, 1.0)
+            assert 1 <= len(got) <= 200 and set(got) == {"c"}
+            assert len(got) == notifier.rounds - before, "one notification per round"
+    finally:
+        for q in queues:
+            q.close()
+
+
+async def test_async_enqueue_wakes_through_the_notifier(aqueue: AsyncQueue, dsn: str) -> None:
+    with listener(dsn, aqueue.schema) as ears:
+        await aqueue.enqueue("x", {})
+        assert first(ears) == ["x"]
+
+
+FORKS = """
+import os, sys
+import psycopg
+from pgq_core import Queue
+from pgq_core.notifier import notifier_for
+dsn, schema = sys.argv[1], sys.argv[2]
+with Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True) as q:
+    q.enqueue("parent", {})  # the parent's notifier and its thread exist before the fork
+    assert notifier_for(q.conn, schema).flush(10)
+    pid = os.fork()
+    if pid == 0:  # the child: a connection of its own, the parent's left alone
+        code = 1
+        try:
+            with Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True) as c:
+                c.enqueue("child", {})
+                code = 0 if notifier_for(c.conn, schema).flush(10) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    q.enqueue("after", {})
+"""  # the process's exit flushes the parent's last NOTIFY (atexit)
+
+
+def test_a_forked_child_notifies_through_its_own_notifier(queue: Queue, dsn: str) -> None:
+    with listener(dsn, queue.schema) as ears:
+        done = subprocess.run(
+            [sys.executable, "-c", FORKS, dsn, queue.schema],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert heard(ears, 1.0) == ["parent", "child", "after"]
+
+
+@pytest.mark.parametrize("mode", ["edge", "off"])
+def test_modes_that_send_nothing_mark_nothing(queue: Queue, dsn: str, mode: str) -> None:
+    queue.set_notify(mode)
+    queue.enqueue("m", {})  # edge: the first due job notifies
+    assert notifier_for(queue.conn, queue.schema).flush(10)
+    with listener(dsn, queue.schema) as ears:
+        queue.enqueue("m", {})
+        assert heard(ears, 0.5) == []
+
+
+def notifier_sessions(conn: Any, schema: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = %s AND datname = current_database()",
+        [f"{APPLICATION_NAME} {schema}"],
+    ).fetchone()
+    return int(row[0])
+
+
+def wait_for_sessions(conn: Any, schema: str, n: int) -> int:
+    for _ in range(100):
+        if (count := notifier_sessions(conn, schema)) == n:
+            return count
+        time.sleep(0.05)
+    return notifier_sessions(conn, schema)
+
+
+def test_the_last_queue_to_close_sends_its_wake_ups_and_closes_the_connection(
+    dsn: str, schema: str, conn: Any
+) -> None:
+    with listener(dsn, schema) as ears:
+        one = Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True)
+        two = Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True)
+        one.enqueue("l", {})
+        two.enqueue("l", {})
+        assert wait_for_sessions(conn, schema, 1) == 1, "one notifier connection for both queues"
+        one.close()
+        assert notifier_sessions(conn, schema) == 1, "the other queue still uses it"
+        two.enqueue("l", {})
+        two.close()
+        assert wait_for_sessions(conn, schema, 0) == 0
+        assert set(heard(ears, 0.5)) == {"l"}
+        again = Queue(psycopg.connect(dsn, autocommit=True), schema, owns=True)
+        try:
+            again.enqueue("l", {})
+            assert first(ears) == ["l"], "a mark after the close reopens it"
+        finally:
+            again.close()
+
+
+def test_an_idle_notifier_closes_its_connection(
+    queue: Queue, dsn: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notifier_module, "IDLE_SECONDS", 0.3)
+    with listener(dsn, queue.schema) as ears:
+        queue.enqueue("i", {})
+        assert first(ears) == ["i"]
+        assert wait_for_sessions(conn, queue.schema, 0) == 0, "idle: no connection kept"
+        queue.enqueue("i", {})
+        assert first(ears) == ["i"], "the next mark starts it anew"
