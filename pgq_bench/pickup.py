@@ -9,8 +9,9 @@ nothing else. Then:
 - **idle**: after a few warm-up jobs, `--latency-samples` jobs enqueued one at a time with
   `Queue.enqueue` (one transaction: its NOTIFY reaches the LISTENing worker), each only once
   the previous one is done and the queue has stayed idle for 10 to 110 ms (random). *pickup* =
-  handler start - the moment `enqueue` returned (its commit acknowledged), both on this
-  machine's clock.
+  handler start - the moment `enqueue` was called, both on this machine's clock: the commit
+  falls somewhere in the call, and a handler can start before the call returns (a crowded
+  machine runs the worker first), so the call's start is the one moment before it.
 - **busy**: `--jobs` jobs in one `enqueue_many`, drained by the same worker.
 
 In both, *claimed to start* = handler start - the job's `claimed_at` (the claim transaction's
@@ -197,8 +198,8 @@ def measure(
         with worker_process(dsn, command, starts.path) as alive:
             say(f"{kind}: {WARMUP} warm-up jobs, then {opts.samples} jobs one at a time")
             for n in range(WARMUP + opts.samples):
-                job_id = q.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
                 at = time.time()
+                job_id = q.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
                 if n >= WARMUP:
                     committed[job_id] = at
                 starts.wait([job_id], START_TIMEOUT, alive)
@@ -269,7 +270,7 @@ def print_pickup(result: dict[str, Any], console: Any) -> None:
             f"idle: {params['samples']} jobs enqueued one at a time, each once the previous "
             f"is done and {params['idle_gap_seconds'][0] * 1000:.0f}-"
             f"{params['idle_gap_seconds'][1] * 1000:.0f} ms of idle passed; pickup = handler "
-            "start - enqueue's commit returned (this machine's clock).\n"
+            "start - enqueue called (this machine's clock).\n"
             f"busy: {params['busy_jobs']} jobs in one enqueue_many. claimed to start = handler "
             "start - the job's claimed_at (the claim's now(), the server's clock): the claim's "
             "round trip and the wait in the worker before a slot ran it."
