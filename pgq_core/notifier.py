@@ -6,8 +6,8 @@ which queue to wake (under `always`, or `edge` at an edge). They hand it to the 
 connection of its own, one NOTIFY per queue marked since its last send: every marked queue is
 notified after the mark (so after the enqueue's commit), and enqueues that commit while a send
 is under way share the next one. A notification is a hint (workers poll too); a notifier that
-cannot reach the server hands the NOTIFY back to the enqueue's own connection for a while
-(`mark` answers False), as pgq did before there was a notifier.
+is not connected yet, or cannot reach the server, hands the NOTIFY back to the enqueue's own
+connection (`mark` answers False), as pgq did before there was a notifier.
 
 One notifier per (server, schema) per process, shared by every queue; a forked child makes its
 own and never touches its parent's connection.
@@ -36,7 +36,7 @@ log = logging.getLogger("pgq")
 #: Seconds a notifier that failed to send leaves the NOTIFY to each enqueue's own connection.
 DOWN_SECONDS = 5.0
 #: Seconds without a mark after which a notifier closes its connection (the next mark reopens).
-IDLE_SECONDS = 10.0
+IDLE_SECONDS = 30.0
 #: The longest the process's exit, or the close of the last queue using a notifier, waits for
 #: marked queues to be sent.
 EXIT_FLUSH_SECONDS = 2.0
@@ -48,6 +48,8 @@ class Notifier:
     """Sends a NOTIFY for each queue marked, once per round, after the mark."""
 
     def __init__(self, conninfo: str, schema: str, *, background: bool = True):
+        """`background`: a thread sends each round, and a mark is taken only once its
+        connection is open; without, `send_pending` does (tests)."""
         self._conninfo = conninfo
         self.schema = schema
         self._background = background
@@ -57,7 +59,9 @@ class Notifier:
         self._down_until = 0.0
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
-        #: held while the connection is in use or closed: a round and a close never meet
+        #: its connection is open (as far as it knows): marks are taken
+        self._ready = False
+        #: held while the connection is opened, used or closed: a round and a close never meet
         self._io = threading.Lock()
         #: the queues that marked and have not closed: the last to close closes the connection
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -65,25 +69,33 @@ class Notifier:
         self.rounds = 0
 
     def mark(self, queue: str, user: Any = None) -> bool:
-        """Have `queue` notified soon, after this call; False when the notifier is down (the
-        caller sends its NOTIFY itself). `user`: the caller's queue, until it `leave`s."""
+        """Have `queue` notified soon, after this call. False when the caller must send its
+        NOTIFY itself: the notifier is down, or not connected yet (it connects meanwhile, so
+        a producer that enqueues rarely never waits for a connection to send its wake-up).
+        `user`: the caller's queue, until it `leave`s."""
         with self._cond:
             if time.monotonic() < self._down_until:
                 return False
             if user is not None:
                 self._users.add(user)
-            self._pending[queue] = None
-            if self._background and self._thread is None:
-                thread = threading.Thread(
-                    target=self._loop, name=f"pgq notifier {self.schema}", daemon=True
-                )
-                try:
-                    thread.start()
-                except RuntimeError:  # no new thread (the interpreter is exiting)
-                    del self._pending[queue]
+            if self._background:
+                if self._thread is None and not self._start():
                     return False
-                self._thread = thread
+                if not self._ready:
+                    self._cond.notify_all()  # a waiting thread whose connection was closed
+                    return False
+            self._pending[queue] = None
             self._cond.notify_all()
+        return True
+
+    def _start(self) -> bool:
+        thread = threading.Thread(target=self._loop, name=f"pgq notifier {self.schema}")
+        thread.daemon = True
+        try:
+            thread.start()
+        except RuntimeError:  # no new thread (the interpreter is exiting)
+            return False
+        self._thread = thread
         return True
 
     def flush(self, timeout: float) -> bool:
@@ -99,7 +111,7 @@ class Notifier:
 
     def leave(self, user: Any, timeout: float = EXIT_FLUSH_SECONDS) -> None:
         """`user` is closing: once no queue uses the notifier, what it marked is sent (bounded
-        by `timeout`) and the connection closed (a later mark reopens it)."""
+        by `timeout`) and the connection closed (a later mark opens it again)."""
         with self._cond:
             self._users.discard(user)
             if len(self._users):
@@ -123,45 +135,72 @@ class Notifier:
                 self._sending = False
                 self._cond.notify_all()
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                application_name=f"{APPLICATION_NAME} {self.schema}",
+                **connect_options(self._conninfo),
+            )
+        self._ready = True
+        return self._conn
+
     def _send(self, queues: list[str]) -> None:
         last: Exception | None = None
         for _ in range(2):  # a connection that broke since the last round: reconnect once
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(
-                        self._conninfo,
-                        autocommit=True,
-                        application_name=f"{APPLICATION_NAME} {self.schema}",
-                        **connect_options(self._conninfo),
-                    )
                 round_ = ops.notify_queues(channel(self.schema), queues)
-                session.run(self._conn, self.schema, round_)
+                session.run(self._connect(), self.schema, round_)
                 self.rounds += 1
                 return
             except Exception as exc:  # noqa: BLE001 - any failure: hand the NOTIFYs back
                 last = exc
                 self._close()
+        self._down(last)
+
+    def _down(self, exc: Exception | None) -> None:
         with self._cond:
             self._down_until = time.monotonic() + DOWN_SECONDS
         log.warning(
             "pgq: the notifier could not send wake-ups (%s); each enqueue sends its own for "
             "the next %.0f s",
-            type(last).__name__,
+            type(exc).__name__,
             DOWN_SECONDS,
         )
 
+    def _warm(self) -> bool:
+        """Open the connection (the thread's first step, and after a close)."""
+        with self._io:
+            try:
+                self._connect()
+            except Exception as exc:  # noqa: BLE001 - any failure: enqueues send their own
+                self._close()
+                self._down(exc)
+                return False
+        return True
+
     def _loop(self) -> None:
         while True:
+            if not self._ready and not self._warm():
+                with self._cond:
+                    self._thread = None
+                return
             with self._cond:
-                while not self._pending:
+                idle = False
+                while self._ready and not self._pending:
                     if not self._cond.wait(IDLE_SECONDS) and not self._pending:
-                        with self._io:  # idle: no connection kept; the next mark starts anew
-                            self._close()
+                        idle = True
                         self._thread = None
-                        return
+                        break
+            if idle:  # no connection kept; the next mark starts anew
+                with self._io:
+                    self._close()
+                return
             self.send_pending()
 
     def _close(self) -> None:
+        self._ready = False
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):  # already broken: nothing to close cleanly

@@ -62,8 +62,9 @@ def test_a_notifier_that_cannot_connect_hands_the_notify_back(
 
 def test_a_killed_notifier_connection_is_replaced(queue: Queue, dsn: str, conn: Any) -> None:
     with listener(dsn, queue.schema) as ears:
-        queue.enqueue("k", {})
+        queue.enqueue("k", {})  # cold: sent by the enqueue itself; the notifier connects
         assert first(ears) == ["k"]
+        assert wait_for_sessions(conn, queue.schema, 1) == 1
         killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = %s AND datname = current_database()",
@@ -81,8 +82,10 @@ def test_a_burst_from_many_threads_is_coalesced_and_the_last_commit_is_heard(
         Queue(psycopg.connect(dsn, autocommit=True), queue.schema, owns=True) for _ in range(4)
     ]
     notifier = notifier_for(queues[0].conn, queue.schema)
-    before = notifier.rounds
     try:
+        queues[0].enqueue("c", {})  # the notifier connects: every later mark is its
+        assert wait_for_sessions(queues[0].conn, queue.schema, 1) == 1
+        before = notifier.rounds
         with listener(dsn, queue.schema) as ears:
             threads = [
                 threading.Thread(target=lambda q=q: [q.enqueue("c", {}) for _ in range(50)])
