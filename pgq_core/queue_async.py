@@ -288,7 +288,10 @@ class AsyncQueue:
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
-                return await self._drive(ops.enqueue_flow(specs), target)
+                if not (alone(target) and ops.may_need_rounds(specs)):
+                    return await self._drive(ops.enqueue_flow(specs), target)
+                async with self._joined(target):  # its rounds commit together, or none does
+                    return await self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
             async with self._joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):

@@ -283,7 +283,10 @@ class Queue:
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):
-                return self._drive(ops.enqueue_flow(specs), target)
+                if not (alone(target) and ops.may_need_rounds(specs)):
+                    return self._drive(ops.enqueue_flow(specs), target)
+                with self._joined(target):  # its rounds commit together, or none does
+                    return self._drive(ops.enqueue_flow(specs), target)
             done: list[Enqueued] = []
             with self._joined(target):  # a caller's transaction is joined, never committed
                 for chunk in chunks(specs):

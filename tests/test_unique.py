@@ -176,3 +176,72 @@ def test_a_filtered_requeue_leaves_a_held_key_dead(queue: Queue) -> None:
     queue.kill([free])
     assert queue.bulk("requeue", JobFilter(queue="q", statuses=("dead",))) == [free]
     assert (queue.job(dead).status, queue.job(live).status) == ("dead", "ready")
+
+
+def test_a_keyed_batch_whose_second_round_fails_leaves_none_of_its_jobs(
+    queue: Queue, dsn: str
+) -> None:
+    """A batch with unique keys may need a second statement (a key's holder committed after
+    the first one's snapshot). On an autocommit connection the rounds are one transaction:
+    a failure in the second leaves none of the first's jobs, as `enqueue_many` promises."""
+    jobs = sql.Identifier(queue.schema, "jobs")
+    holder = psycopg.connect(dsn)
+    locker = psycopg.connect(dsn)
+    producer = Queue(psycopg.connect(dsn, autocommit=True), queue.schema, owns=True)
+    producer.conn.execute("SET lock_timeout = '500ms'")
+    outcome: list[Any] = []
+
+    def produce() -> None:
+        try:
+            outcome.append(
+                producer.enqueue_many(
+                    [JobSpec("u", {"n": 1}, unique_key="held"), JobSpec("u", {"n": 2})]
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            outcome.append(exc)
+
+    try:
+        holder.execute(
+            sql.SQL("INSERT INTO {} (queue, payload, unique_key) VALUES ('u', '{{}}', 'held')")
+            .format(jobs)
+        )  # uncommitted: the batch's insert waits on its key
+        thread = threading.Thread(target=produce)
+        thread.start()
+        waiting = 0
+        for _ in range(200):
+            row = queue.conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+            ).fetchone()
+            if (waiting := int(row[0] if row else 0)) >= 1:
+                break
+            threading.Event().wait(0.02)
+        assert waiting >= 1, "the batch waits on the uncommitted key"
+        with locker.transaction():
+            locker.execute("SET LOCAL lock_timeout = '5s'")
+            # queued behind the batch's first statement: granted once that one commits (if it
+            # does), then the batch's holder lookup waits on it past its lock_timeout
+            taker = threading.Thread(
+                target=lambda: locker.execute(
+                    sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(jobs)
+                )
+            )
+            taker.start()
+            threading.Event().wait(0.3)
+            holder.commit()
+            thread.join(15)
+            taker.join(15)
+            threading.Event().wait(0.6)  # past the producer's lock_timeout, if it waits on us
+        assert not thread.is_alive()
+        [result] = outcome
+        plain = queue.conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE payload = '{{\"n\": 2}}'").format(jobs)
+        ).fetchone()
+        if isinstance(result, BaseException):
+            assert plain == (0,), f"the batch failed ({result!r}) but left its other job in"
+        else:
+            assert plain == (1,) and len(result) == 2
+    finally:
+        producer.close()
+        holder.close()
+        locker.close()

@@ -301,6 +301,13 @@ def enqueue_is_one_statement(specs: Sequence[JobSpec]) -> bool:
     return not (any(s.depends_on for s in specs) and any(s.unique_key for s in specs))
 
 
+def may_need_rounds(specs: Sequence[JobSpec]) -> bool:
+    """Whether `enqueue_flow` may send `specs` in more than one statement after its first
+    inserted some: a batch with a unique key (a holder that committed after the first
+    statement's snapshot is looked up, or its spec enqueued again, in the next)."""
+    return len(specs) > 1 and any(s.unique_key is not None for s in specs)
+
+
 def enqueue_flow(specs: Iterable[JobSpec]) -> Generator[Op[Any], Any, list[Enqueued]]:
     """Enqueue `specs` (checked first: nothing is sent if any is invalid), one outcome each.
 
