@@ -35,6 +35,8 @@ log = logging.getLogger("pgq")
 
 #: Seconds a notifier that failed to send leaves the NOTIFY to each enqueue's own connection.
 DOWN_SECONDS = 5.0
+#: Least seconds between the starts of two rounds (at most 500 NOTIFY statements a second).
+ROUND_GAP_SECONDS = 0.002
 #: Seconds without a mark after which a notifier closes its connection (the next mark reopens).
 IDLE_SECONDS = 30.0
 #: The longest the process's exit, or the close of the last queue using a notifier, waits for
@@ -67,6 +69,7 @@ class Notifier:
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
         #: NOTIFY statements sent (each for one or more queues): for tests and tuning
         self.rounds = 0
+        self._last_round = 0.0
 
     def mark(self, queue: str, user: Any = None) -> bool:
         """Have `queue` notified soon, after this call. False when the caller must send its
@@ -197,7 +200,13 @@ class Notifier:
                 with self._io:
                     self._close()
                 return
+            # a round right after the last one waits out the gap: under load more marks share
+            # it; a mark after a quiet spell goes at once
+            wait = self._last_round + ROUND_GAP_SECONDS - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             self.send_pending()
+            self._last_round = time.monotonic()
 
     def _close(self) -> None:
         self._ready = False
