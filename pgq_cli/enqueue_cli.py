@@ -7,10 +7,10 @@ row is written; a file is all enqueued or none of it; a bad line is named by its
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import IO, Any
 
 import click
@@ -103,18 +103,41 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
+#: jsonb's numbers (PostgreSQL's numeric): at most this many digits before the point, and
+#: after it.
+NUMERIC_INT_DIGITS = 131072
+NUMERIC_SCALE = 16383
+#: Integers with more digits are read as Decimal: int() refuses over 4300 by default.
+INT_DIGITS = 4000
+
+
+def _number(text: str) -> Decimal:
+    """A number with a fraction or an exponent, as a Decimal with its exact digits (`jsontext`
+    writes them back so: jsonb reads the user's text, not a float's rounding of it);
+    ValueError if jsonb could not hold it."""
+    value = Decimal(text)
+    exponent = value.as_tuple().exponent
+    if not (
+        isinstance(exponent, int)
+        and exponent >= -NUMERIC_SCALE
+        and (not value or value.adjusted() < NUMERIC_INT_DIGITS)
+    ):
         raise ValueError(f"number out of range: {text[:20]}")
     return value
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+def _integer(text: str) -> int | Decimal:
+    return int(text) if len(text) <= INT_DIGITS else _number(text)
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_number, parse_int=_integer
+)
 
 
 def parse_payload(text: str, *, decoded: bool = False) -> Any:
-    """One JSON value as jsonb accepts it; ValueError with a one-line reason otherwise.
+    """One JSON value as jsonb accepts it, its numbers with a fraction or an exponent as
+    Decimal (their exact digits); ValueError with a one-line reason otherwise.
 
     Only a \\u escape can put NUL or a lone surrogate in a string, so only then is it walked;
     a raw lone surrogate is a command-line byte that is not UTF-8 (`decoded`: the text came

@@ -5,14 +5,14 @@ batch with unique keys, the COPY path, and `enqueue_flow`, which drives them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .. import tracing
+from .. import jsontext, tracing
 from ..config import check_new_queue_name
 from ..defaults import UNIQUE_ROUNDS
 from ..errors import PgqError
@@ -40,7 +40,7 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
         "enqueue_one",
         {
             "queue": spec.queue,
-            "payload": Jsonb(spec.payload),
+            "payload": jsontext.jsonb(spec.payload),
             "run_at": spec.run_at,
             "delay": spec.delay,
             "max_attempts": spec.max_attempts,
@@ -84,7 +84,7 @@ def enqueue_job(
     carrier = tracing.current()
     params = {
         "queue": queue,
-        "payload": Jsonb(payload),
+        "payload": jsontext.jsonb(payload),
         "run_at": run_at,
         "delay": delay,
         "max_attempts": max_attempts,
@@ -193,28 +193,6 @@ def may_copy(schema: str) -> Op[bool]:
     )
 
 
-def _json_encoder() -> Callable[[Any], str]:
-    """A payload's JSON text as psycopg's Jsonb sends it (json.dumps: ASCII, NaN written as
-    such for the server to refuse), from one encoder made once: json.dumps makes a new one per
-    call, half its cost for a small payload. For one call of the bulk path (its memo of the
-    containers being encoded, which catches a circular payload, is its own)."""
-    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-    if c_make_encoder is None:  # no C accelerator: json.dumps as Jsonb would
-        return json.dumps
-    encode = c_make_encoder(
-        {}, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
-    )
-
-    def dumps(value: Any) -> str:
-        return "".join(encode(value, 0))
-
-    return dumps
-
-
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
 def _copy_field(value: Any) -> str:
     """`value` as a field of COPY's text format: NULL as \\N, a string escaped."""
     if value is None:
@@ -237,7 +215,7 @@ def copy_text(
     `copy_ids`)."""
     due = {d: _copy_field(at) for d, at in zip(delays, run_ats, strict=True)}
     trace = _copy_field(_trace_text())
-    dumps = _json_encoder()
+    dumps = jsontext.encoder()
     block: list[str] = []
     for job_id, spec in zip(ids, specs, strict=True):
         run_at = spec.run_at
@@ -266,7 +244,7 @@ def payload_copy_text(
         run_at = dict(zip(delays, run_ats, strict=True))[template.delay or _NO_DELAY]
     head = f"\t{_copy_field(template.queue)}\t"
     tail = _copy_tail(_copy_field(run_at), template, _copy_field(_trace_text()))
-    dumps = _json_encoder()
+    dumps = jsontext.encoder()
     for at in range(0, len(payloads), _COPY_BLOCK):
         block = zip(ids[at : at + _COPY_BLOCK], payloads[at : at + _COPY_BLOCK], strict=True)
         yield "".join([f"{i}{head}{dumps(p).replace(_BS, _BS2)}{tail}" for i, p in block])

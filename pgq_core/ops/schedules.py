@@ -9,8 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
+from .. import jsontext
 from ..config import check_new_queue_name
 from ..defaults import DEFAULT_MAX_ATTEMPTS
 from ..models import Schedule
@@ -81,7 +80,7 @@ def add_schedule(
             "name": name,
             "queue": queue,
             "cron": cron,
-            "payload": Jsonb({} if payload is None else payload),
+            "payload": jsontext.jsonb({} if payload is None else payload),
             "max_attempts": max_attempts,
             "replace": replace,
         },

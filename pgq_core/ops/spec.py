@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .. import tracing
+from .. import jsontext, tracing
 from ..config import check_new_queue_name, check_queue_name
 from ..defaults import BACKOFF_MAX, DEFAULT_MAX_ATTEMPTS, UNIQUE_KEY_MAX_BYTES
 
@@ -149,7 +149,7 @@ def job_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
     psycopg's dumping of a list is per element, in Python."""
     return {
         "queues": [s.queue for s in specs],
-        "payloads": Jsonb([s.payload for s in specs]),
+        "payloads": jsontext.jsonb([s.payload for s in specs]),
         "run_ats": _unless_all_none([s.run_at for s in specs]),
         "delays": _unless_all_none([s.delay for s in specs]),
         "max_attempts": [s.max_attempts for s in specs],

@@ -1,0 +1,130 @@
+"""A payload's JSON text as the queue sends it, on every path (one job, a batch, COPY).
+
+Invariant: json.dumps's text (ASCII; NaN and Infinity written as such, for the server to
+refuse), but a `decimal.Decimal` is written as its own digits, so a number read with
+`json.loads(text, parse_float=Decimal)` reaches jsonb exactly as it was written. A value
+without a Decimal takes json's C encoder; one with a Decimal, the slower `_exact`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+_ascii: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+class _HasDecimal(Exception):
+    """Raised by the C encoder's `default` at a Decimal: the value takes `_exact`."""
+
+
+def _found(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        raise _HasDecimal
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: json.dumps's encoder but for `_found`: json.dumps(default=...) would make one per call.
+_ENCODER = json.JSONEncoder(default=_found)
+
+
+def dumps(value: Any) -> str:
+    """`value` as JSON text (see the module); TypeError or ValueError as json.dumps."""
+    try:
+        return _ENCODER.encode(value)
+    except _HasDecimal:
+        return _exact(value)
+
+
+def jsonb(value: Any) -> Jsonb:
+    """`value` as a jsonb parameter, its text from `dumps`."""
+    return Jsonb(value, dumps=dumps)
+
+
+def encoder() -> Callable[[Any], str]:
+    """`dumps` from one encoder made once (json.dumps makes a new one per call, half its cost
+    for a small payload), for one caller at a time: its memo of the containers being encoded,
+    which catches a circular value, is its own."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:  # no C accelerator
+        return dumps
+    markers: dict[int, Any] = {}
+    encode = c_make_encoder(markers, _found, _ascii, None, ":", ",", False, False, True)
+
+    def encoded(value: Any) -> str:
+        try:
+            return "".join(encode(value, 0))
+        except _HasDecimal:
+            markers.clear()  # the containers it was inside are no longer being encoded
+            return _exact(value)
+        except BaseException:
+            markers.clear()
+            raise
+
+    return encoded
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _key(key: Any) -> str:
+    """A dict key as json.dumps writes it (always a string)."""
+    if isinstance(key, str):
+        return _ascii(key)
+    if key is True or key is False or key is None:
+        return f'"{json.dumps(key)}"'
+    if isinstance(key, int):
+        return f'"{int.__repr__(key)}"'
+    if isinstance(key, float):
+        return f'"{_float(key)}"'
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _exact(value: Any) -> str:
+    """json.dumps's text for `value` (compact), a Decimal written as `str` writes it."""
+    parts: list[str] = []
+    inside: set[int] = set()
+
+    def write(item: Any) -> None:
+        if isinstance(item, str):
+            parts.append(_ascii(item))
+        elif item is None or item is True or item is False:
+            parts.append(json.dumps(item))
+        elif isinstance(item, int):
+            parts.append(int.__repr__(item))
+        elif isinstance(item, float):
+            parts.append(_float(item))
+        elif isinstance(item, Decimal):
+            parts.append(str(item))
+        elif isinstance(item, dict | list | tuple):
+            if id(item) in inside:
+                raise ValueError("Circular reference detected")
+            inside.add(id(item))
+            if isinstance(item, dict):
+                parts.append("{")
+                for n, (key, member) in enumerate(item.items()):
+                    parts.append(f"{',' if n else ''}{_key(key)}:")
+                    write(member)
+                parts.append("}")
+            else:
+                parts.append("[")
+                for n, member in enumerate(item):
+                    if n:
+                        parts.append(",")
+                    write(member)
+                parts.append("]")
+            inside.discard(id(item))
+        else:
+            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+
+    write(value)
+    return "".join(parts)
