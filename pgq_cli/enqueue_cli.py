@@ -16,7 +16,7 @@ from typing import IO, Any
 import click
 import psycopg
 
-from pgq_core import JobSpec, PgqError, ops
+from pgq_core import JobSpec, PgqError, jsontext, ops
 from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
@@ -107,8 +107,6 @@ def _reject_constant(name: str) -> Any:
 #: after it.
 NUMERIC_INT_DIGITS = 131072
 NUMERIC_SCALE = 16383
-#: Integers with more digits are read as Decimal: int() refuses over 4300 by default.
-INT_DIGITS = 4000
 
 
 def _number(text: str) -> Decimal:
@@ -127,7 +125,7 @@ def _number(text: str) -> Decimal:
 
 
 def _integer(text: str) -> int | Decimal:
-    return int(text) if len(text) <= INT_DIGITS else _number(text)
+    return int(text) if len(text) <= jsontext.INT_DIGITS else _number(text)
 
 
 _DECODER = json.JSONDecoder(

@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgq_core import JobDetail, JobNotFound, Queue, ops
+from pgq_core import JobDetail, JobNotFound, Queue, jsontext, ops
 from pgq_core.defaults import BULK_BATCH
 from pgq_core.filters import (
     ACTION_STATUSES,
@@ -318,6 +318,7 @@ def show_command(ctx: click.Context, job_id: int, full: bool, as_json: bool) -> 
     with group.reader() as q:
         role = group.read_from(q)
         if as_json:
+            output.exact_json(q.conn)
             echo_json(with_read_from(q.job(job_id).to_dict(), role))
             return
         chars = 2**31 - 1 if full else SHOW_CHARS
@@ -353,7 +354,7 @@ def _payload_text(preview: PayloadPreview) -> Text:
     if len(preview.text) > SHOW_CHARS:
         return output.text(preview.text, multiline=True)
     try:
-        pretty = json.dumps(json.loads(preview.text), indent=2, ensure_ascii=False)
+        pretty = jsontext.dumps(jsontext.loads(preview.text), indent=2, ensure_ascii=False)
     except (RecursionError, ValueError):  # plain SQL stored what Python cannot read
         pretty = preview.text
     if len(pretty) > 4 * SHOW_CHARS:  # deep nesting: indentation would dwarf the payload

@@ -12,7 +12,6 @@ them.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from pgq_core import jsontext
 from pgq_core.cluster import read_from
 from pgq_core.models import ServerRole
 from pgq_core.text import printable
@@ -28,6 +28,7 @@ from pgq_core.text import printable
 from .failures import one_line
 
 if TYPE_CHECKING:
+    import psycopg
     from rich.console import Console
     from rich.progress import Progress, TaskID
     from rich.text import Text
@@ -146,8 +147,15 @@ def _json_default(value: Any) -> Any:
 
 
 def echo_json(data: Any) -> None:
-    """Datetimes as ISO 8601, durations as seconds."""
-    click.echo(json.dumps(data, default=_json_default, indent=2))
+    """Datetimes as ISO 8601, durations as seconds, a Decimal as its digits (`exact_json`)."""
+    click.echo(jsontext.dumps(data, default=_json_default, indent=2))
+
+
+def exact_json(conn: psycopg.Connection[Any]) -> None:
+    """jsonb read on `conn` keeps its numbers' digits (`jsontext.loads`), for `echo_json`."""
+    from psycopg.types.json import set_json_loads
+
+    set_json_loads(jsontext.loads, conn)
 
 
 def when(value: datetime | None) -> str:

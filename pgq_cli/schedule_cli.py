@@ -6,14 +6,13 @@ Loaded only when run (see `LazyGroup.LAZY` in cli.py), so cron parsing is never 
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 import click
 from rich.table import Table
 
-from pgq_core import ops
+from pgq_core import jsontext, ops
 from pgq_core.cron import check_cron
 from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.errors import ScheduleExists
@@ -69,7 +68,10 @@ def schedule_group() -> None:
 @click.option("--cron", "cron", required=True, callback=_cron, help='e.g. "*/5 * * * *" (UTC).')
 @click.option("--payload", callback=_payload, help="The job's payload as JSON (default {}).")
 @click.option(
-    "--max-attempts", type=INT4, default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+    "--max-attempts",
+    type=INT4,
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
     help="Attempts before a slot's job is dead.",
 )
 @click.option("--replace", is_flag=True, help="Change the schedule if NAME exists.")
@@ -114,6 +116,7 @@ def add(
 def list_(ctx: click.Context, as_json: bool, limit: int, after: str | None) -> None:
     """Schedules by name with their last and next run, a page at a time."""
     with settings(ctx).queue() as q:
+        output.exact_json(q.conn)
         rows, total = q.schedules_page(after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -127,7 +130,7 @@ def list_(ctx: click.Context, as_json: bool, limit: int, after: str | None) -> N
     for col in ("name", "queue", "cron", "last run", "next run", "attempts", "payload"):
         table.add_column(col, no_wrap=col in ("last run", "next run"))
     for s in rows:
-        payload = json.dumps(s.payload, ensure_ascii=False, separators=(",", ":"))
+        payload = jsontext.dumps(s.payload, ensure_ascii=False)
         if len(payload) > PAYLOAD_CHARS:
             payload = payload[: PAYLOAD_CHARS - 1] + "…"
         table.add_row(

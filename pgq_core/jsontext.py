@@ -29,15 +29,53 @@ def _found(value: Any) -> Any:
 
 
 #: json.dumps's encoder but for `_found`: json.dumps(default=...) would make one per call.
-_ENCODER = json.JSONEncoder(default=_found)
+_ENCODER = json.JSONEncoder(default=_found, separators=(",", ":"))
+#: Integers with more digits are read as Decimal: int() refuses over 4300 by default.
+INT_DIGITS = 4000
 
 
-def dumps(value: Any) -> str:
-    """`value` as JSON text (see the module); TypeError or ValueError as json.dumps."""
+def dumps(
+    value: Any,
+    *,
+    indent: int | None = None,
+    ensure_ascii: bool = True,
+    default: Callable[[Any], Any] | None = None,
+) -> str:
+    """`value` as JSON text (see the module), compact unless `indent`, json.dumps's options
+    as it takes them; TypeError or ValueError as json.dumps."""
     try:
-        return _ENCODER.encode(value)
+        if indent is None and ensure_ascii and default is None:
+            return _ENCODER.encode(value)
+        return json.JSONEncoder(
+            default=_found if default is None else _before(default),
+            indent=indent,
+            ensure_ascii=ensure_ascii,
+            separators=(",", ":" if indent is None else ": "),
+        ).encode(value)
     except _HasDecimal:
-        return _exact(value)
+        return _exact(value, indent=indent, ensure_ascii=ensure_ascii, default=default)
+
+
+def _before(default: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`default`, but a Decimal goes to `_exact`."""
+
+    def found(value: Any) -> Any:
+        if isinstance(value, Decimal):
+            raise _HasDecimal
+        return default(value)
+
+    return found
+
+
+def integer(text: str) -> int | Decimal:
+    """A JSON integer, exact: an int, or a Decimal past what int() reads."""
+    return int(text) if len(text) <= INT_DIGITS else Decimal(text)
+
+
+def loads(data: str | bytes) -> Any:
+    """json.loads, its numbers exact: a fraction or an exponent as Decimal (`dumps` writes
+    its digits back), an integer as `integer` reads it."""
+    return json.loads(data, parse_float=Decimal, parse_int=integer)
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -76,10 +114,10 @@ def _float(value: float) -> str:
     return float.__repr__(value)
 
 
-def _key(key: Any) -> str:
+def _key(key: Any, string: Callable[[str], str]) -> str:
     """A dict key as json.dumps writes it (always a string)."""
     if isinstance(key, str):
-        return _ascii(key)
+        return string(key)
     if key is True or key is False or key is None:
         return f'"{json.dumps(key)}"'
     if isinstance(key, int):
@@ -89,14 +127,26 @@ def _key(key: Any) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
-def _exact(value: Any) -> str:
-    """json.dumps's text for `value` (compact), a Decimal written as `str` writes it."""
+def _exact(
+    value: Any,
+    *,
+    indent: int | None = None,
+    ensure_ascii: bool = True,
+    default: Callable[[Any], Any] | None = None,
+) -> str:
+    """json.dumps's text for `value` (compact unless `indent`), a Decimal written as `str`
+    writes it."""
     parts: list[str] = []
     inside: set[int] = set()
+    string = _ascii if ensure_ascii else json.encoder.encode_basestring
+    colon = ":" if indent is None else ": "
 
-    def write(item: Any) -> None:
+    def line(level: int) -> str:
+        return "" if indent is None else "\n" + " " * (indent * level)
+
+    def write(item: Any, level: int) -> None:
         if isinstance(item, str):
-            parts.append(_ascii(item))
+            parts.append(string(item))
         elif item is None or item is True or item is False:
             parts.append(json.dumps(item))
         elif isinstance(item, int):
@@ -106,25 +156,25 @@ def _exact(value: Any) -> str:
         elif isinstance(item, Decimal):
             parts.append(str(item))
         elif isinstance(item, dict | list | tuple):
+            if not item:
+                parts.append("{}" if isinstance(item, dict) else "[]")
+                return
             if id(item) in inside:
                 raise ValueError("Circular reference detected")
             inside.add(id(item))
-            if isinstance(item, dict):
-                parts.append("{")
-                for n, (key, member) in enumerate(item.items()):
-                    parts.append(f"{',' if n else ''}{_key(key)}:")
-                    write(member)
-                parts.append("}")
-            else:
-                parts.append("[")
-                for n, member in enumerate(item):
-                    if n:
-                        parts.append(",")
-                    write(member)
-                parts.append("]")
+            members = item.items() if isinstance(item, dict) else enumerate(item)
+            parts.append("{" if isinstance(item, dict) else "[")
+            for n, (key, member) in enumerate(members):
+                parts.append(("," if n else "") + line(level + 1))
+                if isinstance(item, dict):
+                    parts.append(_key(key, string) + colon)
+                write(member, level + 1)
+            parts.append(line(level) + ("}" if isinstance(item, dict) else "]"))
             inside.discard(id(item))
+        elif default is not None:
+            write(default(item), level)
         else:
             raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
 
-    write(value)
+    write(value, 0)
     return "".join(parts)

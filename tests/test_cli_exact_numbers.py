@@ -76,11 +76,26 @@ def test_enqueue_file_keeps_every_digit_on_each_path(
     assert stored(conn, schema, ids) == [as_jsonb(conn, line) for line in lines]
 
 
+def exact(text: str) -> Any:
+    return json.loads(text, parse_float=Decimal)
+
+
+def test_show_prints_the_digits_the_database_holds(pgq: Pgq, conn: Any) -> None:
+    [job_id] = json.loads(ok(pgq("enqueue", "q", TEXT, "--json")))
+    want = exact(as_jsonb(conn, TEXT))
+    assert exact(ok(pgq("show", str(job_id), "--json")))["payload"] == want
+    shown = ok(pgq("show", str(job_id)))
+    assert "12345678901234567890.12" in shown and "0.1\n" in shown.replace(" ", "")
+
+
 def test_schedule_payload_keeps_every_digit(pgq: Pgq, queue: Queue, conn: Any) -> None:
     args = ("schedule", "add", "s", "--queue", "q", "--cron", "* * * * *", "--payload", TEXT)
     ok(pgq(*args))
     job_id = queue.run_schedule("s")
     assert stored(conn, queue.schema, [job_id]) == [as_jsonb(conn, TEXT)]
+    [listed] = exact(ok(pgq("schedule", "list", "--json")))
+    assert listed["payload"] == exact(as_jsonb(conn, TEXT))
+    assert "12345678901234567890.12" in ok(pgq("schedule", "list"))
 
 
 def test_a_library_decimal_is_written_exactly_on_every_path(
@@ -106,6 +121,20 @@ def test_the_encoder_writes_what_json_dumps_writes_but_for_decimals() -> None:
     ):
         assert json.loads(jsontext.dumps(value)) == json.loads(json.dumps(value))
         assert encode(value) == json.dumps(value, separators=(",", ":"))
+        assert jsontext.dumps(value, indent=2, ensure_ascii=False, default=str) == json.dumps(
+            value, indent=2, ensure_ascii=False, default=str
+        )
+    nested = {"é": [{"d": Decimal("1.10")}, [], {}], "t": {1}}
+    assert jsontext.dumps(nested, indent=2, ensure_ascii=False, default=sorted) == (
+        '{\n  "é": [\n    {\n      "d": 1.10\n    },\n    [],\n    {}\n  ],'
+        '\n  "t": [\n    1\n  ]\n}'
+    )
+    assert jsontext.loads('[1.10, 1e400, 7, "' + "9" * 5000 + '"]')[:3] == [
+        Decimal("1.10"),
+        Decimal("1e400"),
+        7,
+    ]
+    assert jsontext.loads("9" * 5000) == Decimal("9" * 5000)
     with_decimal = {"k": [Decimal("1E+400"), 1.5], 2: Decimal("-0")}
     assert encode(with_decimal) == jsontext.dumps(with_decimal) == '{"k":[1E+400,1.5],"2":-0}'
     for bad, error in ((circular, ValueError), ({"s": {1}}, TypeError), ({(1,): 1}, TypeError)):
