@@ -10,7 +10,6 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import IO, Any
 
 import click
@@ -103,33 +102,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-#: jsonb's numbers (PostgreSQL's numeric): at most this many digits before the point, and
-#: after it.
-NUMERIC_INT_DIGITS = 131072
-NUMERIC_SCALE = 16383
-
-
-def _number(text: str) -> Decimal:
-    """A number with a fraction or an exponent, as a Decimal with its exact digits (`jsontext`
-    writes them back so: jsonb reads the user's text, not a float's rounding of it);
-    ValueError if jsonb could not hold it."""
-    value = Decimal(text)
-    exponent = value.as_tuple().exponent
-    if not (
-        isinstance(exponent, int)
-        and exponent >= -NUMERIC_SCALE
-        and (not value or value.adjusted() < NUMERIC_INT_DIGITS)
-    ):
-        raise ValueError(f"number out of range: {text[:20]}")
-    return value
-
-
-def _integer(text: str) -> int | Decimal:
-    return int(text) if len(text) <= jsontext.INT_DIGITS else _number(text)
-
-
+#: Numbers keep their exact digits (a fraction or an exponent as a Decimal, which `jsontext`
+#: writes back as such): jsonb reads the user's text, not a float's rounding of it.
 _DECODER = json.JSONDecoder(
-    parse_constant=_reject_constant, parse_float=_number, parse_int=_integer
+    parse_constant=_reject_constant, parse_float=jsontext.number, parse_int=jsontext.checked_integer
 )
 
 

@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,8 +22,8 @@ from datetime import timedelta
 from typing import Any
 
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
+from . import jsontext
 from .durations import parse_duration
 from .models import STATUSES
 
@@ -73,14 +72,12 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(name)
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(text)
-    return value
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
+#: A number keeps its exact digits (`jsontext`): it is compared with jsonb's, not a float's.
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant,
+    parse_float=jsontext.number,
+    parse_int=jsontext.checked_integer,
+)
 
 
 def parse_payload_match(text: str) -> PayloadMatch:
@@ -246,7 +243,7 @@ class JobFilter:
             if match.as_json:
                 clauses.append(
                     sql.SQL("j.payload #> {}::text[] = {}::jsonb").format(
-                        path, bind(Jsonb(match.value))
+                        path, bind(jsontext.jsonb(match.value))
                     )
                 )
             else:

@@ -1,10 +1,11 @@
-"""A payload's JSON text as the queue sends it, on every path (one job, a batch, COPY).
+"""JSON text with its numbers exact: a payload as the queue sends it on every path (one job,
+a batch, COPY, a schedule), and as the CLI reads and prints it back.
 
-Invariant: json.dumps's text (ASCII; NaN and Infinity written as such, for the server to
-refuse), but a `decimal.Decimal` is written as its own digits, so a number read with
-`json.loads(text, parse_float=Decimal)` reaches jsonb exactly as it was written. A value
-without a Decimal takes json's C encoder; one with a Decimal, the slower `_exact`.
-"""
+Invariant: json.dumps's text (compact unless indented; ASCII unless asked otherwise; NaN and
+Infinity written as such, for the server to refuse), but a `decimal.Decimal` is written as its
+own digits, so a number read by `loads` (or `json.loads(text, parse_float=Decimal)`) reaches
+jsonb, or the terminal, exactly as it was written. A value without a Decimal takes json's C
+encoder; one with a Decimal, the slower `_exact`."""
 
 from __future__ import annotations
 
@@ -67,9 +68,34 @@ def _before(default: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return found
 
 
+#: jsonb's numbers (PostgreSQL's numeric): at most this many digits before the point, and
+#: after it.
+NUMERIC_INT_DIGITS = 131072
+NUMERIC_SCALE = 16383
+
+
 def integer(text: str) -> int | Decimal:
     """A JSON integer, exact: an int, or a Decimal past what int() reads."""
     return int(text) if len(text) <= INT_DIGITS else Decimal(text)
+
+
+def number(text: str) -> Decimal:
+    """A JSON number as a Decimal with its exact digits; ValueError if jsonb could not hold
+    it (for `json.loads`'s parse_float, and parse_int past INT_DIGITS)."""
+    value = Decimal(text)
+    exponent = value.as_tuple().exponent
+    if not (
+        isinstance(exponent, int)
+        and exponent >= -NUMERIC_SCALE
+        and (not value or value.adjusted() < NUMERIC_INT_DIGITS)
+    ):
+        raise ValueError(f"number out of range: {text[:20]}")
+    return value
+
+
+def checked_integer(text: str) -> int | Decimal:
+    """`integer`, ValueError past what jsonb holds (`number`)."""
+    return int(text) if len(text) <= INT_DIGITS else number(text)
 
 
 def loads(data: str | bytes) -> Any:

@@ -146,3 +146,15 @@ def test_the_encoder_writes_what_json_dumps_writes_but_for_decimals() -> None:
     shared = [1]
     assert encode([shared, shared, Decimal("0.1")]) == "[[1],[1],0.1]"  # not circular
     assert encode([shared, shared]) == "[[1],[1]]"  # its memo was cleared after the fallback
+
+
+def test_a_payload_filter_compares_the_digits_written(pgq: Pgq) -> None:
+    """`--payload n=...` compared with a float's rounding: neither job matched."""
+    ids = [
+        json.loads(ok(pgq("enqueue", "q", f'{{"n": {n}}}', "--json")))[0]
+        for n in ("12345678901234567890.12", "12345678901234567890.13", "1e400", "1e-400")
+    ]
+    for value, want in zip(("12345678901234567890.12", "12345678901234567890.13", "1e400",
+                            "1e-400"), ids, strict=True):  # fmt: skip
+        listed = json.loads(ok(pgq("jobs", "--payload", f"n={value}", "--json")))
+        assert [row["id"] for row in listed] == [want], value
