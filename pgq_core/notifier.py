@@ -37,6 +37,9 @@ log = logging.getLogger("pgq")
 DOWN_SECONDS = 5.0
 #: Least seconds between the starts of two rounds (at most 500 NOTIFY statements a second).
 ROUND_GAP_SECONDS = 0.002
+#: A mark within this many seconds of the last one (or while a round waits or runs) is
+#: shared; one after a quieter spell is sent by the enqueue itself, at once.
+BUSY_GAP = 0.002
 #: Seconds without a mark after which a notifier closes its connection (the next mark reopens).
 IDLE_SECONDS = 30.0
 #: The longest the process's exit, or the close of the last queue using a notifier, waits for
@@ -70,22 +73,28 @@ class Notifier:
         #: NOTIFY statements sent (each for one or more queues): for tests and tuning
         self.rounds = 0
         self._last_round = 0.0
+        self._last_mark = 0.0
 
     def mark(self, queue: str, user: Any = None) -> bool:
         """Have `queue` notified soon, after this call. False when the caller must send its
-        NOTIFY itself: the notifier is down, or not connected yet (it connects meanwhile, so
-        a producer that enqueues rarely never waits for a connection to send its wake-up).
-        `user`: the caller's queue, until it `leave`s."""
+        NOTIFY itself: the notifier is down, not connected yet (it connects meanwhile), or the
+        mark comes after a quiet spell (nothing to share it with: the caller's own NOTIFY
+        wakes a worker soonest). `user`: the caller's queue, until it `leave`s."""
         with self._cond:
             if time.monotonic() < self._down_until:
                 return False
             if user is not None:
                 self._users.add(user)
             if self._background:
+                now = time.monotonic()
+                quiet = not (self._pending or self._sending) and now - self._last_mark > BUSY_GAP
+                self._last_mark = now
                 if self._thread is None and not self._start():
                     return False
                 if not self._ready:
                     self._cond.notify_all()  # a waiting thread whose connection was closed
+                    return False
+                if quiet:  # nothing to share: the enqueue's own NOTIFY is the soonest
                     return False
             self._pending[queue] = None
             self._cond.notify_all()
