@@ -44,6 +44,8 @@ from pgq_core.session import adetect_pooler, is_pooler_error
 from pgq_core.text import first_line, libpq_reason
 
 APPLICATION_NAME = "pgq-dashboard"
+#: how often a LISTEN waiting for notifications checks that the source is still open (s)
+LISTEN_RECHECK = 1.0
 
 
 class Disconnected(Exception):
@@ -344,22 +346,31 @@ class PgSource:
 
     async def notifications(self) -> AsyncIterator[str]:
         """Queue names as notifications arrive. Through a pooler in transaction mode LISTEN
-        runs on PGQ_LISTEN_DSN; without one this never yields (the poll timer refreshes)."""
+        runs on PGQ_LISTEN_DSN; without one this never yields (the poll timer refreshes).
+
+        Ends once the source is closed: after `close` it opens nothing, a connection opening
+        as it closes is closed once open, and one listening within LISTEN_RECHECK."""
         target = listen_dsn(self.dsn)
         if target is None:
-            await asyncio.Event().wait()
+            while not self._closed:
+                await asyncio.sleep(LISTEN_RECHECK)
+            return
+        if self._closed:
             return
         try:
             conn = await self._connect(target)
         except psycopg.Error as exc:
             raise self._disconnected(exc) from None
         try:
+            if self._closed:  # closed while this one opened
+                return
             try:
                 await conn.execute(listen_statement(self.schema))
             except psycopg.errors.ReadOnlySqlTransaction:
                 raise ListenRefused("the server is a standby") from None
-            async for notify in conn.notifies():
-                yield notify.payload
+            while not self._closed:
+                async for notify in conn.notifies(timeout=LISTEN_RECHECK):
+                    yield notify.payload
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._disconnected(exc) from None
         finally:

@@ -253,3 +253,101 @@ async def test_a_connection_opening_as_the_source_closes_is_closed_too(
         await until(lambda: backends(dsn, name) == 0, TIMEOUT, "no connection left")
     finally:
         await source.close()
+
+
+def listening(dsn: str, name: str) -> int:
+    """Sessions of `name` whose last statement was a LISTEN."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = %s AND query ILIKE 'LISTEN%%'"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, (name,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def unlinked(proxy: Proxy) -> bool:
+    """Every link through the proxy is closed (the client's socket and the server's)."""
+    return all(writer.is_closing() for writer in proxy.links)
+
+
+async def test_notifications_after_close_open_no_connection(
+    proxied: tuple[Proxy, str], schema: str
+) -> None:
+    """The notification loop trying again after close() (the dashboard quitting between its
+    reconnect attempts): nothing connects, and the generator ends."""
+    proxy, through = proxied
+    source = PgSource(through, schema)
+    await source.close()
+    notes = source.notifications()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(anext(notes), TIMEOUT)
+    assert proxy.links == []
+
+
+async def test_notifications_connecting_as_the_source_closes_close_that_connection(
+    proxied: tuple[Proxy, str], dsn: str, schema: str
+) -> None:
+    """close() while LISTEN's connection is still opening (the server slow to answer): once
+    open it is closed, no LISTEN session stays on the server, and the generator ends."""
+    proxy, through = proxied
+    source = PgSource(through, schema, connect_timeout=20)
+    name = source.application_name
+    notes = source.notifications()
+    try:
+        proxy.freeze()
+        first = asyncio.ensure_future(anext(notes))
+        await until(lambda: len(proxy.links) >= 2, TIMEOUT, "LISTEN to connect")
+        await source.close()
+        proxy.restore()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(first, TIMEOUT)
+        await until(lambda: unlinked(proxy), TIMEOUT, "the connection to close")
+        await until(lambda: backends(dsn, name) == 0, TIMEOUT, "no session left")
+    finally:
+        await notes.aclose()
+        await source.close()
+
+
+async def test_notifications_cancelled_while_connecting_close_that_connection(
+    proxied: tuple[Proxy, str], dsn: str, schema: str
+) -> None:
+    """The dashboard quitting cancels its LISTEN loop, then closes the source: a connection
+    the loop was opening is closed once open, not left on the server."""
+    proxy, through = proxied
+    source = PgSource(through, schema, connect_timeout=20)
+    name = source.application_name
+    notes = source.notifications()
+    try:
+        proxy.freeze()
+        first = asyncio.ensure_future(anext(notes))
+        await until(lambda: len(proxy.links) >= 2, TIMEOUT, "LISTEN to connect")
+        first.cancel()
+        await source.close()
+        proxy.restore()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await until(lambda: unlinked(proxy), TIMEOUT, "the connection to close")
+        await until(lambda: backends(dsn, name) == 0, TIMEOUT, "no session left")
+    finally:
+        await notes.aclose()
+        await source.close()
+
+
+async def test_notifications_listening_as_the_source_closes_end(dsn: str, schema: str) -> None:
+    """close() while LISTEN waits for notifications: its connection closes and the generator
+    ends."""
+    source = PgSource(dsn, schema)
+    name = source.application_name
+    notes = source.notifications()
+    try:
+        first = asyncio.ensure_future(anext(notes))
+        await until(lambda: listening(dsn, name) == 1, TIMEOUT, "LISTEN")
+        await source.close()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(first, TIMEOUT)
+        await until(lambda: backends(dsn, name) == 0, TIMEOUT, "no session left")
+    finally:
+        await notes.aclose()
+        await source.close()
