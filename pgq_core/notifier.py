@@ -28,7 +28,8 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from . import ops, session
-from .config import connect_options
+from .config import connect_options, pooled
+from .defaults import DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from .queue_common import channel
 
 log = logging.getLogger("pgq")
@@ -129,8 +130,11 @@ class Notifier:
             if len(self._users):
                 return
         self.flush(timeout)
-        with self._io:
-            self._close()
+        if self._io.acquire(timeout=timeout):  # a round stuck on the server is not waited for
+            try:
+                self._close()
+            finally:
+                self._io.release()
 
     def send_pending(self) -> None:
         """One round: a NOTIFY for every queue marked since the last round."""
@@ -149,12 +153,22 @@ class Notifier:
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
+            conn = psycopg.connect(
                 self._conninfo,
                 autocommit=True,
                 application_name=f"{APPLICATION_NAME} {self.schema}",
                 **connect_options(self._conninfo),
             )
+            try:
+                if not pooled():  # a round waits for no lock or server for ever
+                    limits = ops.session_limits(
+                        DEFAULT_STATEMENT_TIMEOUT, DEFAULT_LOCK_TIMEOUT, force=False
+                    )
+                    session.run(conn, self.schema, limits)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         self._ready = True
         return self._conn
 

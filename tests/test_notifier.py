@@ -227,3 +227,27 @@ def test_a_mark_after_a_quiet_spell_is_left_to_the_enqueue(
         assert notifier.flush(10)
     finally:
         notifier.close()
+
+
+def test_a_round_is_bounded_and_a_stuck_one_does_not_hold_close(
+    conn: Any, schema: str
+) -> None:
+    notifier = Notifier(conninfo_of(conn), schema, background=False)
+    try:
+        assert notifier.mark("b")
+        notifier.send_pending()
+        own = notifier._conn
+        assert own is not None
+        timeouts = own.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')"
+        ).fetchone()
+        assert timeouts is not None and "0" not in timeouts, "no round waits for ever"
+        user = object.__new__(Queue)
+        notifier._users.add(user)
+        with notifier._io:  # a round stuck on the server holds the connection
+            started = time.monotonic()
+            notifier.leave(user, timeout=0.2)
+            assert time.monotonic() - started < 5, "close gave up waiting for it"
+        assert notifier._conn is own, "left for the stuck round to finish with"
+    finally:
+        notifier.close()
