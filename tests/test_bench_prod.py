@@ -40,13 +40,14 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     for side in sides.values():
         assert side["rate"] > 0 and side["p99_ms"] >= side["p50_ms"] > 0
     assert sides["baseline"]["ratio_to_baseline"] == 1
-    assert sides["pgq_always"]["notifications"] == 200, "one per transaction"
+    # always: at least one, at most one per job (the process notifier shares them)
+    assert 1 <= sides["pgq_always"]["notifications"] <= 200
     assert 1 <= sides["pgq_edge"]["notifications"] < 200
     assert sides["pgq_off"]["notifications"] == 0
     assert 0 <= sides["pgq_always"]["max_queue_usage"] < 1
     asynchronous = data["async_sides"]
     assert set(asynchronous) == {"baseline_async", "pgq_async_edge", "pgq_async_always"}
-    assert asynchronous["pgq_async_always"]["notifications"] == 200, "one per transaction"
+    assert 1 <= asynchronous["pgq_async_always"]["notifications"] <= 200
     batches = data["batches"]["sides"]
     assert set(batches) == {
         "baseline_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
