@@ -202,20 +202,26 @@ WITH tops AS (
    WHERE tops.relkind = 'p' AND tree.isleaf
 )
 SELECT c.relname::text FROM heaps JOIN pg_catalog.pg_class c ON c.oid = heaps.oid
- WHERE pg_catalog.pg_relation_size(c.oid) > 0
-    OR (c.relpages, c.reltuples, c.relallvisible) <> (0, -1, 0)
-    OR (c.reltoastrelid <> 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) > 0)
-    OR EXISTS (SELECT FROM pg_catalog.pg_index i
-                 JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
-                WHERE i.indrelid = c.oid
-                  AND (x.relpages, x.reltuples, x.relallvisible) <> (0, -1, 0))
+ -- the CASE keeps pg_relation_size (it locks the relation it sizes) off other schemas' rows,
+ -- whatever the plan: another worker's reset holds those locked, and PG 15 deadlocked on them
+ WHERE CASE WHEN c.relnamespace = pg_catalog.to_regnamespace(%(schema)s) THEN
+         pg_catalog.pg_relation_size(c.oid) > 0
+         OR (c.relpages, c.reltuples, c.relallvisible) <> (0, -1, 0)
+         OR (c.reltoastrelid <> 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) > 0)
+         OR EXISTS (SELECT FROM pg_catalog.pg_index i
+                      JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+                     WHERE i.indrelid = c.oid
+                       AND (x.relpages, x.reltuples, x.relallvisible) <> (0, -1, 0))
+       ELSE false END
  ORDER BY 1
 """
 
 #: The schema's sequences that handed out a value since they were created or restarted.
 CALLED = """
-SELECT sequencename::text FROM pg_catalog.pg_sequences
- WHERE schemaname = %(schema)s AND last_value IS NOT NULL
+SELECT c.relname::text FROM pg_catalog.pg_class c
+ WHERE c.relkind = 'S'
+   AND CASE WHEN c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)
+            THEN pg_catalog.pg_sequence_last_value(c.oid) IS NOT NULL ELSE false END
  ORDER BY 1
 """
 
