@@ -9,10 +9,10 @@ one, else it is dropped as before.
 Invariant: a test never sees another test's rows, objects or sessions. A schema goes back to
 the pool only when, after the test:
   1. no other session is on it: no other backend whose last statement names the schema, no
-     pgq connection (application_name `pgq ...`) of any kind left in this database, no lock
-     (granted or awaited) by another session on one of its relations, no advisory lock held by
-     any other session in this database (pgq keys them on strings holding the schema name),
-     and no prepared transaction in this database;
+     pgq connection (application_name `pgq ...`; a process notifier's only for its own
+     schema) left in this database, no lock (granted or awaited) by another session on one of
+     its relations, no advisory lock held by any other session in this database (pgq keys
+     them on strings holding the schema name), and no prepared transaction in this database;
   2. one transaction could, within a short lock_timeout, lock every table the migration left
      empty, `TRUNCATE ... RESTART IDENTITY` those a test wrote to and restart every sequence
      that handed out a value;
@@ -162,7 +162,10 @@ SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity
          WHERE pid <> pg_catalog.pg_backend_pid()
            AND (pg_catalog.strpos(query, %(schema)s) > 0
                 OR (datname = pg_catalog.current_database()
-                    AND pg_catalog.starts_with(application_name, 'pgq')))),
+                    AND pg_catalog.starts_with(application_name, 'pgq')
+                    -- a process notifier names its schema: another schema's is not on it
+                    AND (NOT pg_catalog.starts_with(application_name, 'pgq notifier ')
+                         OR application_name = 'pgq notifier ' || %(schema)s)))),
        (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks l
           JOIN pg_catalog.pg_class c ON c.oid = l.relation
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
