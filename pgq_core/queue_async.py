@@ -304,7 +304,8 @@ class AsyncQueue:
         """The bulk path: `specs` (none with a unique_key or depends_on: ValueError) through
         COPY, all or nothing, in one transaction (or the caller's, on `conn`); their new ids,
         in order. The jobs and their effects are `enqueue_many`'s, at a fraction of its cost
-        per job."""
+        per job. A role that row-level security on jobs applies to (COPY refuses it) gets
+        `enqueue_many`'s INSERTs, in the same transaction."""
         specs = list(specs)
         delays = ops.copy_delays(specs)
         if not specs:
@@ -315,6 +316,8 @@ class AsyncQueue:
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(specs), delays), target
                 )
+                if ids is None:  # row-level security: COPY would refuse the role
+                    return await self._insert_instead(specs, target)
                 await self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target)
         return ids
 
@@ -334,7 +337,8 @@ class AsyncQueue:
         """The bulk path for jobs that differ only in their payload: one job of `queue` per
         payload, with the options given, through COPY, as `enqueue_copy` of a JobSpec each
         (without making one: for loading a backlog); all or nothing, in one transaction (or
-        the caller's, on `conn`). Their new ids, in order."""
+        the caller's, on `conn`). Their new ids, in order. A role that row-level security on
+        jobs applies to gets `enqueue_many`'s INSERTs instead, as with `enqueue_copy`."""
         if isinstance(payloads, str | bytes | bytearray | memoryview | dict):
             raise ValueError("payloads: give one payload per job (a list), not one payload")
         # sliced in blocks (`payload_copy_text`): a deque is a Sequence that cannot be
@@ -352,8 +356,21 @@ class AsyncQueue:
                 ids, run_ats = await self.run(
                     ops.copy_ids(self.schema, len(payloads), delays), target
                 )
+                if ids is None:  # row-level security: COPY would refuse the role
+                    specs = ops.copy_as_specs(template, payloads)
+                    return await self._insert_instead(specs, target)
                 text = ops.payload_copy_text(template, payloads, ids, delays, run_ats)
                 await self._copy_in(text, target)
+        return ids
+
+    async def _insert_instead(
+        self, specs: Sequence[JobSpec], target: psycopg.AsyncConnection[Any]
+    ) -> list[int]:
+        """The bulk path's jobs through `enqueue_many`'s statements, on `target`, inside the
+        caller's block: for a role COPY refuses."""
+        ids: list[int] = []
+        for chunk in chunks(specs):
+            ids.extend(e.id for e in await self._drive(ops.enqueue_flow(chunk), target))
         return ids
 
     async def _copy_in(self, blocks: Iterable[str], target: psycopg.AsyncConnection[Any]) -> None:

@@ -20,10 +20,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from support import ENV, make_worker, running, statuses, until
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support import ENV, error_line, make_worker, running, statuses, until
 
-from pgq_core import JobSpec, PgqError, Queue, migrate, roles
+from pgq_core import JobSpec, PgqError, Queue, migrate, ops, roles
 from pgq_core.exporter import QueueCollector
 from pgq_tui.source import PgSource
 
@@ -305,6 +305,75 @@ def test_a_producers_copy_and_one_statement_keep_the_status_check(
         q(schema, "SELECT status, count(*) FROM {s}.jobs WHERE queue = 'c' GROUP BY 1 ORDER BY 1")
     ).fetchall()
     assert statuses == [("dead", 3), ("ready", 1)]
+
+
+def bulk_loader_under_row_security(dsn: str, schema: str, login: Login, check: str) -> str:
+    """A producer login also granted INSERT on jobs.id (so it may COPY), with row-level
+    security on jobs and one policy whose WITH CHECK is `check`."""
+    loader = login("producer")
+    name = conninfo_to_dict(loader)["user"]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        grant = sql.SQL("GRANT INSERT (id) ON {}.jobs TO {}")
+        admin.execute(grant.format(sql.Identifier(schema), sql.Identifier(str(name))))
+        admin.execute(q(schema, "ALTER TABLE {s}.jobs ENABLE ROW LEVEL SECURITY"))
+        admin.execute(
+            q(schema, f"CREATE POLICY loader ON {{s}}.jobs USING (true) WITH CHECK ({check})")
+        )
+    return loader
+
+
+def test_the_bulk_path_inserts_for_a_role_under_row_level_security(
+    queue: Queue, schema: str, login: Login, dsn: str, tmp_path: Path
+) -> None:
+    """COPY FROM refuses a role that row-level security applies to (the INSERT privilege on
+    jobs.id is not enough): `enqueue_copy` and `enqueue_payloads` write the same jobs through
+    `enqueue_many`'s INSERTs, in the caller's transaction, and `pgq enqueue --file` loads its
+    file. They raised FeatureNotSupported, and the file failed whole."""
+    loader = bulk_loader_under_row_security(dsn, schema, login, "true")
+    assert queue.run(ops.may_copy(schema)), "a superuser is not subject to it: COPY still"
+    specs = [JobSpec("c", {"n": 1}), JobSpec("c", [2], delay=timedelta(hours=1), priority=3),
+             JobSpec("d", "\\N", max_attempts=2, backoff_base=1.5)]  # fmt: skip
+    columns = "queue, payload, status, max_attempts, priority, backoff_base, backoff_cap"
+    read = q(
+        schema, f"SELECT {columns}, run_at > now() FROM {{s}}.jobs WHERE id = ANY(%s) ORDER BY id"
+    )
+    with Queue.connect(loader, schema) as bulk:
+        assert not bulk.run(ops.may_copy(schema))
+        copied = bulk.enqueue_copy(specs)
+        loaded = bulk.enqueue_payloads("p", [{"a": 1}, [2], "three"], priority=4)
+        with psycopg.connect(loader) as own:
+            undone = bulk.enqueue_copy(specs, conn=own)
+            own.rollback()
+    assert copied == sorted(copied) and loaded == sorted(loaded)
+    expected = queue.enqueue_many(specs)
+    rows = queue.conn.execute(read, [copied]).fetchall()
+    assert rows == queue.conn.execute(read, [expected]).fetchall()
+    assert [r[:2] for r in queue.conn.execute(read, [loaded]).fetchall()] == [
+        ("p", {"a": 1}), ("p", [2]), ("p", "three")
+    ]  # fmt: skip
+    assert queue.conn.execute(read, [undone]).fetchall() == [], "rolled back with the caller"
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text("".join(f'{{"line": {n}}}\n' for n in range(5)))
+    filed = cli(loader, schema, "enqueue", "f", "--file", str(lines), "--json")
+    assert filed.exit_code == 0, filed.output
+    ids = json.loads(filed.stdout)
+    payloads = queue.conn.execute(read, [ids]).fetchall()
+    assert [r[1] for r in payloads] == [{"line": n} for n in range(5)]
+
+
+def test_a_file_a_row_security_policy_refuses_is_not_loaded_at_all(
+    queue: Queue, schema: str, login: Login, dsn: str, tmp_path: Path
+) -> None:
+    """The policy refuses the last line's job: nothing from the file is written, and the
+    error is one line saying why."""
+    loader = bulk_loader_under_row_security(dsn, schema, login, "payload ? 'ok'")
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text('{"ok": 1}\n' * 4 + '{"no": 1}\n')
+    said = error_line(cli(loader, schema, "enqueue", "f", "--file", str(lines)), 1)
+    assert "row-level security" in said and "nothing from" in said, said
+    with Queue.connect(loader, schema) as bulk, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bulk.enqueue_payloads("f", [{"ok": 1}, {"no": 1}])
+    assert not queue.has_jobs("f")
 
 
 # -------------------------------------------------------------------------------- worker

@@ -67,6 +67,7 @@ from .api import (
 from .enqueue import (
     ENQUEUE_COPY,
     Round,
+    copy_as_specs,
     copy_delays,
     copy_ids,
     copy_text,
@@ -269,6 +270,7 @@ __all__ = [
     "client_time",
     "complete",
     "complete_and_claim",
+    "copy_as_specs",
     "copy_delays",
     "copy_ids",
     "copy_text",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -175,17 +176,27 @@ def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
     return list(delays)
 
 
-def copy_ids(schema: str, n: int, delays: Sequence[timedelta]) -> Op[tuple[list[int], list[Any]]]:
-    """`n` new job ids (ascending) and the run_at each of `delays` gives, from now()."""
+def copy_ids(
+    schema: str, n: int, delays: Sequence[timedelta]
+) -> Op[tuple[list[int] | None, list[Any]]]:
+    """`n` new job ids (ascending) and the run_at each of `delays` gives, from now(); no ids
+    (None) when COPY would refuse the role for row-level security: insert instead
+    (`copy_as_specs`)."""
     return Op(
         "enqueue_copy_ids",
         {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs", "n": n, "delays": list(delays)},
-        lambda rows: (sorted(rows[0][0]), list(rows[0][1])),
+        lambda rows: (None if rows[0][0] is None else sorted(rows[0][0]), list(rows[0][1])),
     )
 
 
+def copy_as_specs(template: JobSpec, payloads: Sequence[Any]) -> list[JobSpec]:
+    """`enqueue_payloads`'s jobs as specs, for the INSERT path: `template` with each payload."""
+    return [replace(template, payload=payload) for payload in payloads]
+
+
 def may_copy(schema: str) -> Op[bool]:
-    """Whether the session's role may enqueue through COPY (INSERT on jobs.id)."""
+    """Whether the session's role may enqueue through COPY: INSERT on jobs.id, and no
+    row-level security applying to it on jobs."""
     return Op(
         "may_copy",
         {"jobs": f"{sql.Identifier(schema).as_string(None)}.jobs"},
