@@ -10,7 +10,8 @@ is not connected yet, or cannot reach the server, hands the NOTIFY back to the e
 connection (`mark` answers False), as pgq did before there was a notifier.
 
 One notifier per (server, schema) per process, shared by every queue; a forked child makes its
-own and never touches its parent's connection.
+own and never touches its parent's: not its connection (closing it there would end the
+parent's session), nor its locks (a thread of the parent may have held one at the fork).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Notifier:
         self._conninfo = conninfo
         self.schema = schema
         self._background = background
+        #: a forked child's copy (set by the fork hook): inert, see the module
+        self._forked = False
         self._cond = threading.Condition()
         self._pending: dict[str, None] = {}
         self._sending = False
@@ -81,6 +84,8 @@ class Notifier:
         NOTIFY itself: the notifier is down, not connected yet (it connects meanwhile), or the
         mark comes after a quiet spell (nothing to share it with: the caller's own NOTIFY
         wakes a worker soonest). `user`: the caller's queue, until it `leave`s."""
+        if self._forked:  # a forked child's copy: its thread, locks and socket are the parent's
+            return False
         with self._cond:
             if time.monotonic() < self._down_until:
                 return False
@@ -112,7 +117,10 @@ class Notifier:
         return True
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every queue marked so far has been sent (or given up): False on timeout."""
+        """Wait until every queue marked so far has been sent (or given up): False on timeout,
+        and at once in a forked child for what the parent had marked."""
+        if self._forked:
+            return not (self._pending or self._sending)
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._pending or self._sending:
@@ -124,7 +132,10 @@ class Notifier:
 
     def leave(self, user: Any, timeout: float = EXIT_FLUSH_SECONDS) -> None:
         """`user` is closing: once no queue uses the notifier, what it marked is sent (bounded
-        by `timeout`) and the connection closed (a later mark opens it again)."""
+        by `timeout`) and the connection closed (a later mark opens it again). Nothing in a
+        forked child: the connection is the parent's."""
+        if self._forked:
+            return
         with self._cond:
             self._users.discard(user)
             if len(self._users):
@@ -239,7 +250,10 @@ class Notifier:
                 conn.close()
 
     def close(self) -> None:
-        """Close the connection (a notifier made outside the registry, in tests)."""
+        """Close the connection (a notifier made outside the registry, in tests); not the
+        parent's, in a forked child."""
+        if self._forked:
+            return
         with self._io:
             self._close()
 
@@ -286,6 +300,8 @@ def _flush_all() -> None:
 def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
+    for notifier in _notifiers.values():
+        notifier._forked = True
     _inherited.extend(_notifiers.values())
     _notifiers.clear()
     _conninfos.clear()

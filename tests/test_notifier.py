@@ -151,6 +151,64 @@ def test_a_forked_child_notifies_through_its_own_notifier(queue: Queue, dsn: str
         assert heard(ears, 1.0) == ["parent", "child", "after"]
 
 
+LEAVES = """
+import os, sys, threading, time
+import psycopg
+from pgq_core import Queue
+from pgq_core.notifier import notifier_for
+dsn, schema, held = sys.argv[1], sys.argv[2], sys.argv[3] == "held"
+conn = psycopg.connect(dsn, autocommit=True)
+q = Queue(conn, schema)  # not its connection's owner: its close only leaves the notifier
+q.enqueue("parent", {})  # the notifier connects beside the enqueue
+notifier = notifier_for(conn, schema)
+while notifier._conn is None:
+    time.sleep(0.01)
+with notifier._io:
+    before = notifier._conn.info.backend_pid
+taken, go = threading.Event(), threading.Event()
+if held:  # the notifier's thread holds its lock at the fork, as it does in every round
+    def hold():
+        with notifier._cond:
+            taken.set()
+            go.wait()
+    threading.Thread(target=hold, daemon=True).start()
+    taken.wait()
+pid = os.fork()
+if pid == 0:  # the child closes the queue it inherited, the notifier's last user
+    code = 1
+    try:
+        q.close()
+        code = 0
+    finally:
+        os._exit(code)
+go.set()
+deadline = time.monotonic() + 20
+while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        sys.exit("the child's close waited on a lock of the parent's thread")
+    time.sleep(0.02)
+assert os.WIFEXITED(done[1]) and os.WEXITSTATUS(done[1]) == 0, done
+with notifier._io:  # the parent's session is untouched: the same backend answers
+    assert notifier._conn.execute("SELECT pg_backend_pid()").fetchone()[0] == before
+q.enqueue("after", {})
+"""
+
+
+@pytest.mark.parametrize("held", ["free", "held"])
+def test_a_forked_child_closing_an_inherited_queue_leaves_the_notifier_alone(
+    queue: Queue, dsn: str, held: str
+) -> None:
+    """The child's close of a queue made before the fork left the parent's notifier: it closed
+    the parent's connection (ending its session on the server), or hung for good on a lock
+    the parent's notifier thread held at the fork."""
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVES, dsn, queue.schema, held],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("mode", ["edge", "off"])
 def test_modes_that_send_nothing_mark_nothing(queue: Queue, dsn: str, mode: str) -> None:
     queue.set_notify(mode)
