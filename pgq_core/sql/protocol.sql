@@ -96,6 +96,9 @@ lease_until = clock_timestamp() + j.lease_length
 -- An expired lease's attempts are spent, and it was taken on this timeline (`fl`: the floor).
 j.attempts >= j.max_attempts AND j.fence > fl.f
 
+-- fragment: into_history
+INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at, traceback)
+
 -- fragment: failover_detail
 'failover: claimed on timeline ' || ((r.fence >> 32) + 1)::text
   || ', the primary is now on timeline ' || ((fl.f >> 32) + 1)::text
@@ -139,10 +142,8 @@ WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(results)s
 ), {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET {done_row} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
-), {claim_ready}, history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, claimed_at)
-  SELECT id, 'completed', fence, %(worker)s, claimed_at FROM settled
-)
+), {claim_ready}, history AS ({into_history}
+  SELECT id, 'completed', fence, %(worker)s, NULL, claimed_at, NULL FROM settled)
 SELECT 'completed' AS outcome, id, fence, NULL::text AS queue, NULL::jsonb AS payload,
        NULL::int AS attempts, NULL::int AS max_attempts, NULL::timestamptz AS lease_until,
        NULL::jsonb AS trace FROM settled
@@ -161,14 +162,10 @@ WITH held AS (
 ), {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET {dead_or_retry} {pinned}
   RETURNING j.id, j.fence, j.status, j.run_at, m.error, j.claimed_at, m.traceback
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at,
-                                   traceback)
+), history AS ({into_history}
   SELECT id, CASE status WHEN 'dead' THEN 'dead' ELSE 'failed' END, fence, %(worker)s,
          CASE status WHEN 'dead' THEN error ELSE error || ' (retry at ' || run_at::text || ')' END,
-         claimed_at, traceback
-    FROM settled
-)
+         claimed_at, traceback FROM settled)
 SELECT 'failed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
 
 -- name: settle_snooze
@@ -180,11 +177,10 @@ WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(delays)s:
          attempts = greatest(j.attempts - 1, 0),
          run_at = now() + pg_catalog.make_interval(secs => m.delay) {pinned}
   RETURNING j.id, j.fence, j.claimed_at, j.run_at, m.delay
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+), history AS ({into_history}
   SELECT id, 'snoozed', fence, %(worker)s,
-         'for ' || delay::text || 's (runs at ' || run_at::text || ')', claimed_at FROM settled
-)
+         'for ' || delay::text || 's (runs at ' || run_at::text || ')', claimed_at, NULL
+    FROM settled)
 SELECT 'snoozed' AS outcome, id, fence FROM settled UNION ALL {unsettled};
 
 -- name: extend_leases
@@ -215,10 +211,8 @@ SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
 WITH {held_pairs}, {lock_held}, settled AS (
   UPDATE {schema}.jobs j SET {ready_again} {pinned}
   RETURNING j.id, j.fence, j.claimed_at
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at FROM settled
-)
+), history AS ({into_history}
+  SELECT id, 'released', fence, %(worker)s, %(reason)s, claimed_at, NULL FROM settled)
 SELECT 'released' AS outcome, id, fence FROM settled
 UNION ALL {unsettled} AND j.status = 'running';
 
@@ -232,11 +226,9 @@ WITH orphans AS (
   UPDATE {schema}.jobs j SET {ready_again} FROM orphans o
    WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
   RETURNING j.id, j.fence, j.claimed_at
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted', claimed_at
-    FROM released
-)
+), history AS ({into_history}
+  SELECT id, 'released', fence, %(worker)s, 'claim reply lost: handed back unstarted',
+         claimed_at, NULL FROM released)
 SELECT id FROM released ORDER BY id;
 
 -- name: hand_back_failed_over
@@ -249,17 +241,15 @@ WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
 ), released AS (
   UPDATE {schema}.jobs j SET {ready_again} FROM lost l WHERE j.id = l.id
   RETURNING j.id, j.fence, j.worker, j.claimed_at
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
-  SELECT r.id, 'released', r.fence, r.worker, {failover_detail}, r.claimed_at
-    FROM released r, floor fl
-)
+), history AS ({into_history}
+  SELECT r.id, 'released', r.fence, r.worker, {failover_detail}, r.claimed_at, NULL
+    FROM released r, floor fl)
 SELECT (fl.f >> 32) + 1 AS timeline, r.id FROM floor fl LEFT JOIN released r ON true;
 
 -- name: record_stale
 -- A worker's write that matched nothing (its fence was stale), as history.
-INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail)
-SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+{into_history}
+SELECT *, NULL, NULL FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
   pg_catalog.unnest(%(events)s::text[]), pg_catalog.unnest(%(fences)s::bigint[]),
   pg_catalog.unnest(%(workers)s::text[]), pg_catalog.unnest(%(details)s::text[]));
 
@@ -277,12 +267,9 @@ WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
    WHERE j.id IN (SELECT id FROM {schema}.jobs WHERE status = 'running' AND lease_until < now()
                    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
   RETURNING j.id, j.fence, j.status, j.worker, j.claimed_at, j.fence <= fl.f AS failed_over
-), history AS (
-  INSERT INTO {schema}.job_events (job_id, event, fence, worker, detail, claimed_at)
+), history AS ({into_history}
   SELECT r.id, CASE WHEN r.failed_over THEN 'released' WHEN r.status = 'dead' THEN 'dead'
-                    ELSE 'reaped' END,
-         r.fence, r.worker,
-         CASE WHEN r.failed_over THEN {failover_detail} ELSE 'lease expired' END, r.claimed_at
-    FROM reaped r, floor fl
-)
+                    ELSE 'reaped' END, r.fence, r.worker,
+         CASE WHEN r.failed_over THEN {failover_detail} ELSE 'lease expired' END,
+         r.claimed_at, NULL FROM reaped r, floor fl)
 SELECT id, status FROM reaped ORDER BY id;
