@@ -42,6 +42,10 @@ ROUND_GAP_SECONDS = 0.002
 #: A mark within this many seconds of the last one (or while a round waits or runs) is
 #: shared; one after a quieter spell is sent by the enqueue itself, at once.
 BUSY_GAP = 0.002
+#: Seconds after which a round still waiting for the server is stuck (a network or server that
+#: stopped answering; a round takes well under a millisecond): marks meanwhile are left to
+#: the enqueues, as while the notifier is down.
+STUCK_SECONDS = 1.0
 #: Seconds without a mark after which a notifier closes its connection (the next mark reopens).
 IDLE_SECONDS = 30.0
 #: The longest the process's exit, or the close of the last queue using a notifier, waits for
@@ -65,6 +69,8 @@ class Notifier:
         self._cond = threading.Condition()
         self._pending: dict[str, None] = {}
         self._sending = False
+        #: when the round under way (`_sending`) counts as stuck
+        self._stuck_at = 0.0
         self._down_until = 0.0
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
@@ -83,16 +89,17 @@ class Notifier:
         """Have `queue` notified soon, after this call. False when the caller must send its
         NOTIFY itself: the notifier is down, not connected yet (it connects meanwhile), or the
         mark comes after a quiet spell (nothing to share it with: the caller's own NOTIFY
-        wakes a worker soonest). `user`: the caller's queue, until it `leave`s."""
+        wakes a worker soonest), or a round has waited for the server longer than
+        STUCK_SECONDS. `user`: the caller's queue, until it `leave`s."""
         if self._forked:  # a forked child's copy: its thread, locks and socket are the parent's
             return False
         with self._cond:
-            if time.monotonic() < self._down_until:
+            now = time.monotonic()
+            if now < self._down_until or (self._sending and now > self._stuck_at):
                 return False
             if user is not None:
                 self._users.add(user)
             if self._background:
-                now = time.monotonic()
                 quiet = not (self._pending or self._sending) and now - self._last_mark > BUSY_GAP
                 self._last_mark = now
                 if self._thread is None and not self._start():
@@ -153,6 +160,7 @@ class Notifier:
             queues = list(self._pending)
             self._pending.clear()
             self._sending = bool(queues)
+            self._stuck_at = time.monotonic() + STUCK_SECONDS
         try:
             if queues:
                 with self._io:

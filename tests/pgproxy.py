@@ -48,7 +48,8 @@ class PgProxy:
     request of a link whose application_name contains `app` reach the server (and run there),
     while its reply never comes back: the link is cut instead. `lose_next_rows(app)` does the
     same to the next reply that carries rows of more than CLAIM_WIDER_THAN columns (a claim that
-    found jobs, not an idle poll nor the scheduler's four-column read of the database's clock)."""
+    found jobs, not an idle poll nor the scheduler's four-column read of the database's clock);
+    `hold(app)` keeps such a link's replies back until `release()`."""
 
     def __init__(self, upstream_dsn: str) -> None:
         params = conninfo_to_dict(upstream_dsn)
@@ -69,6 +70,9 @@ class PgProxy:
         self._lock = threading.Lock()
         self._armed: list[str] = []
         self._armed_rows: list[str] = []
+        #: links whose replies are held (`hold`), by application_name part
+        self._held: list[str] = []
+        self._released = threading.Condition(self._lock)
         self.lost_replies = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -81,6 +85,19 @@ class PgProxy:
         with self._lock:
             self._armed_rows.append(app)
 
+    def hold(self, app: str) -> None:
+        """Hold the replies of links whose application_name contains `app` until `release`:
+        their requests still reach the server and run, but the client waits, as on a network
+        that stopped answering."""
+        with self._lock:
+            self._held.append(app)
+
+    def release(self) -> None:
+        """Let the held replies through."""
+        with self._lock:
+            self._held.clear()
+            self._released.notify_all()
+
     def cut(self, app: str = "") -> None:
         """Close every link whose application_name contains `app` (all, by default)."""
         with self._lock:
@@ -90,6 +107,7 @@ class PgProxy:
 
     def close(self) -> None:
         self._closed = True
+        self.release()
         with contextlib.suppress(OSError):
             self._listener.close()
         self.cut()
@@ -166,6 +184,9 @@ class PgProxy:
                         threading.Timer(0.2, link.close).start()
                         return
                     out += message
+                with self._lock:
+                    while not self._closed and any(app in link.app for app in self._held):
+                        self._released.wait(0.1)
                 link.client.sendall(out)
         except OSError:
             pass

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pgproxy import PgProxy
 
 from pgq_core import AsyncQueue, Queue, listen_statement
 from pgq_core import notifier as notifier_module
@@ -309,3 +310,39 @@ def test_a_round_is_bounded_and_a_stuck_one_does_not_hold_close(
         assert notifier._conn is own, "left for the stuck round to finish with"
     finally:
         notifier.close()
+
+
+def test_while_a_round_is_stuck_marks_go_back_to_the_enqueues(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round waiting on a server that stopped answering (its replies held by a proxy; the
+    statement itself ran) made every later mark count as shared, so no enqueue sent a NOTIFY
+    until the round ended: with keepalives unable to tell, up to TCP's retransmission timeout.
+    Past STUCK_SECONDS the enqueues send their own again."""
+    monkeypatch.setattr(notifier_module, "STUCK_SECONDS", 0.3)
+    monkeypatch.setattr(notifier_module, "BUSY_GAP", 60.0)  # every later mark is shared
+    proxy = PgProxy(dsn)
+    notifier = Notifier(proxy.dsn, schema)
+    try:
+        deadline = time.monotonic() + 10
+        while not notifier.mark("s"):  # False until its connection is open
+            assert time.monotonic() < deadline, "the notifier never connected"
+            time.sleep(0.01)
+        assert notifier.flush(10)
+        with listener(dsn, schema) as ears:
+            proxy.hold(f"{APPLICATION_NAME} {schema}")
+            assert notifier.mark("s")
+            assert first(ears) == ["s"], "the round's NOTIFY ran; its reply is held"
+            deadline = time.monotonic() + 10
+            while notifier.mark("t"):
+                assert time.monotonic() < deadline, "marks still taken by a stuck round"
+                time.sleep(0.05)
+            proxy.release()
+            assert notifier.flush(10)
+            assert notifier.mark("u"), "the round ended: marks are shared again"
+            assert notifier.flush(10)
+            assert "u" in heard(ears, 0.5)
+    finally:
+        proxy.release()
+        notifier.close()
+        proxy.close()
