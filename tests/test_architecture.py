@@ -192,7 +192,7 @@ TWINS = {
 }
 #: one page: the lines protocol.sql may hold (why each statement is written as it is lives in
 #: docs/guides/protocol.md, not here)
-PAGE = 275
+PAGE = 255
 
 
 def _sql(name: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -1,11 +1,8 @@
--- The protocol: what producers and workers run (enqueue, claim, settle, extend, hand back,
--- reap), never waiting on a row lock. Why each statement is written as it is: docs/guides/
--- protocol.md. {schema}: the schema; %(name)s: a parameter; {fragment}: a `-- fragment:` below.
--- Every write by a lease holder matches id, fence, 'running' and a fence above fence_floor().
+-- What producers and workers run, never waiting on a row lock; every write by a lease holder
+-- matches id, fence, 'running' and a fence above fence_floor(). Why: docs/guides/protocol.md.
 
 -- fragment: job_input
 -- A batch's jobs (CTE `input`) from parallel arrays, the payloads as one JSON array; n: position.
--- An empty array stands for NULL in every row (ROWS FROM pads a shorter one with NULLs).
 input AS (
   SELECT * FROM ROWS FROM (
     pg_catalog.unnest(%(queues)s::text[]), pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
@@ -33,7 +30,6 @@ mine AS (
 )
 
 -- fragment: pinned
--- The rows `lock_held` locked, at the address (ctid) the lock pinned.
 FROM mine m WHERE j.ctid = m.row AND j.id = m.id AND j.fence = m.fence
 
 -- fragment: unsettled
@@ -56,7 +52,6 @@ gate AS (
      SET status = 'running', attempts = attempts + 1, claimed_at = clock_timestamp(),
          fence = greatest(fence + 1, (SELECT {schema}.fence_floor()) + 1), worker = %(worker)s,
          lease_until = clock_timestamp() + %(lease)s::interval, lease_length = %(lease)s::interval,
-         -- and no progress yet: a retry starts from none
          progress_done = NULL, progress_total = NULL, progress_note = NULL, progress_at = NULL
    WHERE id = ANY(ARRAY(
      SELECT id FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'ready' AND run_at <= now()
@@ -65,19 +60,14 @@ gate AS (
   RETURNING id, queue, payload, fence, attempts, max_attempts, lease_until, trace, priority, run_at
 )
 
--- fragment: backoff
--- Doubled per attempt from the job's base (else `base`), capped, less up to `jitter` at random.
-now() + pg_catalog.make_interval(secs => least(
-          coalesce(j.backoff_cap, %(cap)s::float8),
-          coalesce(j.backoff_base, %(base)s::float8)
-            * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
-          * (1::float8 - %(jitter)s::float8 * random()))
-
 -- fragment: dead_or_retry
--- A failed attempt (`m`: error, final): dead once {spent}, else ready again at `backoff`.
+-- A failed attempt (`m`: error, final): dead once {spent}, else ready again after its backoff.
 status = CASE WHEN {spent} THEN 'dead' ELSE 'ready' END, lease_until = NULL, last_error = m.error,
-run_at = CASE WHEN {spent} THEN now() ELSE {backoff} END,
-finished_at = CASE WHEN {spent} THEN now() END
+finished_at = CASE WHEN {spent} THEN now() END,
+run_at = CASE WHEN {spent} THEN now() ELSE now() + pg_catalog.make_interval(secs => least(
+  coalesce(j.backoff_cap, %(cap)s::float8), coalesce(j.backoff_base, %(base)s::float8)
+    * pg_catalog.power(2::float8, least(j.attempts, 62)::float8))
+  * (1::float8 - %(jitter)s::float8 * random())) END
 
 -- fragment: spent
 j.attempts >= j.max_attempts OR m.final
@@ -86,7 +76,6 @@ j.attempts >= j.max_attempts OR m.final
 status = 'done', lease_until = NULL, finished_at = now(), result = m.result
 
 -- fragment: ready_again
--- Claimable at once, the attempt not counted.
 status = 'ready', run_at = now(), lease_until = NULL, attempts = greatest(j.attempts - 1, 0)
 
 -- fragment: lease_renewed
@@ -115,16 +104,14 @@ WITH {job_input}, plain AS (
 ), keyed AS (
   INSERT INTO {schema}.jobs (queue, payload, run_at, max_attempts, unique_key, priority,
                              backoff_base, backoff_cap, trace)
-  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc,
-         %(trace)s::jsonb
+  SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, k, pr, bb, bc, %(trace)s::jsonb
     FROM input WHERE k IS NOT NULL ORDER BY n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
   DO NOTHING RETURNING id, fence, unique_key
 ), new_jobs AS (SELECT * FROM plain UNION ALL SELECT * FROM keyed)
 SELECT id, true, unique_key FROM new_jobs
-UNION ALL
-SELECT (SELECT j.id FROM {schema}.jobs j
-         WHERE j.unique_key = i.k AND j.status IN ('ready', 'running')), false, i.k
+UNION ALL SELECT (SELECT j.id FROM {schema}.jobs j
+                   WHERE j.unique_key = i.k AND j.status IN ('ready', 'running')), false, i.k
   FROM input i
  WHERE i.k IS NOT NULL AND i.k NOT IN (SELECT unique_key FROM keyed)
 ORDER BY 1;
@@ -147,11 +134,9 @@ WITH held AS (SELECT * FROM ROWS FROM ({held_ids}, pg_catalog.unnest(%(results)s
 SELECT 'completed' AS outcome, id, fence, NULL::text AS queue, NULL::jsonb AS payload,
        NULL::int AS attempts, NULL::int AS max_attempts, NULL::timestamptz AS lease_until,
        NULL::jsonb AS trace FROM settled
-UNION ALL
-SELECT u.*, NULL, NULL, NULL, NULL, NULL, NULL FROM ({unsettled}) u
-UNION ALL
-(SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until, trace
-   FROM claimed ORDER BY priority DESC, run_at, id);
+UNION ALL SELECT u.*, NULL, NULL, NULL, NULL, NULL, NULL FROM ({unsettled}) u
+UNION ALL (SELECT 'claimed', id, fence, queue, payload, attempts, max_attempts, lease_until,
+                  trace FROM claimed ORDER BY priority DESC, run_at, id);
 
 -- name: settle_fail
 -- Fail held jobs (`dead_or_retry`), the traceback on the attempt's history row.
@@ -190,8 +175,7 @@ WITH held AS (
     pg_catalog.unnest(%(total)s::bigint[]), pg_catalog.unnest(%(notes)s::text[]),
     pg_catalog.unnest(%(ages)s::float8[])) AS t(id, fence, done, total, note, age)
 ), {lock_held}, settled AS (
-  UPDATE {schema}.jobs j
-     SET {lease_renewed}, progress_done = coalesce(m.done, j.progress_done),
+  UPDATE {schema}.jobs j SET {lease_renewed}, progress_done = coalesce(m.done, j.progress_done),
          progress_total = CASE WHEN m.done IS NULL THEN j.progress_total ELSE m.total END,
          progress_note  = CASE WHEN m.done IS NULL THEN j.progress_note ELSE m.note END,
          progress_at    = CASE WHEN m.done IS NULL THEN j.progress_at
@@ -201,8 +185,7 @@ WITH held AS (
 )
 SELECT 'extended' AS outcome, id, fence FROM settled
 UNION ALL {unsettled} AND j.status = 'running'
-UNION ALL
-SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
+UNION ALL SELECT 'noted', 0, pg_catalog.count(pg_catalog.pg_notify(%(channel)s::text, ''))
   FROM (SELECT 1 FROM settled LIMIT 1) moved
  WHERE %(channel)s::text IS NOT NULL;
 
@@ -219,9 +202,8 @@ UNION ALL {unsettled} AND j.status = 'running';
 -- name: hand_back_orphans
 -- After a reconnect: jobs running under this worker's id it does not hold, handed back.
 WITH orphans AS (
-  SELECT id FROM {schema}.jobs
-   WHERE status = 'running' AND worker = %(worker)s AND id <> ALL(%(held)s::bigint[])
-     FOR NO KEY UPDATE SKIP LOCKED
+  SELECT id FROM {schema}.jobs WHERE status = 'running' AND worker = %(worker)s
+     AND id <> ALL(%(held)s::bigint[]) FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
   UPDATE {schema}.jobs j SET {ready_again} FROM orphans o
    WHERE j.id = o.id AND j.status = 'running' AND j.worker = %(worker)s
@@ -234,10 +216,8 @@ SELECT id FROM released ORDER BY id;
 -- name: hand_back_failed_over
 -- After a promotion: up to `limit` jobs running under a fence at or below the floor, handed back.
 WITH floor AS (SELECT {schema}.fence_floor() AS f), lost AS (
-  SELECT id FROM {schema}.jobs
-   WHERE status = 'running' AND fence <= (SELECT f FROM floor)
-   LIMIT %(limit)s
-     FOR NO KEY UPDATE SKIP LOCKED
+  SELECT id FROM {schema}.jobs WHERE status = 'running' AND fence <= (SELECT f FROM floor)
+   LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED
 ), released AS (
   UPDATE {schema}.jobs j SET {ready_again} FROM lost l WHERE j.id = l.id
   RETURNING j.id, j.fence, j.worker, j.claimed_at
@@ -256,13 +236,11 @@ SELECT *, NULL, NULL FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
 -- name: reap
 -- Expired leases back to ready (dead when spent), SKIP LOCKED; a pre-promotion lease handed back.
 WITH floor AS (SELECT {schema}.fence_floor() AS f), reaped AS (
-  UPDATE {schema}.jobs j
-     SET status = CASE WHEN {lease_spent} THEN 'dead' ELSE 'ready' END,
+  UPDATE {schema}.jobs j SET status = CASE WHEN {lease_spent} THEN 'dead' ELSE 'ready' END,
          attempts = CASE WHEN j.fence > fl.f THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
-         run_at = now(), lease_until = NULL,
          last_error = CASE WHEN {lease_spent} THEN 'lease expired on attempt ' || j.attempts::text
                            || ' of ' || j.max_attempts::text ELSE j.last_error END,
-         finished_at = CASE WHEN {lease_spent} THEN now() END
+         finished_at = CASE WHEN {lease_spent} THEN now() END, run_at = now(), lease_until = NULL
     FROM floor fl
    WHERE j.id IN (SELECT id FROM {schema}.jobs WHERE status = 'running' AND lease_until < now()
                    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
