@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -22,7 +23,7 @@ import psycopg
 from . import ops, session
 from .config import connect_options
 from .defaults import ENQUEUE_CHUNK
-from .errors import JobNotFound, ScheduleExists
+from .errors import JobNotFound, PgqError, ScheduleExists
 from .filters import JobFilter
 from .models import (
     Activity,
@@ -52,7 +53,9 @@ from .queue_common import (
     Flow,
     T,
     TaskTurn,
+    TaskWake,
     alone,
+    carry,
     channel,
     checked,
     chunks,
@@ -65,10 +68,14 @@ from .queue_common import (
     result_json,
     unknown_schedule,
 )
+from .rounds import Rounds, Ticket
 from .session import Failure, adetect_pooler
 from .target import find_target
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+#: The failures of a shared round that may be one of its jobs' fault: a bad value, a refused
+#: queue, text the database cannot hold (nothing committed).
+_ONE_JOBS_FAULT = (psycopg.Error, PgqError, TypeError, ValueError)
 
 
 async def _aopen(dsn: str) -> psycopg.AsyncConnection[Any]:
@@ -103,6 +110,8 @@ class AsyncQueue:
         self._blocks = 0
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
+        #: concurrent one-job enqueues on the own connection, one statement per round
+        self._rounds: Rounds[TaskWake] = Rounds(TaskWake.set, ENQUEUE_CHUNK)
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -232,19 +241,13 @@ class AsyncQueue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            async with self._turn_on(conn):
-                target = conn or await self._own()
-                job = ops.enqueue_job(
-                    queue, payload, run_at, delay, max_attempts, priority, backoff_base,
-                    backoff_cap, alone=alone(target),
-                )  # fmt: skip
-                job_id, wake = await self.run(job, target)
-                if wake is not None and not self._wake(target, wake):
-                    try:
-                        await self.run(ops.notify_committed(channel(self.schema), wake), target)
-                    except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
-                        log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
-                return job_id
+            job = ops.enqueue_job(
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base,
+                backoff_cap, alone=True,
+            )  # fmt: skip
+            if (conn is None or conn is self.conn) and self.conn.autocommit and not self._blocks:
+                return await self._enqueue_shared(job)  # its leader checks it is still alone
+            return await self._enqueue_alone(job, conn)
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -254,6 +257,89 @@ class AsyncQueue:
             depends_on=depends_on,
         )
         return (await self.enqueue_many_detailed([spec], conn))[0].id
+
+    async def _enqueue_alone(
+        self, job: Op[tuple[int, str | None]], conn: psycopg.AsyncConnection[Any] | None
+    ) -> int:
+        """`job` in a statement of its own: in the caller's transaction on `conn` (the jobs
+        trigger notifies at its commit), else a transaction of its own that notifies after."""
+        async with self._turn_on(conn):
+            target = conn or await self._own()
+            if not alone(target):
+                job = ops.enqueue_within(job)
+            job_id, wake = await self.run(job, target)
+            if wake is not None:
+                await self._notify(target, [wake])
+            return job_id
+
+    async def _enqueue_shared(self, job: Op[tuple[int, str | None]]) -> int:
+        """`job` in a round shared with the other callers' jobs waiting for the own connection
+        (pgq_core/rounds.py): led by this call when no round is, else answered by another's.
+        A caller cancelled while its job waits drops it; once a round took it, its outcome is
+        the round's, unknown to the caller (as with any statement cancelled in flight)."""
+        ticket = Ticket(job, job.params["trace"], TaskWake())
+        if not self._rounds.join(ticket):
+            try:
+                await ticket.wake.wait()
+            except BaseException:
+                self._rounds.leave(ticket)
+                raise
+        led = ticket.lead
+        if led:
+            try:
+                async with self._turn:
+                    taken = self._rounds.take(ticket)
+                    if taken:
+                        await carry(self._round(taken, await self._own()))
+            finally:
+                self._rounds.done(ticket)
+        if ticket.alone:
+            return await self._enqueue_alone(job, None)
+        if ticket.failure is not None:
+            if led:
+                raise ticket.failure
+            raise copy.copy(ticket.failure) from ticket.failure
+        assert ticket.answer is not None
+        return ticket.answer[0]
+
+    async def _round(
+        self, taken: list[Ticket[TaskWake]], target: psycopg.AsyncConnection[Any]
+    ) -> bool:
+        """One shared round on `target`: every taken job answered, or failed (see
+        `Rounds.fail`); then the NOTIFYs its jobs left, after its commit. True if it
+        committed. Run under the leader's turn, in a task of its own (`carry`)."""
+        try:
+            if not alone(target):  # a transaction is open there: no job joins it
+                self._rounds.fail(taken, None)
+                return False
+            if len(taken) == 1:
+                answers = [await self._run(taken[0].job, target)]
+            else:
+                answers = await self._run(ops.enqueue_shared([t.job for t in taken]), target)
+        except Exception as exc:  # noqa: BLE001 - each caller raises its own (`Rounds.fail`)
+            # a lone job's failure is its own; a round's may be one job's: each goes alone,
+            # unless its outcome is unknown (the connection broke) or it ran out of time
+            lost = target.closed or isinstance(exc, psycopg.errors.QueryCanceled)
+            alone_again = len(taken) > 1 and isinstance(exc, _ONE_JOBS_FAULT) and not lost
+            self._rounds.fail(taken, None if alone_again else exc)
+            return False
+        except BaseException as exc:
+            self._rounds.fail(taken, exc)
+            raise
+        self._rounds.settle(taken, answers)
+        await self._notify(target, [w for _, w in answers if w is not None])
+        return True
+
+    async def _notify(self, target: psycopg.AsyncConnection[Any], queues: list[str]) -> None:
+        """The NOTIFY of each of `queues` (new due jobs have committed there), by the process's
+        notifier, else on `target`: a hint, so a failure is logged, not raised."""
+        for queue in dict.fromkeys(queues):
+            if self._wake(target, queue):
+                continue
+            try:
+                await self._run(ops.notify_committed(channel(self.schema), queue), target)
+            except psycopg.Error as exc:  # the jobs are in: a lost hint is a poll's wait
+                log.debug("notify after enqueue on %s failed: %s", queue, exc)
 
     def _wake(self, target: psycopg.AsyncConnection[Any], queue: str) -> bool:
         """Hand `queue`'s NOTIFY to the process's notifier for `target`'s server (False: it is

@@ -6,6 +6,7 @@ queue holds any of it twice (`queue_async` is written once; `queue_sync` is gene
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -13,7 +14,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Awaitable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -170,6 +171,29 @@ class TaskTurn:
         if not self._depth:
             self._holder = None
             self._lock.release()
+
+
+#: How a shared round wakes a task waiting on it (pgq_core/rounds.py), and a thread.
+TaskWake = asyncio.Event
+ThreadWake = threading.Event
+
+
+async def carry(aw: Awaitable[T]) -> T:
+    """`aw` run to its end though the caller is cancelled meanwhile, the cancellation raised
+    once it has ended: a shared round carries other callers' jobs."""
+    task = asyncio.ensure_future(aw)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        raise
+
+
+def carried(result: T) -> T:
+    """`carry` for a call without asyncio: it has run to its end already."""
+    return result
 
 
 class ThreadTurn:

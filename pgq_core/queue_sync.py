@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -17,7 +18,7 @@ import psycopg
 from . import ops, session
 from .config import connect_options
 from .defaults import ENQUEUE_CHUNK
-from .errors import JobNotFound, ScheduleExists
+from .errors import JobNotFound, PgqError, ScheduleExists
 from .filters import JobFilter
 from .models import (
     Activity,
@@ -47,7 +48,9 @@ from .queue_common import (
     Flow,
     T,
     ThreadTurn,
+    ThreadWake,
     alone,
+    carried,
     channel,
     checked,
     chunks,
@@ -60,10 +63,14 @@ from .queue_common import (
     result_json,
     unknown_schedule,
 )
+from .rounds import Rounds, Ticket
 from .session import Failure, detect_pooler
 from .target import find_target
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+#: The failures of a shared round that may be one of its jobs' fault: a bad value, a refused
+#: queue, text the database cannot hold (nothing committed).
+_ONE_JOBS_FAULT = (psycopg.Error, PgqError, TypeError, ValueError)
 
 
 def _open(dsn: str) -> psycopg.Connection[Any]:
@@ -98,6 +105,8 @@ class Queue:
         self._blocks = 0
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
+        #: concurrent one-job enqueues on the own connection, one statement per round
+        self._rounds: Rounds[ThreadWake] = Rounds(ThreadWake.set, ENQUEUE_CHUNK)
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:
@@ -227,19 +236,13 @@ class Queue:
         `depends_on`: ids of jobs this one waits for (see JobSpec); PgqError if one does not
         exist."""
         if unique_key is None and not depends_on:  # the common case: one INSERT
-            with self._turn_on(conn):
-                target = conn or self._own()
-                job = ops.enqueue_job(
-                    queue, payload, run_at, delay, max_attempts, priority, backoff_base,
-                    backoff_cap, alone=alone(target),
-                )  # fmt: skip
-                job_id, wake = self.run(job, target)
-                if wake is not None and not self._wake(target, wake):
-                    try:
-                        self.run(ops.notify_committed(channel(self.schema), wake), target)
-                    except psycopg.Error as exc:  # the job is in: a lost hint is a poll's wait
-                        log.debug("notify after enqueue of job %s failed: %s", job_id, exc)
-                return job_id
+            job = ops.enqueue_job(
+                queue, payload, run_at, delay, max_attempts, priority, backoff_base,
+                backoff_cap, alone=True,
+            )  # fmt: skip
+            if (conn is None or conn is self.conn) and self.conn.autocommit and not self._blocks:
+                return self._enqueue_shared(job)  # its leader checks it is still alone
+            return self._enqueue_alone(job, conn)
         spec = JobSpec(
             queue, payload, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority,
@@ -249,6 +252,89 @@ class Queue:
             depends_on=depends_on,
         )
         return self.enqueue_many_detailed([spec], conn)[0].id
+
+    def _enqueue_alone(
+        self, job: Op[tuple[int, str | None]], conn: psycopg.Connection[Any] | None
+    ) -> int:
+        """`job` in a statement of its own: in the caller's transaction on `conn` (the jobs
+        trigger notifies at its commit), else a transaction of its own that notifies after."""
+        with self._turn_on(conn):
+            target = conn or self._own()
+            if not alone(target):
+                job = ops.enqueue_within(job)
+            job_id, wake = self.run(job, target)
+            if wake is not None:
+                self._notify(target, [wake])
+            return job_id
+
+    def _enqueue_shared(self, job: Op[tuple[int, str | None]]) -> int:
+        """`job` in a round shared with the other callers' jobs waiting for the own connection
+        (pgq_core/rounds.py): led by this call when no round is, else answered by another's.
+        A caller cancelled while its job waits drops it; once a round took it, its outcome is
+        the round's, unknown to the caller (as with any statement cancelled in flight)."""
+        ticket = Ticket(job, job.params["trace"], ThreadWake())
+        if not self._rounds.join(ticket):
+            try:
+                ticket.wake.wait()
+            except BaseException:
+                self._rounds.leave(ticket)
+                raise
+        led = ticket.lead
+        if led:
+            try:
+                with self._turn:
+                    taken = self._rounds.take(ticket)
+                    if taken:
+                        carried(self._round(taken, self._own()))
+            finally:
+                self._rounds.done(ticket)
+        if ticket.alone:
+            return self._enqueue_alone(job, None)
+        if ticket.failure is not None:
+            if led:
+                raise ticket.failure
+            raise copy.copy(ticket.failure) from ticket.failure
+        assert ticket.answer is not None
+        return ticket.answer[0]
+
+    def _round(
+        self, taken: list[Ticket[ThreadWake]], target: psycopg.Connection[Any]
+    ) -> bool:
+        """One shared round on `target`: every taken job answered, or failed (see
+        `Rounds.fail`); then the NOTIFYs its jobs left, after its commit. True if it
+        committed. Run under the leader's turn, in a task of its own (`carry`)."""
+        try:
+            if not alone(target):  # a transaction is open there: no job joins it
+                self._rounds.fail(taken, None)
+                return False
+            if len(taken) == 1:
+                answers = [self._run(taken[0].job, target)]
+            else:
+                answers = self._run(ops.enqueue_shared([t.job for t in taken]), target)
+        except Exception as exc:  # noqa: BLE001 - each caller raises its own (`Rounds.fail`)
+            # a lone job's failure is its own; a round's may be one job's: each goes alone,
+            # unless its outcome is unknown (the connection broke) or it ran out of time
+            lost = target.closed or isinstance(exc, psycopg.errors.QueryCanceled)
+            alone_again = len(taken) > 1 and isinstance(exc, _ONE_JOBS_FAULT) and not lost
+            self._rounds.fail(taken, None if alone_again else exc)
+            return False
+        except BaseException as exc:
+            self._rounds.fail(taken, exc)
+            raise
+        self._rounds.settle(taken, answers)
+        self._notify(target, [w for _, w in answers if w is not None])
+        return True
+
+    def _notify(self, target: psycopg.Connection[Any], queues: list[str]) -> None:
+        """The NOTIFY of each of `queues` (new due jobs have committed there), by the process's
+        notifier, else on `target`: a hint, so a failure is logged, not raised."""
+        for queue in dict.fromkeys(queues):
+            if self._wake(target, queue):
+                continue
+            try:
+                self._run(ops.notify_committed(channel(self.schema), queue), target)
+            except psycopg.Error as exc:  # the jobs are in: a lost hint is a poll's wait
+                log.debug("notify after enqueue on %s failed: %s", queue, exc)
 
     def _wake(self, target: psycopg.Connection[Any], queue: str) -> bool:
         """Hand `queue`'s NOTIFY to the process's notifier for `target`'s server (False: it is

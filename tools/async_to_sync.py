@@ -33,6 +33,8 @@ TARGET = ROOT / "pgq_core" / "queue_sync.py"
 NAMES = {
     "AsyncQueue": "Queue",
     "TaskTurn": "ThreadTurn",
+    "TaskWake": "ThreadWake",
+    "carry": "carried",
     "AsyncConnection": "Connection",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",

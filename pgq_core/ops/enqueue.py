@@ -99,6 +99,44 @@ def enqueue_job(
     return Op("enqueue_one", params, _id_and_wake)
 
 
+def enqueue_within(job: Op[tuple[int, str | None]]) -> Op[tuple[int, str | None]]:
+    """`enqueue_job`'s op inside a caller's transaction: the jobs trigger notifies at its
+    commit (nothing is left to the caller)."""
+    return Op("enqueue_one", job.params, job.read)
+
+
+def enqueue_shared(jobs: Sequence[Op[tuple[int, str | None]]]) -> Op[list[tuple[int, str | None]]]:
+    """One `enqueue_shared_then_notify` statement for the one-job ops of `enqueue_job` (their
+    trace the same): (the new id, the queue to notify after the commit or None) for each, in
+    order."""
+    params = [job.params for job in jobs]
+
+    def column(name: str) -> list[Any]:
+        values = [p[name] for p in params]
+        return values if any(v is not None for v in values) else []
+
+    arrays = {
+        "queues": [p["queue"] for p in params],
+        "payloads": jsontext.jsonb([p["payload"].obj for p in params]),
+        "run_ats": column("run_at"),
+        "delays": column("delay"),
+        "max_attempts": [p["max_attempts"] for p in params],
+        "unique_keys": [],
+        "priorities": [p["priority"] for p in params],
+        "backoff_bases": column("backoff_base"),
+        "backoff_caps": column("backoff_cap"),
+        "trace": params[0]["trace"],
+    }
+
+    def read(rows: Rows) -> list[tuple[int, str | None]]:
+        answers = sorted((int(r[0]), None if r[1] is None else str(r[1])) for r in rows)
+        if len(answers) != len(jobs):
+            raise PgqError(f"a shared enqueue of {len(jobs)} jobs answered {len(answers)} rows")
+        return answers
+
+    return Op("enqueue_shared_then_notify", arrays, read)
+
+
 def notify_committed(channel: str, queue: str) -> Op[None]:
     """The NOTIFY an `enqueue_one_then_notify` left to its caller, sent after its commit."""
     return Op("notify_committed", {"channel": channel, "queue": queue}, read_nothing)

@@ -14,15 +14,28 @@ VALUES (%(queue)s::text, %(payload)s::jsonb,
         %(backoff_cap)s::float8, %(trace)s::jsonb)
 RETURNING id;
 
+-- fragment: wake_queue
+-- The queue to notify once new job `j` has committed, or NULL: under `always` when it is due,
+-- under `edge` when it is due and its queue had no other due ready job (the statement's
+-- snapshot holds none of its own rows; the probe stops at the first due row, whatever its
+-- plan). The setting is read once, in the statement's one snapshot.
+CASE WHEN j.run_at <= now() THEN
+  CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
+    WHEN 'always' THEN j.queue
+    WHEN 'edge' THEN CASE WHEN NOT EXISTS (
+                                 SELECT 1 FROM {schema}.jobs d
+                                  WHERE d.queue = j.queue AND d.status = 'ready'
+                                    AND d.run_at <= now() AND d.id <> j.id)
+                          THEN j.queue END
+  END
+END
+
 -- name: enqueue_one_then_notify
 -- `enqueue_one` as a transaction of its own (autocommit), deciding its NOTIFY itself under
--- every mode: it sets pgq.enqueue_decided for its transaction, so the jobs INSERT trigger does
--- not fire (migration 32), and returns the queue to notify, which the producer sends once this
--- has committed (`notify_committed`): under `always` when the job is due, under `edge` when it
--- is due and its queue had no other due ready job (the statement's snapshot does not see its
--- own row; the probe stops at the first due row, whatever its plan). Rows: (id, the queue to
--- notify or NULL). One INSERT, no CTE (a CTE's scan cost ~10 us of the backend's CPU); the
--- setting is read once, by RETURNING, in the statement's one snapshot.
+-- every mode (`wake_queue`): it sets pgq.enqueue_decided for its transaction, so the jobs
+-- INSERT trigger does not fire (migration 32), and returns the queue to notify, which the
+-- producer sends once this has committed (`notify_committed`). Rows: (id, the queue to notify
+-- or NULL). One INSERT, no CTE (a CTE's scan cost ~10 us of the backend's CPU).
 INSERT INTO {schema}.jobs AS j (queue, payload, run_at, max_attempts, priority, backoff_base,
                                 backoff_cap, trace)
 SELECT %(queue)s::text, %(payload)s::jsonb,
@@ -30,18 +43,19 @@ SELECT %(queue)s::text, %(payload)s::jsonb,
        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(trace)s::jsonb
   FROM (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
-RETURNING j.id,
-          CASE WHEN j.run_at <= now() THEN
-            CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'),
-                          'always')
-              WHEN 'always' THEN j.queue
-              WHEN 'edge' THEN CASE WHEN NOT EXISTS (
-                                           SELECT 1 FROM {schema}.jobs d
-                                            WHERE d.queue = j.queue AND d.status = 'ready'
-                                              AND d.run_at <= now() AND d.id <> j.id)
-                                    THEN j.queue END
-            END
-          END;
+RETURNING j.id, {wake_queue};
+
+-- name: enqueue_shared_then_notify
+-- `enqueue_one_then_notify` for the jobs of several callers sharing one round (a transaction
+-- of their own: pgq_core/rounds.py), from `enqueue`'s arrays without unique keys. Rows: (id,
+-- the queue to notify or NULL), the ids ascending in the order of the arrays.
+WITH {job_input}
+INSERT INTO {schema}.jobs AS j (queue, payload, run_at, max_attempts, priority, backoff_base,
+                                backoff_cap, trace)
+SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc, %(trace)s::jsonb
+  FROM input, (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
+ ORDER BY n
+RETURNING j.id, {wake_queue};
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its

@@ -1,0 +1,234 @@
+"""Shared rounds on real PostgreSQL: concurrent one-job enqueues on one queue's connection go
+in one statement and commit together (pgq_core/rounds.py), each call still returning only
+once its job has committed; a job's own fault stays its own, a lost round fails its callers,
+and a cancelled caller drops only its own waiting job.
+
+Rounds are made to share deterministically: another session holds the jobs table against
+INSERT, so the first round waits on it while the other callers join behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgq_core import AsyncQueue, Queue, Unstorable, listen_statement
+
+
+@contextmanager
+def jobs_held(dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """Another session holding the jobs table against INSERT until it commits (or the block
+    ends): a round's statement waits on it."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute(sql.SQL("LOCK TABLE {}.jobs IN SHARE MODE").format(sql.Identifier(schema)))
+        yield holder
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def waiting(queue: Queue | AsyncQueue) -> int:
+    """Jobs waiting for the queue's next round (not counting one in flight)."""
+    return len(queue._rounds._waiting)
+
+
+def blocked_backends(conn: psycopg.Connection[Any], schema: str) -> list[int]:
+    """Backends waiting on a lock with an INSERT into `schema`'s jobs."""
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        [f"%INSERT INTO {sql.Identifier(schema).as_string(conn)}.jobs%"],
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def job_rows(conn: psycopg.Connection[Any], schema: str) -> list[tuple[int, int, Any]]:
+    """(id, transaction id that wrote it, payload) of every job."""
+    query = sql.SQL("SELECT id, xmin::text::bigint, payload FROM {}.jobs ORDER BY id")
+    return [
+        (int(r[0]), int(r[1]), r[2])
+        for r in conn.execute(query.format(sql.Identifier(schema))).fetchall()
+    ]
+
+
+class Callers:
+    """Threads each enqueueing one payload on a shared queue; outcome per payload."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.outcomes: dict[Any, Any] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self, *payloads: Any, seen: Callable[[int], bool] | None = None) -> None:
+        for p in payloads:
+            t = threading.Thread(target=self._call, args=(p, seen), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _call(self, payload: Any, seen: Callable[[int], bool] | None) -> None:
+        try:
+            job_id = self.queue.enqueue("q", payload)
+            # committed when the call returns: another session sees it at once
+            self.outcomes[repr(payload)] = job_id if seen is None or seen(job_id) else "unseen"
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            self.outcomes[repr(payload)] = exc
+
+    def join(self) -> dict[Any, Any]:
+        for t in self.threads:
+            t.join(30)
+            assert not t.is_alive(), "an enqueue never returned"
+        return self.outcomes
+
+
+def test_concurrent_enqueues_share_one_transaction_and_each_is_committed_on_return(
+    queue: Queue, dsn: str
+) -> None:
+    check_lock = threading.Lock()
+    with psycopg.connect(dsn, autocommit=True) as reader:
+
+        def seen(job_id: int) -> bool:
+            with check_lock:
+                query = sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s")
+                found = reader.execute(query.format(sql.Identifier(queue.schema)), [job_id])
+                return found.fetchone() is not None
+
+        callers = Callers(queue)
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0}, seen=seen)
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 16)), seen=seen)
+            until(lambda: waiting(queue) == 15, "15 jobs waiting behind it")
+            holder.commit()
+        outcomes = callers.join()
+        assert all(isinstance(v, int) for v in outcomes.values()), outcomes
+        written = job_rows(reader, queue.schema)
+    assert sorted(outcomes.values()) == [r[0] for r in written], "each call's id is its own job"
+    assert sorted(r[2]["n"] for r in written) == list(range(16)), "every job once"
+    by_payload = {r[2]["n"]: r[1] for r in written}
+    assert len({by_payload[n] for n in range(1, 16)}) == 1, "the 15 that waited went in one"
+    assert by_payload[0] != by_payload[1], "the first went alone, at once"
+
+
+def test_a_job_refused_in_a_shared_round_fails_alone(queue: Queue, dsn: str) -> None:
+    """A NUL character in a payload: the statement is refused whole (Unstorable); its jobs are then
+    enqueued alone, so the bad one fails and the others are in."""
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            callers.start({"n": 1}, {"bad": "\x00"}, {"n": 2}, {"n": 3})
+            until(lambda: waiting(queue) == 4, "4 jobs waiting")
+            holder.commit()
+        outcomes = callers.join()
+        written = job_rows(reader, queue.schema)
+    bad = outcomes.pop(repr({"bad": "\x00"}))
+    assert isinstance(bad, Unstorable), bad
+    assert all(isinstance(v, int) for v in outcomes.values()), outcomes
+    assert sorted(r[2]["n"] for r in written) == [0, 1, 2, 3]
+
+
+def test_a_round_whose_connection_dies_fails_every_caller_in_it(queue: Queue, dsn: str) -> None:
+    """The outcome of a round on a lost connection is unknown: each of its callers raises,
+    as a lone enqueue does, and none is sent again behind their back."""
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        with jobs_held(dsn, queue.schema):
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(admin, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 6)))
+            until(lambda: waiting(queue) == 5, "5 jobs waiting")
+            (first,) = blocked_backends(admin, queue.schema)
+            admin.execute("SELECT pg_terminate_backend(%s)", [first])
+            # the next caller leads on a new connection, and waits on the lock in turn
+            until(
+                lambda: blocked_backends(admin, queue.schema) not in ([], [first]),
+                "the second round to wait on a new connection",
+            )
+            (second,) = blocked_backends(admin, queue.schema)
+            assert waiting(queue) == 0, "the five went in one round"
+            admin.execute("SELECT pg_terminate_backend(%s)", [second])
+            outcomes = callers.join()
+        assert all(isinstance(v, psycopg.OperationalError) for v in outcomes.values()), outcomes
+        assert job_rows(admin, queue.schema) == []
+    assert isinstance(queue.enqueue("q", {"after": True}), int), "the queue reconnects"
+
+
+def test_a_shared_round_out_of_time_fails_its_callers(queue: Queue, dsn: str) -> None:
+    queue.conn.execute("SET statement_timeout = '300ms'")
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema):
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 4)))
+            outcomes = callers.join()
+        assert job_rows(reader, queue.schema) == []
+    assert all(isinstance(v, psycopg.errors.QueryCanceled) for v in outcomes.values()), outcomes
+
+
+def test_an_enqueue_in_a_transaction_block_is_not_shared(queue: Queue, dsn: str) -> None:
+    with pytest.raises(RuntimeError), queue.transaction():
+        queue.enqueue("q", {"in": "block"})
+        raise RuntimeError("undo")
+    kept = queue.enqueue("q", {"after": "block"})
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        written = [(r[0], r[2]) for r in job_rows(reader, queue.schema)]
+    assert written == [(kept, {"after": "block"})]
+
+
+def test_a_shared_round_onto_an_idle_queue_wakes_listeners(queue: Queue, dsn: str) -> None:
+    queue.set_notify("edge")
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as ears:
+        ears.execute(listen_statement(queue.schema))
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(ears, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 6)))
+            until(lambda: waiting(queue) == 5, "5 jobs waiting")
+            holder.commit()
+        assert all(isinstance(v, int) for v in callers.join().values())
+        heard = [n.payload for n in ears.notifies(timeout=2, stop_after=1)]
+    assert heard == ["q"]
+
+
+async def test_tasks_share_rounds_and_a_cancelled_caller_drops_only_its_waiting_job(
+    aqueue: AsyncQueue, dsn: str
+) -> None:
+    """Tasks sharing an AsyncQueue share rounds. The leader cancelled mid-round: its round
+    still ends (it carries the others' jobs), its own job included. A follower cancelled
+    while waiting: its job is dropped, nothing was sent."""
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, aqueue.schema) as holder:
+            leader = asyncio.create_task(aqueue.enqueue("q", {"n": 0}))
+            while not blocked_backends(reader, aqueue.schema):
+                await asyncio.sleep(0.01)
+            followers = [asyncio.create_task(aqueue.enqueue("q", {"n": n})) for n in (1, 2, 3)]
+            while waiting(aqueue) < 3:
+                await asyncio.sleep(0.01)
+            leader.cancel()
+            followers[1].cancel()
+            await asyncio.sleep(0.05)
+            assert not leader.done(), "the leader waits for the round it carries"
+            holder.commit()
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        with pytest.raises(asyncio.CancelledError):
+            await followers[1]
+        ids = [await followers[0], await followers[2]]
+        written = job_rows(reader, aqueue.schema)
+    assert sorted(r[2]["n"] for r in written) == [0, 1, 3]
+    assert set(ids) <= {r[0] for r in written}
+    xmins = {r[2]["n"]: r[1] for r in written}
+    assert xmins[1] == xmins[3] != xmins[0]
