@@ -12,6 +12,11 @@ together and each enqueues its share one job per transaction. A LISTENing connec
 notifications meanwhile (as a worker's would), counting them, and another samples
 `pg_notification_queue_usage()` (the share of the server's notification queue in use). Sides
 run in rounds, interleaved, so a noisy neighbour hits every side alike; each reports its median.
+
+The shared sides (`pgq_shared_*`, `pgq_async_shared_*`) are the same producers, threads or
+tasks, sharing one queue and its one connection, as an application keeps one per process: their
+concurrent enqueues share rounds (pgq_core/rounds.py), one transaction each. The baseline keeps
+its N connections.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ BATCH_SIZE = 1_000
 BULK_FACTOR = 5
 #: The async sides: pgq's, under these notify modes.
 ASYNC_MODES = ("edge", "always")
+#: The sides where the producers share one queue (one connection), under these notify modes:
+#: its concurrent enqueues share rounds (pgq_core/rounds.py).
+SHARED_MODES = ("edge", "always")
 
 
 @dataclass(frozen=True)
@@ -168,6 +176,33 @@ def _produce_async(
     return asyncio.run(main())
 
 
+def _produce_shared_async(
+    dsn: str, schema: str, tasks: int, jobs: int, size: int
+) -> tuple[float, list[float]]:
+    """`tasks` asyncio tasks in this thread's new event loop sharing one `AsyncQueue` (its one
+    connection, opened before the clock starts), each enqueueing its share one job per call."""
+
+    async def main() -> tuple[float, list[float]]:
+        queue = await AsyncQueue.connect(dsn, schema)
+        share = [jobs // tasks + (i < jobs % tasks) for i in range(tasks)]
+        latencies: list[float] = []
+
+        async def produce(count: int) -> None:
+            for n in range(count):
+                t0 = time.perf_counter()
+                await queue.enqueue(QUEUE_NAME, payload(size, n))
+                latencies.append(time.perf_counter() - t0)
+
+        try:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(produce(n) for n in share))
+            return time.perf_counter() - t0, latencies
+        finally:
+            await queue.close()
+
+    return asyncio.run(main())
+
+
 class _Ears:
     """A LISTENing connection consuming notifications (counted) and a queue-usage sampler."""
 
@@ -235,8 +270,16 @@ def run_producers(
     dsn: str, embedded: bool, opts: ProducersOptions, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Every figure of one producers run, as plain data (see the module's docstring)."""
-    sync_sides = ["baseline", *(f"pgq_{mode}" for mode in NOTIFY_MODES)]
-    async_sides = ["baseline_async", *(f"pgq_async_{mode}" for mode in ASYNC_MODES)]
+    sync_sides = [
+        "baseline",
+        *(f"pgq_{mode}" for mode in NOTIFY_MODES),
+        *(f"pgq_shared_{mode}" for mode in SHARED_MODES),
+    ]
+    async_sides = [
+        "baseline_async",
+        *(f"pgq_async_{mode}" for mode in ASYNC_MODES),
+        *(f"pgq_async_shared_{mode}" for mode in SHARED_MODES),
+    ]
     sides = [*sync_sides, *async_sides]
     runs: dict[str, list[Run]] = {s: [] for s in sides}
     result: dict[str, Any] = {"params": asdict(opts), "machine": machine()}
@@ -249,6 +292,7 @@ def run_producers(
         setup_baseline(dsn, baseline_schema)
         baseline_conns = [baseline_connection(dsn, baseline_schema) for _ in range(opts.producers)]
         queues = [Queue.connect(dsn, pgq_schema) for _ in range(opts.producers)]
+        shared = Queue.connect(dsn, pgq_schema)  # one queue, its one connection, for every thread
         ears = _Ears(dsn, pgq_schema)
 
         def baseline_one(conn: psycopg.Connection[Any], n: int) -> None:
@@ -286,6 +330,12 @@ def run_producers(
                     ticks = cpu_ticks()
                     if side == "baseline":
                         seconds, lat = produce(baseline_conns, baseline_one, opts.jobs)
+                    elif side.startswith("pgq_shared_"):
+                        seconds, lat = produce([shared] * opts.producers, pgq_one, opts.jobs)
+                    elif side.startswith("pgq_async_shared_"):
+                        seconds, lat = _produce_shared_async(
+                            dsn, pgq_schema, opts.producers, opts.jobs, opts.payload_bytes
+                        )
                     elif side in sync_sides:
                         seconds, lat = produce(queues, pgq_one, opts.jobs)
                     elif side == "baseline_async":
@@ -319,6 +369,7 @@ def run_producers(
                 c.close()
             for q in queues:
                 q.close()
+            shared.close()
     result["load_at_end"] = load_average()
     result["rounds"] = {s: [run.to_dict() for run in rs] for s, rs in runs.items()}
     result["sides"] = _summary({s: runs[s] for s in sync_sides}, "baseline")

@@ -36,7 +36,9 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     sides = data["sides"]
-    assert set(sides) == {"baseline", "pgq_always", "pgq_edge", "pgq_off"}
+    assert set(sides) == {
+        "baseline", "pgq_always", "pgq_edge", "pgq_off", "pgq_shared_edge", "pgq_shared_always",
+    }  # fmt: skip
     for side in sides.values():
         assert side["rate"] > 0 and side["p99_ms"] >= side["p50_ms"] > 0
     assert sides["baseline"]["ratio_to_baseline"] == 1
@@ -44,9 +46,13 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     assert 1 <= sides["pgq_always"]["notifications"] <= 200
     assert 1 <= sides["pgq_edge"]["notifications"] < 200
     assert sides["pgq_off"]["notifications"] == 0
+    assert 1 <= sides["pgq_shared_always"]["notifications"] <= 200
     assert 0 <= sides["pgq_always"]["max_queue_usage"] < 1
     asynchronous = data["async_sides"]
-    assert set(asynchronous) == {"baseline_async", "pgq_async_edge", "pgq_async_always"}
+    assert set(asynchronous) == {
+        "baseline_async", "pgq_async_edge", "pgq_async_always", "pgq_async_shared_edge",
+        "pgq_async_shared_always",
+    }  # fmt: skip
     assert 1 <= asynchronous["pgq_async_always"]["notifications"] <= 200
     batches = data["batches"]["sides"]
     assert set(batches) == {
