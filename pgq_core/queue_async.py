@@ -290,7 +290,7 @@ class AsyncQueue:
                 async with self._turn:
                     taken = self._rounds.take(ticket)
                     if taken:
-                        await carry(self._round(taken, await self._own()))
+                        await carry(self._round(taken))
             finally:
                 self._rounds.done(ticket)
         if ticket.alone:
@@ -302,13 +302,12 @@ class AsyncQueue:
         assert ticket.answer is not None
         return ticket.answer[0]
 
-    async def _round(
-        self, taken: list[Ticket[TaskWake]], target: psycopg.AsyncConnection[Any]
-    ) -> bool:
-        """One shared round on `target`: every taken job answered, or failed (see
+    async def _round(self, taken: list[Ticket[TaskWake]]) -> bool:
+        """One shared round on the own connection: every taken job answered, or failed (see
         `Rounds.fail`); then the NOTIFYs its jobs left, after its commit. True if it
         committed. Run under the leader's turn, in a task of its own (`carry`)."""
         try:
+            target = await self._own()
             if not alone(target):  # a transaction is open there: no job joins it
                 self._rounds.fail(taken, None)
                 return False
@@ -319,7 +318,7 @@ class AsyncQueue:
         except Exception as exc:  # noqa: BLE001 - each caller raises its own (`Rounds.fail`)
             # a lone job's failure is its own; a round's may be one job's: each goes alone,
             # unless its outcome is unknown (the connection broke) or it ran out of time
-            lost = target.closed or isinstance(exc, psycopg.errors.QueryCanceled)
+            lost = self.conn.closed or isinstance(exc, psycopg.errors.QueryCanceled)
             alone_again = len(taken) > 1 and isinstance(exc, _ONE_JOBS_FAULT) and not lost
             self._rounds.fail(taken, None if alone_again else exc)
             return False

@@ -285,7 +285,7 @@ class Queue:
                 with self._turn:
                     taken = self._rounds.take(ticket)
                     if taken:
-                        carried(self._round(taken, self._own()))
+                        carried(self._round(taken))
             finally:
                 self._rounds.done(ticket)
         if ticket.alone:
@@ -297,13 +297,12 @@ class Queue:
         assert ticket.answer is not None
         return ticket.answer[0]
 
-    def _round(
-        self, taken: list[Ticket[ThreadWake]], target: psycopg.Connection[Any]
-    ) -> bool:
-        """One shared round on `target`: every taken job answered, or failed (see
+    def _round(self, taken: list[Ticket[ThreadWake]]) -> bool:
+        """One shared round on the own connection: every taken job answered, or failed (see
         `Rounds.fail`); then the NOTIFYs its jobs left, after its commit. True if it
         committed. Run under the leader's turn, in a task of its own (`carry`)."""
         try:
+            target = self._own()
             if not alone(target):  # a transaction is open there: no job joins it
                 self._rounds.fail(taken, None)
                 return False
@@ -314,7 +313,7 @@ class Queue:
         except Exception as exc:  # noqa: BLE001 - each caller raises its own (`Rounds.fail`)
             # a lone job's failure is its own; a round's may be one job's: each goes alone,
             # unless its outcome is unknown (the connection broke) or it ran out of time
-            lost = target.closed or isinstance(exc, psycopg.errors.QueryCanceled)
+            lost = self.conn.closed or isinstance(exc, psycopg.errors.QueryCanceled)
             alone_again = len(taken) > 1 and isinstance(exc, _ONE_JOBS_FAULT) and not lost
             self._rounds.fail(taken, None if alone_again else exc)
             return False

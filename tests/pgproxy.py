@@ -106,8 +106,11 @@ class PgProxy:
             link.close()
 
     def close(self) -> None:
+        """Cut every link and take no more: the server is gone for good."""
         self._closed = True
         self.release()
+        with contextlib.suppress(OSError):  # wakes an accept() in flight, which close() alone
+            self._listener.shutdown(socket.SHUT_RDWR)  # leaves taking connections
         with contextlib.suppress(OSError):
             self._listener.close()
         self.cut()

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pgproxy import PgProxy
 from psycopg import sql
 
 from pgq_core import AsyncQueue, Queue, Unstorable, listen_statement
@@ -162,6 +163,27 @@ def test_a_round_whose_connection_dies_fails_every_caller_in_it(queue: Queue, ds
         assert all(isinstance(v, psycopg.OperationalError) for v in outcomes.values()), outcomes
         assert job_rows(admin, queue.schema) == []
     assert isinstance(queue.enqueue("q", {"after": True}), int), "the queue reconnects"
+
+
+def test_a_round_that_cannot_reconnect_fails_its_callers(dsn: str, schema: str) -> None:
+    """The server gone for good: the round whose connection broke fails its caller, and the
+    next leader, failing to reconnect, fails every caller waiting with it; none hangs."""
+    proxy = PgProxy(dsn)
+    queue = Queue.connect(proxy.dsn, schema)
+    try:
+        callers = Callers(queue)
+        with psycopg.connect(dsn, autocommit=True) as admin, jobs_held(dsn, schema):
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(admin, schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 5)))
+            until(lambda: waiting(queue) == 4, "4 jobs waiting")
+            proxy.close()
+            outcomes = callers.join()
+            assert all(isinstance(v, psycopg.OperationalError) for v in outcomes.values())
+            assert job_rows(admin, schema) == []
+    finally:
+        proxy.close()
+        queue.close()
 
 
 def test_a_shared_round_out_of_time_fails_its_callers(queue: Queue, dsn: str) -> None:
