@@ -447,10 +447,25 @@ def _after(steps: list[Step], parents: Sequence[int]) -> list[JobSpec]:
     return [dataclasses.replace(step.spec, depends_on=tuple(parents)) for step in steps]
 
 
+def _alone(specs: list[JobSpec]) -> dict[str, Any] | None:
+    """The arguments of `enqueue` for a batch of one job without a unique key or dependencies
+    (its one INSERT, shared with concurrent callers of the queue: pgq_core/rounds.py)."""
+    if len(specs) != 1 or specs[0].unique_key is not None or specs[0].depends_on:
+        return None
+    s = specs[0]
+    return {
+        "queue": s.queue, "payload": s.payload, "delay": s.delay, "run_at": s.run_at,
+        "max_attempts": s.max_attempts, "priority": s.priority,
+        "backoff_base": s.backoff_base, "backoff_cap": s.backoff_cap,
+    }  # fmt: skip
+
+
 def _enqueue(
     queue: Queue, specs: list[JobSpec], target: psycopg.Connection[Any] | None
 ) -> list[int]:
     try:
+        if (one := _alone(specs)) is not None:  # the one-job path: it shares rounds
+            return [queue.enqueue(**one, conn=target)]
         return queue.enqueue_many(specs, conn=target)
     except ValueError as exc:  # a spec refused before anything is sent
         raise PgqError(str(exc)) from None
@@ -460,6 +475,8 @@ async def _aenqueue(
     queue: AsyncQueue, specs: list[JobSpec], target: psycopg.AsyncConnection[Any] | None
 ) -> list[int]:
     try:
+        if (one := _alone(specs)) is not None:
+            return [await queue.enqueue(**one, conn=target)]
         return await queue.enqueue_many(specs, conn=target)
     except ValueError as exc:
         raise PgqError(str(exc)) from None

@@ -20,7 +20,7 @@ import pytest
 from pgproxy import PgProxy
 from psycopg import sql
 
-from pgq_core import AsyncQueue, Queue, Unstorable, listen_statement
+from pgq_core import AsyncQueue, Queue, Tasks, Unstorable, listen_statement
 
 
 @contextmanager
@@ -254,3 +254,35 @@ async def test_tasks_share_rounds_and_a_cancelled_caller_drops_only_its_waiting_
     assert set(ids) <= {r[0] for r in written}
     xmins = {r[2]["n"]: r[1] for r in written}
     assert xmins[1] == xmins[3] != xmins[0]
+
+
+def test_a_task_enqueued_from_threads_shares_rounds(queue: Queue, dsn: str) -> None:
+    """`Task.enqueue` of one job takes the one-job path, so a `Tasks` client shared by a
+    process's threads shares rounds too."""
+    tasks = Tasks(queue="q", client=queue)
+
+    @tasks.task
+    def note(n: int) -> None:
+        return None
+
+    outcomes: dict[int, Any] = {}
+
+    def call(n: int) -> None:
+        outcomes[n] = note.enqueue(n=n)
+
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema) as holder:
+            threads = [threading.Thread(target=call, args=(0,), daemon=True)]
+            threads[0].start()
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            threads += [threading.Thread(target=call, args=(n,), daemon=True) for n in (1, 2, 3)]
+            for t in threads[1:]:
+                t.start()
+            until(lambda: waiting(queue) == 3, "3 jobs waiting")
+            holder.commit()
+        for t in threads:
+            t.join(30)
+        written = job_rows(reader, queue.schema)
+    assert sorted(outcomes.values()) == [r[0] for r in written]
+    xmins = {r[2]["args"]["n"]: r[1] for r in written}
+    assert xmins[1] == xmins[2] == xmins[3] != xmins[0]
