@@ -18,12 +18,15 @@ Invariants:
   one of its jobs with that error, as a lost connection fails a lone enqueue.
 
 No I/O and no waiting here: the queue brings the connection and the wake-up (an
-`asyncio.Event` or a `threading.Event`, as `wake`).
+`asyncio.Event` or a `threading.Event`, as `wake`). A forked child starts with no round led
+and no job waiting: the callers of the parent's are not in it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,7 +57,7 @@ class Ticket(Generic[W]):
         return self.answer is not None or self.failure is not None or self.alone
 
 
-@dataclass
+@dataclass(eq=False)
 class Rounds(Generic[W]):
     """The jobs waiting on one queue's connection, and whether a round is led."""
 
@@ -65,6 +68,9 @@ class Rounds(Generic[W]):
     _waiting: list[Ticket[W]] = field(default_factory=list)
     _led: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        _every.add(self)
 
     def join(self, ticket: Ticket[W]) -> bool:
         """Queue `ticket`; True when its caller leads now (no round is led)."""
@@ -139,3 +145,18 @@ class Rounds(Generic[W]):
     def _wake_follower(self, ticket: Ticket[W]) -> None:
         if not ticket.lead:
             self.wake(ticket.wake)
+
+
+#: Every live `Rounds`, for a forked child to start afresh.
+_every: weakref.WeakSet[Rounds[Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for rounds in list(_every):
+        rounds._lock = threading.Lock()  # a parent's thread may have held it at the fork
+        rounds._waiting = []
+        rounds._led = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -3,6 +3,8 @@ round takes, how the lead passes on, and what a failed round leaves each caller.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -151,3 +153,28 @@ def test_every_waiting_job_is_led_in_turn(limit: int) -> None:
         (leader,) = nxt
     assert all(t.settled for t in tickets)
     assert sizes == [min(limit, 7 - i) for i in range(0, 7, limit)]
+
+
+FORKS = """
+import os, sys, threading
+from pgq_core.rounds import Rounds, Ticket
+rounds = Rounds(threading.Event.set)
+leader = Ticket(1, None, threading.Event())
+assert rounds.join(leader)  # a round led when the process forks, a job waiting behind it
+assert not rounds.join(Ticket(2, None, threading.Event()))
+rounds._lock.acquire()  # and its lock held, as by a parent's thread at the fork
+pid = os.fork()
+if pid == 0:
+    fresh = Ticket(3, None, threading.Event())
+    ok = rounds.join(fresh) and rounds.take(fresh) == [fresh]
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_starts_with_no_round_led() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr

@@ -286,3 +286,39 @@ def test_a_task_enqueued_from_threads_shares_rounds(queue: Queue, dsn: str) -> N
     assert sorted(outcomes.values()) == [r[0] for r in written]
     xmins = {r[2]["args"]["n"]: r[1] for r in written}
     assert xmins[1] == xmins[2] == xmins[3] != xmins[0]
+
+
+def test_a_shared_round_runs_no_trigger(queue: Queue, dsn: str) -> None:
+    """A shared round decides its NOTIFY itself, as a lone enqueue does: the jobs INSERT
+    trigger does not fire for it (counted by the server's function statistics)."""
+    if queue.conn.info.server_version < 150000:
+        pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+    queue.conn.execute("SET track_functions = 'pl'")
+    count = sql.SQL(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        " WHERE schemaname = %s AND funcname = 'jobs_after_change'"
+    )
+
+    def calls() -> int:
+        queue.conn.execute("SELECT pg_stat_force_next_flush()")
+        row = queue.conn.execute(count, [queue.schema]).fetchone()
+        return int(row[0]) if row else 0
+
+    before = calls()
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 4)))
+            until(lambda: waiting(queue) == 3, "3 jobs waiting")
+            holder.commit()
+        assert all(isinstance(v, int) for v in callers.join().values())
+        assert len({r[1] for r in job_rows(reader, queue.schema)}) == 2, "two rounds"
+    assert calls() == before
+    queue.conn.execute(
+        sql.SQL("INSERT INTO {}.jobs (queue, payload) VALUES ('n', '{{}}')").format(
+            sql.Identifier(queue.schema)
+        )
+    )
+    assert calls() == before + 1, "the count sees the trigger fire"
