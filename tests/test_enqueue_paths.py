@@ -64,6 +64,27 @@ def test_enqueue_copy_writes_what_enqueue_many_writes(queue: Queue) -> None:
     assert delays[2] > timedelta(days=365)
 
 
+def test_a_batch_without_unique_keys_is_one_plain_insert_as_the_keyed_path_writes(
+    queue: Queue, dsn: str
+) -> None:
+    keyed = [*specs(), JobSpec("c", {"k": 1}, unique_key="k")]
+    assert ops.enqueue_round(specs()).name == "enqueue_plain"
+    assert ops.enqueue_round(keyed).name == "enqueue"
+    plain = queue.enqueue_many(specs())
+    general = queue.enqueue_many(keyed)[:-1]
+    assert plain == sorted(plain) and len(set(plain)) == len(specs())
+    written, expected = rows(queue, plain), rows(queue, general)
+    assert [r[1:-1] for r in written] == [r[1:-1] for r in expected]
+    assert [r[2] for r in written] == [s.payload for s in specs()], "ids in the specs' order"
+    assert [r[-1] for r in written][:2] == [timedelta(0), timedelta(hours=1)]
+    queue.set_notify("always")
+    with heard(dsn, queue.schema) as ears:
+        queue.enqueue_many([JobSpec(q, {"n": n}) for n in range(300) for q in ("x", "y")])
+        assert sorted(n.payload for n in ears.notifies(timeout=0.4)) == ["x", "y"]
+    with pytest.raises(ValueError, match="max_attempts"):
+        queue.enqueue_many([JobSpec("c", {}), JobSpec("c", {}, max_attempts=0)])
+
+
 def test_enqueue_copy_is_all_or_nothing_and_refuses_what_it_cannot_carry(queue: Queue) -> None:
     with pytest.raises(ValueError, match="unique_key or depends_on"):
         queue.enqueue_copy([JobSpec("c", {}), JobSpec("c", {}, unique_key="k")])

@@ -148,8 +148,11 @@ def notify_queues(channel: str, queues: Sequence[str]) -> Op[None]:
 
 
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
-    """One `enqueue` statement for `specs`, already checked. A key is sent once: later specs
-    with a key already in the batch are duplicates of the first (same outcome, not inserted)."""
+    """One `enqueue` statement for `specs`, already checked (`enqueue_plain` when none has a
+    unique key). A key is sent once: later specs with a key already in the batch are
+    duplicates of the first (same outcome, not inserted)."""
+    if all(spec.unique_key is None for spec in specs):
+        return Op("enqueue_plain", job_arrays(specs), _inserted)
     first: dict[str, int] = {}
     sent: list[JobSpec] = []
     source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
@@ -184,6 +187,12 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
         return result
 
     return Op("enqueue", job_arrays(sent), read)
+
+
+def _inserted(rows: Rows) -> Round:
+    """`enqueue_plain`'s answer: every spec inserted, the ids ascending as the specs go (one
+    INSERT takes its ids from the sequence in its rows' order)."""
+    return [Enqueued(job_id, True) for job_id in sorted(row[0] for row in rows)]
 
 
 #: The bulk path's COPY: an op naming the statement, run through a cursor's `copy` (its text
