@@ -5,7 +5,8 @@ holds SQL or decides anything on its own. One module per audience, along pgq_cor
 
 - `op`: the `Op` type;
 - `spec`: `JobSpec` and the checks of an enqueue;
-- `enqueue`: enqueueing, one job, a batch, the COPY path (enqueue.sql, protocol.sql);
+- `enqueue`: enqueueing, one job, a batch (enqueue.sql, protocol.sql);
+- `bulk`: the COPY path (enqueue.sql);
 - `workflows`: jobs that wait for others (workflows.sql);
 - `protocol`: what a worker runs, never waiting on a row lock (protocol.sql);
 - `api`: the public batch settles, which wait on row locks (api.sql);
@@ -64,13 +65,17 @@ from .api import (
     heartbeat,
     release,
 )
-from .enqueue import (
+from .bulk import (
     ENQUEUE_COPY,
-    Round,
     copy_as_specs,
     copy_delays,
     copy_ids,
     copy_text,
+    may_copy,
+    payload_copy_text,
+)
+from .enqueue import (
+    Round,
     enqueue,
     enqueue_flow,
     enqueue_is_one_statement,
@@ -79,11 +84,9 @@ from .enqueue import (
     enqueue_round,
     enqueue_shared,
     enqueue_within,
-    may_copy,
     may_need_rounds,
     notify_committed,
     notify_queues,
-    payload_copy_text,
     unique_holders,
 )
 from .health import (
