@@ -19,6 +19,7 @@ raw values.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -220,6 +221,9 @@ class LazyGroup(PgqGroup):
             module, attribute, _ = self.LAZY[cmd_name]
             command = getattr(importlib.import_module(module), attribute)
             assert isinstance(command, click.Command)
+            # start-up's objects (modules, classes, functions) live until exit: no collection
+            # walks them again (~15 ms of `pgq enqueue --file` reading 20,000 lines)
+            gc.freeze()
             self.add_command(command, cmd_name)
         return command
 

@@ -169,6 +169,41 @@ print(json.dumps({"id": job_id, "status": status, "available": tracing.available
     assert stored_trace(queue, result["id"]) is None
 
 
+def test_an_application_that_never_imported_opentelemetry_enqueues_without_it(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """Installed but never imported: an enqueue (one job, a batch, COPY) imports none of it
+    and records no trace; once the application starts a span, the next enqueue records it."""
+    script = """
+import json, sys
+from pgq_core import JobSpec, Queue
+
+dsn, schema = sys.argv[1], sys.argv[2]
+with Queue.connect(dsn, schema) as q:
+    ids = [q.enqueue("q", {}), *q.enqueue_many([JobSpec("q", {})] * 2)]
+    ids += q.enqueue_copy([JobSpec("q", {})])
+    before = sorted(m for m in sys.modules if m.startswith("opentelemetry."))
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+    with trace.get_tracer("app").start_as_current_span("request"):
+        traced = q.enqueue("q", {})
+print(json.dumps({"ids": ids, "before": before, "traced": traced}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, dsn, schema],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k not in ENV},
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["before"] == []
+    assert [stored_trace(queue, job_id) for job_id in result["ids"]] == [None] * 4
+    assert "traceparent" in stored_trace(queue, result["traced"])
+
+
 def test_a_namespace_without_the_api_counts_as_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another opentelemetry-* distribution leaves the `opentelemetry` namespace behind without
     the API (seen after uninstalling it): pgq treats that as no OpenTelemetry, not a crash."""
