@@ -289,8 +289,12 @@ class AsyncQueue:
             try:
                 async with self._turn:
                     taken = self._rounds.take(ticket)
-                    if taken:
-                        await carry(self._round(taken))
+                    try:
+                        if taken:
+                            await carry(self._round(taken))
+                    except BaseException as exc:  # what the round left unanswered fails
+                        self._rounds.fail(taken, exc)
+                        raise
             finally:
                 self._rounds.done(ticket)
         if ticket.alone:

@@ -284,8 +284,12 @@ class Queue:
             try:
                 with self._turn:
                     taken = self._rounds.take(ticket)
-                    if taken:
-                        carried(self._round(taken))
+                    try:
+                        if taken:
+                            carried(self._round(taken))
+                    except BaseException as exc:  # what the round left unanswered fails
+                        self._rounds.fail(taken, exc)
+                        raise
             finally:
                 self._rounds.done(ticket)
         if ticket.alone:
