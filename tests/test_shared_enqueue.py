@@ -322,3 +322,27 @@ def test_a_shared_round_runs_no_trigger(queue: Queue, dsn: str) -> None:
         )
     )
     assert calls() == before + 1, "the count sees the trigger fire"
+
+
+def test_a_leader_interrupted_before_its_round_fails_its_jobs(
+    queue: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything that stops a leader between taking its jobs and its round answering them
+    (here the round itself raising at once, as an interrupt would) fails those jobs' callers
+    with it: none waits for good."""
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            callers.start(*({"n": n} for n in range(1, 4)))
+            until(lambda: waiting(queue) == 3, "3 jobs waiting")
+
+            def interrupted(taken: Any) -> bool:
+                raise KeyboardInterrupt
+
+            monkeypatch.setattr(queue, "_round", interrupted)  # the next round's leader
+            holder.commit()
+        outcomes = callers.join()
+    assert isinstance(outcomes.pop(repr({"n": 0})), int)
+    assert all(isinstance(v, KeyboardInterrupt) for v in outcomes.values()), outcomes
