@@ -141,17 +141,29 @@ def produce(
 
 
 def _produce_async(
-    dsn: str, tasks: int, enqueue_one: Callable[[Any, int], Any], jobs: int
+    dsn: str,
+    tasks: int,
+    enqueue_one: Callable[[Any, int], Any],
+    jobs: int,
+    shared_schema: str | None = None,
 ) -> tuple[float, list[float]]:
     """`tasks` asyncio tasks in this thread's new event loop, sharing a pool of `tasks`
     autocommit connections (opened before the clock starts), each enqueueing its share one
-    job per transaction: (seconds from the start to the last commit, each enqueue's seconds)."""
+    job per transaction: (seconds from the start to the last commit, each enqueue's seconds).
+    With `shared_schema`, the pool is one `AsyncQueue` on that schema, its one connection
+    taken by every task at once (its concurrent enqueues share rounds)."""
 
     async def main() -> tuple[float, list[float]]:
-        conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(tasks)]
+        conns: list[Any]
+        if shared_schema is None:
+            conns = [
+                await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(tasks)
+            ]
+        else:
+            conns = [await AsyncQueue.connect(dsn, shared_schema)]
         pool: asyncio.Queue[Any] = asyncio.Queue()
-        for c in conns:
-            pool.put_nowait(c)
+        for i in range(tasks):
+            pool.put_nowait(conns[i % len(conns)])
         share = [jobs // tasks + (i < jobs % tasks) for i in range(tasks)]
         latencies: list[float] = []
 
@@ -172,33 +184,6 @@ def _produce_async(
         finally:
             for c in conns:
                 await c.close()
-
-    return asyncio.run(main())
-
-
-def _produce_shared_async(
-    dsn: str, schema: str, tasks: int, jobs: int, size: int
-) -> tuple[float, list[float]]:
-    """`tasks` asyncio tasks in this thread's new event loop sharing one `AsyncQueue` (its one
-    connection, opened before the clock starts), each enqueueing its share one job per call."""
-
-    async def main() -> tuple[float, list[float]]:
-        queue = await AsyncQueue.connect(dsn, schema)
-        share = [jobs // tasks + (i < jobs % tasks) for i in range(tasks)]
-        latencies: list[float] = []
-
-        async def produce(count: int) -> None:
-            for n in range(count):
-                t0 = time.perf_counter()
-                await queue.enqueue(QUEUE_NAME, payload(size, n))
-                latencies.append(time.perf_counter() - t0)
-
-        try:
-            t0 = time.perf_counter()
-            await asyncio.gather(*(produce(n) for n in share))
-            return time.perf_counter() - t0, latencies
-        finally:
-            await queue.close()
 
     return asyncio.run(main())
 
@@ -308,6 +293,9 @@ def run_producers(
 
         aqueues: dict[int, AsyncQueue] = {}  # one per pooled connection, as an application keeps
 
+        async def shared_one_async(queue: AsyncQueue, n: int) -> None:
+            await queue.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
+
         async def pgq_one_async(conn: psycopg.AsyncConnection[Any], n: int) -> None:
             aq = aqueues.get(id(conn)) or aqueues.setdefault(id(conn), AsyncQueue(conn, pgq_schema))
             await aq.enqueue(QUEUE_NAME, payload(opts.payload_bytes, n))
@@ -333,8 +321,8 @@ def run_producers(
                     elif side.startswith("pgq_shared_"):
                         seconds, lat = produce([shared] * opts.producers, pgq_one, opts.jobs)
                     elif side.startswith("pgq_async_shared_"):
-                        seconds, lat = _produce_shared_async(
-                            dsn, pgq_schema, opts.producers, opts.jobs, opts.payload_bytes
+                        seconds, lat = _produce_async(
+                            dsn, opts.producers, shared_one_async, opts.jobs, pgq_schema
                         )
                     elif side in sync_sides:
                         seconds, lat = produce(queues, pgq_one, opts.jobs)

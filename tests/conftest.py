@@ -4,6 +4,7 @@ see each other's jobs, objects or sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,11 +29,13 @@ from schema_pool import SchemaPool
 from support import (
     ENV,
     POOL_SIZE,
+    OwnServer,
     Pgq,
     conninfo_quote,
     free_port,
     memory_dir,
     private_database,
+    server_root,
 )
 
 from pgq_core import AsyncQueue, Queue
@@ -150,6 +153,25 @@ def own_database(dsn: str) -> Iterator[str]:
     the cleanup horizon of their own database only."""
     with private_database(dsn) as own:
         yield own
+
+
+@pytest.fixture
+def own_server() -> Iterator[OwnServer]:
+    """A throwaway server of this test's own, running, to stop, crash and start again."""
+    if os.environ.get("PGQ_TEST_DSN"):
+        pytest.skip(
+            "PGQ_TEST_DSN is set: this test stops and starts its server, and only does so "
+            "with a throwaway embedded one"
+        )
+    root = server_root("pgqr")
+    server = OwnServer(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

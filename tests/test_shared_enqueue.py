@@ -84,6 +84,28 @@ class Callers:
         except BaseException as exc:  # noqa: BLE001 - the test reads it
             self.outcomes[repr(payload)] = exc
 
+    @contextmanager
+    def queued(
+        self,
+        dsn: str,
+        reader: psycopg.Connection[Any],
+        first: Any,
+        *rest: Any,
+        seen: Callable[[int], bool] | None = None,
+        behind: int | None = None,
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """`first` enqueued, its round waiting on the jobs table another session holds, then
+        `rest` enqueued behind it (`behind` of them waiting, by default all); yields that
+        session: commit it to let the rounds go."""
+        schema = self.queue.schema
+        with jobs_held(dsn, schema) as holder:
+            self.start(first, seen=seen)
+            until(lambda: blocked_backends(reader, schema) != [], "the first round to wait")
+            self.start(*rest, seen=seen)
+            n = len(rest) if behind is None else behind
+            until(lambda: waiting(self.queue) == n, f"{n} jobs waiting behind it")
+            yield holder
+
     def join(self) -> dict[Any, Any]:
         for t in self.threads:
             t.join(30)
@@ -104,11 +126,8 @@ def test_concurrent_enqueues_share_one_transaction_and_each_is_committed_on_retu
                 return found.fetchone() is not None
 
         callers = Callers(queue)
-        with jobs_held(dsn, queue.schema) as holder:
-            callers.start({"n": 0}, seen=seen)
-            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
-            callers.start(*({"n": n} for n in range(1, 16)), seen=seen)
-            until(lambda: waiting(queue) == 15, "15 jobs waiting behind it")
+        rest = ({"n": n} for n in range(1, 16))
+        with callers.queued(dsn, reader, {"n": 0}, *rest, seen=seen) as holder:
             holder.commit()
         outcomes = callers.join()
         assert all(isinstance(v, int) for v in outcomes.values()), outcomes
@@ -125,11 +144,8 @@ def test_a_job_refused_in_a_shared_round_fails_alone(queue: Queue, dsn: str) -> 
     enqueued alone, so the bad one fails and the others are in."""
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as reader:
-        with jobs_held(dsn, queue.schema) as holder:
-            callers.start({"n": 0})
-            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
-            callers.start({"n": 1}, {"bad": "\x00"}, {"n": 2}, {"n": 3})
-            until(lambda: waiting(queue) == 4, "4 jobs waiting")
+        rest = ({"n": 1}, {"bad": "\x00"}, {"n": 2}, {"n": 3})
+        with callers.queued(dsn, reader, {"n": 0}, *rest) as holder:
             holder.commit()
         outcomes = callers.join()
         written = job_rows(reader, queue.schema)
@@ -144,11 +160,7 @@ def test_a_round_whose_connection_dies_fails_every_caller_in_it(queue: Queue, ds
     as a lone enqueue does, and none is sent again behind their back."""
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as admin:
-        with jobs_held(dsn, queue.schema):
-            callers.start({"n": 0})
-            until(lambda: blocked_backends(admin, queue.schema) != [], "the first round to wait")
-            callers.start(*({"n": n} for n in range(1, 6)))
-            until(lambda: waiting(queue) == 5, "5 jobs waiting")
+        with callers.queued(dsn, admin, {"n": 0}, *({"n": n} for n in range(1, 6))):
             (first,) = blocked_backends(admin, queue.schema)
             admin.execute("SELECT pg_terminate_backend(%s)", [first])
             # the next caller leads on a new connection, and waits on the lock in turn
@@ -214,11 +226,7 @@ def test_a_shared_round_onto_an_idle_queue_wakes_listeners(queue: Queue, dsn: st
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as ears:
         ears.execute(listen_statement(queue.schema))
-        with jobs_held(dsn, queue.schema) as holder:
-            callers.start({"n": 0})
-            until(lambda: blocked_backends(ears, queue.schema) != [], "the first round to wait")
-            callers.start(*({"n": n} for n in range(1, 6)))
-            until(lambda: waiting(queue) == 5, "5 jobs waiting")
+        with callers.queued(dsn, ears, {"n": 0}, *({"n": n} for n in range(1, 6))) as holder:
             holder.commit()
         assert all(isinstance(v, int) for v in callers.join().values())
         heard = [n.payload for n in ears.notifies(timeout=2, stop_after=1)]
@@ -307,11 +315,7 @@ def test_a_shared_round_runs_no_trigger(queue: Queue, dsn: str) -> None:
     before = calls()
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as reader:
-        with jobs_held(dsn, queue.schema) as holder:
-            callers.start({"n": 0})
-            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
-            callers.start(*({"n": n} for n in range(1, 4)))
-            until(lambda: waiting(queue) == 3, "3 jobs waiting")
+        with callers.queued(dsn, reader, {"n": 0}, *({"n": n} for n in range(1, 4))) as holder:
             holder.commit()
         assert all(isinstance(v, int) for v in callers.join().values())
         assert len({r[1] for r in job_rows(reader, queue.schema)}) == 2, "two rounds"
@@ -332,11 +336,7 @@ def test_a_leader_interrupted_before_its_round_fails_its_jobs(
     with it: none waits for good."""
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as reader:
-        with jobs_held(dsn, queue.schema) as holder:
-            callers.start({"n": 0})
-            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
-            callers.start(*({"n": n} for n in range(1, 4)))
-            until(lambda: waiting(queue) == 3, "3 jobs waiting")
+        with callers.queued(dsn, reader, {"n": 0}, *({"n": n} for n in range(1, 4))) as holder:
 
             def interrupted(taken: Any) -> bool:
                 raise KeyboardInterrupt

@@ -6,20 +6,16 @@ sent again behind its callers' backs), and rounds were shared."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from support import OwnServer, server_root
+from support import OwnServer
 
 from pgq_core import migrate
 
@@ -52,24 +48,6 @@ for t in range(THREADS):
     threading.Thread(target=produce, args=(t,), daemon=True).start()
 threading.Event().wait()
 """
-
-
-@pytest.fixture
-def own_server() -> Iterator[OwnServer]:
-    if os.environ.get("PGQ_TEST_DSN"):
-        pytest.skip(
-            "PGQ_TEST_DSN is set: this test crashes and restarts its server, and only does "
-            "so with a throwaway embedded one"
-        )
-    root = server_root("pgqs")
-    server = OwnServer(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            server.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def producer(server: OwnServer, start: int, logs: Path) -> subprocess.Popen[bytes]:

@@ -3,10 +3,8 @@ lease, a server restart, SIGTERM, a crash loop, an operator kill, and the comman
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from support import OwnServer, server_root
+from support import OwnServer
 
 from pgq_core import JobSpec, Queue, migrate
 
@@ -536,22 +534,6 @@ def test_cli_bad_input_is_one_line(
 
 
 # -- a server of our own, to stop and start under a running worker ------------------------
-
-
-@pytest.fixture
-def own_server() -> Iterator[OwnServer]:
-    if os.environ.get("PGQ_TEST_DSN"):
-        pytest.skip("PGQ_TEST_DSN is set: this test stops and starts its server, and only "
-                    "does so with a throwaway embedded one")
-    root = server_root("pgqr")
-    server = OwnServer(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            server.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_worker_survives_a_server_restart_and_drains(
