@@ -272,7 +272,7 @@ class Queue:
         (pgq_core/rounds.py): led by this call when no round is, else answered by another's.
         A caller cancelled while its job waits drops it; once a round took it, its outcome is
         the round's, unknown to the caller (as with any statement cancelled in flight)."""
-        ticket = Ticket(job, job.params["trace"], ThreadWake())
+        ticket = Ticket(job, ThreadWake())
         if not self._rounds.join(ticket):
             try:
                 ticket.wake.wait()

@@ -10,7 +10,7 @@ Invariants:
 - A job is committed when its call returns, as if enqueued alone: only the transaction is
   shared, on the connection the caller asked for, so with the same session and role.
 - At most one round is led at a time; a round never waits for more jobs to come (a lone
-  enqueue goes at once), and takes at most `limit` jobs, all with the same trace context.
+  enqueue goes at once), and takes at most `limit` jobs.
 - A job is in one round at most. A round that failed for a reason one of its jobs may be
   the cause of (a bad value, a refused queue) sent nothing that committed: each of its jobs is
   then enqueued alone by its own caller (`Ticket.alone`), so one job's fault is its own.
@@ -38,12 +38,10 @@ Answer = tuple[int, "str | None"]
 
 @dataclass(eq=False)
 class Ticket(Generic[W]):
-    """One caller's job in the rounds: `job` (what the queue enqueues) and its `trace` (jobs
-    share a round only with equal traces); `wake` is set when it is answered, failed, made to
-    go alone, or made to lead."""
+    """One caller's job in the rounds: `job` (what the queue enqueues); `wake` is set when it
+    is answered, failed, made to go alone, or made to lead."""
 
     job: Any
-    trace: Any
     wake: W
     answer: Answer | None = None
     failure: BaseException | None = None
@@ -82,19 +80,12 @@ class Rounds(Generic[W]):
             return True
 
     def take(self, leader: Ticket[W]) -> list[Ticket[W]]:
-        """The leader's round: `leader` and the jobs waiting with its trace, in the order they
-        came, at most `limit`; [] when `leader` is not waiting (it was taken already)."""
+        """The leader's round: the jobs waiting, in the order they came (the leader's first),
+        at most `limit`; [] when `leader` is not waiting (it was taken already)."""
         with self._lock:
             if leader not in self._waiting:
                 return []
-            taken: list[Ticket[W]] = []
-            kept: list[Ticket[W]] = []
-            for ticket in self._waiting:
-                if len(taken) < self.limit and ticket.trace == leader.trace:
-                    taken.append(ticket)
-                else:
-                    kept.append(ticket)
-            self._waiting = kept
+            taken, self._waiting = self._waiting[: self.limit], self._waiting[self.limit :]
             return taken
 
     def done(self, leader: Ticket[W]) -> None:

@@ -21,8 +21,8 @@ def woke(wake: Wake) -> None:
     wake.woken += 1
 
 
-def ticket(job: object = None, trace: object = None) -> Ticket[Wake]:
-    return Ticket(job, trace, Wake())
+def ticket(job: object = None) -> Ticket[Wake]:
+    return Ticket(job, Wake())
 
 
 def test_the_first_caller_leads_and_the_rest_wait() -> None:
@@ -65,16 +65,13 @@ def test_settle_answers_in_order_and_wakes_each_follower() -> None:
     assert all(t.settled for t in taken)
 
 
-def test_a_round_takes_at_most_its_limit_and_one_trace() -> None:
+def test_a_round_takes_at_most_its_limit_the_leader_first() -> None:
     rounds: Rounds[Wake] = Rounds(woke, limit=2)
-    lead, a, other, b = ticket(trace=None), ticket(), ticket(trace={"t": 1}), ticket()
-    for t in (lead, a, other, b):
+    lead, a, b = ticket(), ticket(), ticket()
+    for t in (lead, a, b):
         rounds.join(t)
     assert rounds.take(lead) == [lead, a]
     rounds.done(lead)
-    assert other.lead, "the first still waiting leads next, whatever its trace"
-    assert rounds.take(other) == [other]
-    rounds.done(other)
     assert b.lead and rounds.take(b) == [b]
 
 
@@ -111,7 +108,7 @@ def test_a_caller_leaving_before_its_round_is_dropped_and_passes_the_lead() -> N
 
 def test_threads_joining_at_once_get_one_leader_and_every_job_once() -> None:
     rounds: Rounds[threading.Event] = Rounds(threading.Event.set, limit=7)
-    tickets = [Ticket(n, None, threading.Event()) for n in range(64)]
+    tickets = [Ticket(n, threading.Event()) for n in range(64)]
     leaders: list[int] = []
     start = threading.Barrier(len(tickets))
 
@@ -159,13 +156,13 @@ FORKS = """
 import os, sys, threading
 from pgq_core.rounds import Rounds, Ticket
 rounds = Rounds(threading.Event.set)
-leader = Ticket(1, None, threading.Event())
+leader = Ticket(1, threading.Event())
 assert rounds.join(leader)  # a round led when the process forks, a job waiting behind it
-assert not rounds.join(Ticket(2, None, threading.Event()))
+assert not rounds.join(Ticket(2, threading.Event()))
 rounds._lock.acquire()  # and its lock held, as by a parent's thread at the fork
 pid = os.fork()
 if pid == 0:
-    fresh = Ticket(3, None, threading.Event())
+    fresh = Ticket(3, threading.Event())
     ok = rounds.join(fresh) and rounds.take(fresh) == [fresh]
     os._exit(0 if ok else 1)
 _, status = os.waitpid(pid, 0)

@@ -19,8 +19,10 @@ import psycopg
 import pytest
 from pgproxy import PgProxy
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from pgq_core import AsyncQueue, Queue, Tasks, Unstorable, listen_statement
+from pgq_core import AsyncQueue, Queue, Tasks, Unstorable, listen_statement, ops
+from pgq_core.ops import Op
 
 
 @contextmanager
@@ -346,3 +348,25 @@ def test_a_leader_interrupted_before_its_round_fails_its_jobs(
         outcomes = callers.join()
     assert isinstance(outcomes.pop(repr({"n": 0})), int)
     assert all(isinstance(v, KeyboardInterrupt) for v in outcomes.values()), outcomes
+
+
+def test_a_shared_round_keeps_each_jobs_trace_context(queue: Queue) -> None:
+    """Callers in different spans share a round; each job records its own trace context."""
+    jobs = [
+        ops.enqueue_job("q", {"n": n}, None, None, 5, 0, None, None, alone=True) for n in range(3)
+    ]
+    traced = [
+        Op(job.name, {**job.params, "trace": trace}, job.read)
+        for job, trace in zip(
+            jobs, [Jsonb({"traceparent": "00-a"}), None, Jsonb({"b": "1"})], strict=True
+        )
+    ]
+    answers = queue.run(ops.enqueue_shared(traced))
+    query = sql.SQL("SELECT id, trace FROM {}.jobs ORDER BY id").format(
+        sql.Identifier(queue.schema)
+    )
+    rows = queue.conn.execute(query).fetchall()
+    assert [a[0] for a in answers] == [r[0] for r in rows]
+    assert [r[1] for r in rows] == [{"traceparent": "00-a"}, None, {"b": "1"}]
+    untraced = queue.run(ops.enqueue_shared(jobs[:2]))
+    assert len(untraced) == 2

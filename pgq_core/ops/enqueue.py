@@ -104,9 +104,8 @@ def enqueue_within(job: Op[tuple[int, str | None]]) -> Op[tuple[int, str | None]
 
 
 def enqueue_shared(jobs: Sequence[Op[tuple[int, str | None]]]) -> Op[list[tuple[int, str | None]]]:
-    """One `enqueue_shared_then_notify` statement for the one-job ops of `enqueue_job` (their
-    trace the same): (the new id, the queue to notify after the commit or None) for each, in
-    order."""
+    """One `enqueue_shared_then_notify` statement for the one-job ops of `enqueue_job`: (the
+    new id, the queue to notify after the commit or None) for each, in order."""
     params = [job.params for job in jobs]
 
     def column(name: str) -> list[Any]:
@@ -123,7 +122,7 @@ def enqueue_shared(jobs: Sequence[Op[tuple[int, str | None]]]) -> Op[list[tuple[
         "priorities": [p["priority"] for p in params],
         "backoff_bases": column("backoff_base"),
         "backoff_caps": column("backoff_cap"),
-        "trace": params[0]["trace"],
+        "traces": column("trace"),
     }
 
     def read(rows: Rows) -> list[tuple[int, str | None]]:

@@ -47,12 +47,14 @@ RETURNING j.id, {wake_queue};
 
 -- name: enqueue_shared_then_notify
 -- `enqueue_one_then_notify` for the jobs of several callers sharing one round (a transaction
--- of their own: pgq_core/rounds.py), from `enqueue`'s arrays without unique keys. Rows: (id,
--- the queue to notify or NULL), the ids ascending in the order of the arrays.
+-- of their own: pgq_core/rounds.py), from `enqueue`'s arrays without unique keys, each job's
+-- trace context its own (`traces`, empty for none). Rows: (id, the queue to notify or NULL),
+-- the ids ascending in the order of the arrays.
 WITH {job_input}
 INSERT INTO {schema}.jobs AS j (queue, payload, run_at, max_attempts, priority, backoff_base,
                                 backoff_cap, trace)
-SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc, %(trace)s::jsonb
+SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc,
+       (%(traces)s::jsonb[])[n::int]
   FROM input, (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
  ORDER BY n
 RETURNING j.id, {wake_queue};
