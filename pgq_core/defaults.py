@@ -35,6 +35,9 @@ QUEUE_NAME_MAX_BYTES = 2048
 
 #: Specs per enqueue statement: a bigger batch goes in several, in one transaction.
 ENQUEUE_CHUNK = 5000
+#: Jobs per shared round at most (pgq_core/rounds.py): concurrent callers' payloads go in one
+#: statement, so its size is theirs together; past a few dozen jobs a round saves no more.
+SHARED_ROUND_JOBS = 100
 #: The largest result a job may store, as UTF-8 JSON text: a settlement carrying more would
 #: travel and be written for longer than a lease may safely wait (docs: "Results").
 RESULT_MAX_BYTES = 1024 * 1024

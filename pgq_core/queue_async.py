@@ -22,7 +22,7 @@ import psycopg
 
 from . import ops, session
 from .config import connect_options
-from .defaults import ENQUEUE_CHUNK
+from .defaults import ENQUEUE_CHUNK, SHARED_ROUND_JOBS
 from .errors import JobNotFound, PgqError, ScheduleExists
 from .filters import JobFilter
 from .models import (
@@ -111,7 +111,7 @@ class AsyncQueue:
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
         #: concurrent one-job enqueues on the own connection, one statement per round
-        self._rounds: Rounds[TaskWake] = Rounds(TaskWake.set, ENQUEUE_CHUNK)
+        self._rounds: Rounds[TaskWake] = Rounds(TaskWake.set, SHARED_ROUND_JOBS)
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:

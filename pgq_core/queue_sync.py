@@ -17,7 +17,7 @@ import psycopg
 
 from . import ops, session
 from .config import connect_options
-from .defaults import ENQUEUE_CHUNK
+from .defaults import ENQUEUE_CHUNK, SHARED_ROUND_JOBS
 from .errors import JobNotFound, PgqError, ScheduleExists
 from .filters import JobFilter
 from .models import (
@@ -106,7 +106,7 @@ class Queue:
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
         #: concurrent one-job enqueues on the own connection, one statement per round
-        self._rounds: Rounds[ThreadWake] = Rounds(ThreadWake.set, ENQUEUE_CHUNK)
+        self._rounds: Rounds[ThreadWake] = Rounds(ThreadWake.set, SHARED_ROUND_JOBS)
 
     @classmethod
     def connect(cls, dsn: str | None = None, schema: str | None = None) -> Queue:

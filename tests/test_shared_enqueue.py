@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgq_core import AsyncQueue, Queue, Tasks, Unstorable, listen_statement, ops
+from pgq_core.defaults import SHARED_ROUND_JOBS
 from pgq_core.ops import Op
 
 
@@ -370,3 +371,23 @@ def test_a_shared_round_keeps_each_jobs_trace_context(queue: Queue) -> None:
     assert [r[1] for r in rows] == [{"traceparent": "00-a"}, None, {"b": "1"}]
     untraced = queue.run(ops.enqueue_shared(jobs[:2]))
     assert len(untraced) == 2
+
+
+async def test_a_round_takes_at_most_its_limit(aqueue: AsyncQueue, dsn: str) -> None:
+    """150 tasks waiting behind a round go in rounds of SHARED_ROUND_JOBS (100), in order."""
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, aqueue.schema) as holder:
+            first = asyncio.create_task(aqueue.enqueue("q", {"n": 0}))
+            while not blocked_backends(reader, aqueue.schema):
+                await asyncio.sleep(0.01)
+            rest = [asyncio.create_task(aqueue.enqueue("q", {"n": n})) for n in range(1, 151)]
+            while waiting(aqueue) < 150:
+                await asyncio.sleep(0.01)
+            holder.commit()
+        ids = [await first, *[await t for t in rest]]
+        written = job_rows(reader, aqueue.schema)
+    assert ids == sorted(ids) == [r[0] for r in written], "ids in the order the callers came"
+    sizes: dict[int, int] = {}
+    for _, xid, _ in written:
+        sizes[xid] = sizes.get(xid, 0) + 1
+    assert sorted(sizes.values()) == [1, 50, SHARED_ROUND_JOBS]
