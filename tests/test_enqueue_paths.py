@@ -77,6 +77,15 @@ def test_a_batch_without_unique_keys_is_one_plain_insert_as_the_keyed_path_write
     assert [r[1:-1] for r in written] == [r[1:-1] for r in expected]
     assert [r[2] for r in written] == [s.payload for s in specs()], "ids in the specs' order"
     assert [r[-1] for r in written][:2] == [timedelta(0), timedelta(hours=1)]
+    shared = [JobSpec("u", {"n": n}, priority=4, max_attempts=7) for n in range(3)]
+    params = ops.enqueue_round(shared).params
+    assert (params["queues"], params["queue"], params["priorities"], params["priority"]) == (
+        [], "u", [], 4
+    ), "a value every job shares is sent once"
+    assert ops.enqueue_round(specs()).params["priority"] is None
+    assert [r[1:6] for r in rows(queue, queue.enqueue_many(shared))] == [
+        ("u", {"n": n}, "ready", 7, 4) for n in range(3)
+    ]
     queue.set_notify("always")
     with heard(dsn, queue.schema) as ears:
         queue.enqueue_many([JobSpec(q, {"n": n}) for n in range(300) for q in ("x", "y")])

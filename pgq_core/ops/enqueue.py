@@ -149,7 +149,7 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     unique key). A key is sent once: later specs with a key already in the batch are
     duplicates of the first (same outcome, not inserted)."""
     if all(spec.unique_key is None for spec in specs):
-        return Op("enqueue_plain", job_arrays(specs), _inserted)
+        return Op("enqueue_plain", _once_if_shared(job_arrays(specs)), _inserted)
     first: dict[str, int] = {}
     sent: list[JobSpec] = []
     source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
@@ -184,6 +184,22 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
         return result
 
     return Op("enqueue", job_arrays(sent), read)
+
+
+#: `enqueue_plain`'s columns sent once when every job shares the value: (array, scalar).
+_SHARED = (("queues", "queue"), ("max_attempts", "max_attempt"), ("priorities", "priority"))
+
+
+def _once_if_shared(arrays: dict[str, Any]) -> dict[str, Any]:
+    """`arrays` with each of `_SHARED`'s arrays whose elements are all one value sent empty,
+    that value as its scalar (else None): the statement reads a missing element as it."""
+    for array, scalar in _SHARED:
+        values = arrays[array]
+        shared = values and values.count(values[0]) == len(values)
+        arrays[scalar] = values[0] if shared else None
+        if shared:
+            arrays[array] = []
+    return arrays
 
 
 def _inserted(rows: Rows) -> Round:
