@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -364,13 +364,16 @@ def test_worker_and_exporter_timeouts_under_a_millisecond_are_not_none(
     a positive timeout never becomes 0 ms (none)."""
     short = Timeouts(statement=0.0005, lock=0.0001)
     conn = open_sync_connection(dsn, short)
+    show = "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')"
     try:
-        assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
-        assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
-        with Queue(conn, schema) as q, conn.transaction():
-            q.run(short.local_limits())
-            assert conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
-            assert conn.execute("SHOW lock_timeout").fetchone() == ("1ms",)
+        assert within_1ms(lambda: conn.execute(show).fetchone()) == ("1ms", "1ms")
+
+        def local() -> Any:
+            with Queue(conn, schema) as q, conn.transaction():
+                q.run(short.local_limits())
+                return conn.execute(show).fetchone()
+
+        assert within_1ms(local) == ("1ms", "1ms")
     finally:
         conn.close()
     collector = QueueCollector(
@@ -378,9 +381,21 @@ def test_worker_and_exporter_timeouts_under_a_millisecond_are_not_none(
     )
     try:
         q = collector._open()
-        assert q.conn.execute("SHOW statement_timeout").fetchone() == ("1ms",)
+        shown = within_1ms(lambda: q.conn.execute("SHOW statement_timeout").fetchone())
+        assert shown == ("1ms",)
     finally:
         collector.close()
+
+
+def within_1ms(attempt: Callable[[], Any]) -> Any:
+    """`attempt()`, again while the 1 ms statement timeout it reads cancels it: on a crowded
+    machine even SHOW outlasts 1 ms (PostgreSQL 15 in CI, 1 run in ~10)."""
+    for _ in range(200):
+        try:
+            return attempt()
+        except psycopg.errors.QueryCanceled:
+            continue
+    return attempt()
 
 
 @pytest.mark.parametrize(
