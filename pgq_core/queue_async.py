@@ -111,7 +111,7 @@ class AsyncQueue:
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
         #: concurrent one-job enqueues on the own connection, one statement per round
-        self._rounds: Rounds[TaskWake] = Rounds(TaskWake.set, SHARED_ROUND_JOBS)
+        self._rounds: Rounds[TaskWake] = Rounds(TaskWake, TaskWake.set, SHARED_ROUND_JOBS)
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -277,8 +277,9 @@ class AsyncQueue:
         (pgq_core/rounds.py): led by this call when no round is, else answered by another's.
         A caller cancelled while its job waits drops it; once a round took it, its outcome is
         the round's, unknown to the caller (as with any statement cancelled in flight)."""
-        ticket = Ticket(job, TaskWake())
+        ticket: Ticket[TaskWake] = Ticket(job)
         if not self._rounds.join(ticket):
+            assert ticket.wake is not None  # made by join for a caller that waits
             try:
                 await ticket.wake.wait()
             except BaseException:

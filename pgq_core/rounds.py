@@ -38,11 +38,12 @@ Answer = tuple[int, "str | None"]
 
 @dataclass(eq=False)
 class Ticket(Generic[W]):
-    """One caller's job in the rounds: `job` (what the queue enqueues); `wake` is set when it
-    is answered, failed, made to go alone, or made to lead."""
+    """One caller's job in the rounds: `job` (what the queue enqueues); `wake`, made when it
+    waits (a caller that leads at once needs none), is set when it is answered, failed, made
+    to go alone, or made to lead."""
 
     job: Any
-    wake: W
+    wake: W | None = None
     answer: Answer | None = None
     failure: BaseException | None = None
     #: enqueue it alone: its round sent nothing that committed, for a reason it may be
@@ -59,7 +60,8 @@ class Ticket(Generic[W]):
 class Rounds(Generic[W]):
     """The jobs waiting on one queue's connection, and whether a round is led."""
 
-    #: how a job is woken: `set` on its `wake`
+    #: a new wake-up for a job that waits (an Event), and how it is set
+    make: Callable[[], W]
     wake: Callable[[W], None]
     #: jobs per round, at most
     limit: int = 1000
@@ -73,9 +75,11 @@ class Rounds(Generic[W]):
     def join(self, ticket: Ticket[W]) -> bool:
         """Queue `ticket`; True when its caller leads now (no round is led)."""
         with self._lock:
-            self._waiting.append(ticket)
             if self._led:
+                ticket.wake = self.make()
+                self._waiting.append(ticket)
                 return False
+            self._waiting.append(ticket)
             self._led = ticket.lead = True
             return True
 
@@ -100,7 +104,7 @@ class Rounds(Generic[W]):
                 return
             nxt = self._waiting[0]
             nxt.lead = True
-        self.wake(nxt.wake)
+        self._set(nxt)
 
     def leave(self, ticket: Ticket[W]) -> bool:
         """A caller stops waiting (cancelled): True when its job was still waiting, and is now
@@ -135,6 +139,10 @@ class Rounds(Generic[W]):
 
     def _wake_follower(self, ticket: Ticket[W]) -> None:
         if not ticket.lead:
+            self._set(ticket)
+
+    def _set(self, ticket: Ticket[W]) -> None:
+        if ticket.wake is not None:
             self.wake(ticket.wake)
 
 

@@ -22,11 +22,11 @@ def woke(wake: Wake) -> None:
 
 
 def ticket(job: object = None) -> Ticket[Wake]:
-    return Ticket(job, Wake())
+    return Ticket(job)
 
 
 def test_the_first_caller_leads_and_the_rest_wait() -> None:
-    rounds: Rounds[Wake] = Rounds(woke)
+    rounds: Rounds[Wake] = Rounds(Wake, woke)
     first, second, third = ticket(1), ticket(2), ticket(3)
     assert rounds.join(first) is True and first.lead
     assert rounds.join(second) is False and not second.lead
@@ -36,7 +36,7 @@ def test_the_first_caller_leads_and_the_rest_wait() -> None:
 
 
 def test_the_lead_passes_to_the_first_job_that_came_during_the_round() -> None:
-    rounds: Rounds[Wake] = Rounds(woke)
+    rounds: Rounds[Wake] = Rounds(Wake, woke)
     first = ticket(1)
     rounds.join(first)
     assert rounds.take(first) == [first]
@@ -44,7 +44,7 @@ def test_the_lead_passes_to_the_first_job_that_came_during_the_round() -> None:
     rounds.join(later)
     rounds.join(last)
     rounds.settle([first], [(10, None)])
-    assert first.wake.woken == 0, "the leader is not waiting"
+    assert first.wake is None, "the leader never waited: it has no wake-up"
     rounds.done(first)
     assert later.lead and later.wake.woken == 1 and not last.lead and last.wake.woken == 0
     assert rounds.take(later) == [later, last]
@@ -54,19 +54,19 @@ def test_the_lead_passes_to_the_first_job_that_came_during_the_round() -> None:
 
 
 def test_settle_answers_in_order_and_wakes_each_follower() -> None:
-    rounds: Rounds[Wake] = Rounds(woke)
+    rounds: Rounds[Wake] = Rounds(Wake, woke)
     lead, a, b = ticket(), ticket(), ticket()
     for t in (lead, a, b):
         rounds.join(t)
     taken = rounds.take(lead)
     rounds.settle(taken, [(1, "q"), (2, None), (3, "q")])
     assert [t.answer for t in taken] == [(1, "q"), (2, None), (3, "q")]
-    assert [t.wake.woken for t in taken] == [0, 1, 1]
+    assert taken[0].wake is None and [t.wake.woken for t in taken[1:] if t.wake] == [1, 1]
     assert all(t.settled for t in taken)
 
 
 def test_a_round_takes_at_most_its_limit_the_leader_first() -> None:
-    rounds: Rounds[Wake] = Rounds(woke, limit=2)
+    rounds: Rounds[Wake] = Rounds(Wake, woke, limit=2)
     lead, a, b = ticket(), ticket(), ticket()
     for t in (lead, a, b):
         rounds.join(t)
@@ -76,7 +76,7 @@ def test_a_round_takes_at_most_its_limit_the_leader_first() -> None:
 
 
 def test_a_failed_round_sends_its_jobs_alone_or_fails_them_all() -> None:
-    rounds: Rounds[Wake] = Rounds(woke)
+    rounds: Rounds[Wake] = Rounds(Wake, woke)
     lead, a = ticket(), ticket()
     rounds.join(lead)
     rounds.join(a)
@@ -95,7 +95,7 @@ def test_a_failed_round_sends_its_jobs_alone_or_fails_them_all() -> None:
 
 
 def test_a_caller_leaving_before_its_round_is_dropped_and_passes_the_lead() -> None:
-    rounds: Rounds[Wake] = Rounds(woke)
+    rounds: Rounds[Wake] = Rounds(Wake, woke)
     lead, a, b = ticket(1), ticket(2), ticket(3)
     for t in (lead, a, b):
         rounds.join(t)
@@ -107,15 +107,15 @@ def test_a_caller_leaving_before_its_round_is_dropped_and_passes_the_lead() -> N
 
 
 def test_threads_joining_at_once_get_one_leader_and_every_job_once() -> None:
-    rounds: Rounds[threading.Event] = Rounds(threading.Event.set, limit=7)
-    tickets = [Ticket(n, threading.Event()) for n in range(64)]
+    rounds: Rounds[threading.Event] = Rounds(threading.Event, threading.Event.set, limit=7)
+    tickets = [Ticket(n) for n in range(64)]
     leaders: list[int] = []
     start = threading.Barrier(len(tickets))
 
     def caller(t: Ticket[threading.Event]) -> None:
         start.wait()
         if not rounds.join(t):
-            assert t.wake.wait(10)
+            assert t.wake is not None and t.wake.wait(10)
         if t.lead:
             leaders.append(t.job)
             taken = rounds.take(t)
@@ -133,7 +133,7 @@ def test_threads_joining_at_once_get_one_leader_and_every_job_once() -> None:
 
 @pytest.mark.parametrize("limit", [1, 3])
 def test_every_waiting_job_is_led_in_turn(limit: int) -> None:
-    rounds: Rounds[Wake] = Rounds(woke, limit=limit)
+    rounds: Rounds[Wake] = Rounds(Wake, woke, limit=limit)
     tickets = [ticket(n) for n in range(7)]
     for t in tickets:
         rounds.join(t)
@@ -155,14 +155,14 @@ def test_every_waiting_job_is_led_in_turn(limit: int) -> None:
 FORKS = """
 import os, sys, threading
 from pgq_core.rounds import Rounds, Ticket
-rounds = Rounds(threading.Event.set)
-leader = Ticket(1, threading.Event())
+rounds = Rounds(threading.Event, threading.Event.set)
+leader = Ticket(1)
 assert rounds.join(leader)  # a round led when the process forks, a job waiting behind it
-assert not rounds.join(Ticket(2, threading.Event()))
+assert not rounds.join(Ticket(2))
 rounds._lock.acquire()  # and its lock held, as by a parent's thread at the fork
 pid = os.fork()
 if pid == 0:
-    fresh = Ticket(3, threading.Event())
+    fresh = Ticket(3)
     ok = rounds.join(fresh) and rounds.take(fresh) == [fresh]
     os._exit(0 if ok else 1)
 _, status = os.waitpid(pid, 0)
