@@ -286,7 +286,9 @@ class Queue:
                 with self._turn:
                     taken = self._rounds.take(ticket)
                     try:
-                        if taken:
+                        if len(taken) == 1:  # its own job only: a cancel is its own
+                            self._round(taken)
+                        elif taken:
                             carried(self._round(taken))
                     except BaseException as exc:  # what the round left unanswered fails
                         self._rounds.fail(taken, exc)
