@@ -210,6 +210,7 @@ from .spec import (
     client_time,
     job_arrays,
     trace_context,
+    unless_all_none,
 )
 from .workflows import (
     enqueue_after,
@@ -376,6 +377,7 @@ __all__ = [
     "table_sizes",
     "trace_context",
     "unique_holders",
+    "unless_all_none",
     "worker_beat",
     "worker_gone",
     "workers",

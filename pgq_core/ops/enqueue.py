@@ -16,7 +16,7 @@ from ..config import check_new_queue_name
 from ..defaults import UNIQUE_ROUNDS
 from ..errors import PgqError
 from ..models import Enqueued
-from .op import Op, Rows, read_nothing
+from .op import NamedRows, Op, Rows, read_nothing
 from .spec import (
     JobSpec,
     check_backoff,
@@ -25,6 +25,7 @@ from .spec import (
     check_spec,
     job_arrays,
     trace_context,
+    unless_all_none,
 )
 from .workflows import enqueue_after
 
@@ -109,29 +110,28 @@ def enqueue_shared(jobs: Sequence[Op[tuple[int, str | None]]]) -> Op[list[tuple[
     params = [job.params for job in jobs]
 
     def column(name: str) -> list[Any]:
-        values = [p[name] for p in params]
-        return values if any(v is not None for v in values) else []
+        return [p[name] for p in params]
 
     arrays = {
-        "queues": [p["queue"] for p in params],
+        "queues": column("queue"),
         "payloads": jsontext.jsonb([p["payload"].obj for p in params]),
-        "run_ats": column("run_at"),
-        "delays": column("delay"),
-        "max_attempts": [p["max_attempts"] for p in params],
+        "run_ats": unless_all_none(column("run_at")),
+        "delays": unless_all_none(column("delay")),
+        "max_attempts": column("max_attempts"),
         "unique_keys": [],
-        "priorities": [p["priority"] for p in params],
-        "backoff_bases": column("backoff_base"),
-        "backoff_caps": column("backoff_cap"),
-        "traces": column("trace"),
+        "priorities": column("priority"),
+        "backoff_bases": unless_all_none(column("backoff_base")),
+        "backoff_caps": unless_all_none(column("backoff_cap")),
+        "traces": unless_all_none(column("trace")),
     }
 
-    def read(rows: Rows) -> list[tuple[int, str | None]]:
-        answers = sorted((int(r[0]), None if r[1] is None else str(r[1])) for r in rows)
+    def read(rows: NamedRows) -> list[tuple[int, str | None]]:
+        answers = sorted((int(r.id), None if r.wake is None else str(r.wake)) for r in rows)
         if len(answers) != len(jobs):
             raise PgqError(f"a shared enqueue of {len(jobs)} jobs answered {len(answers)} rows")
         return answers
 
-    return Op("enqueue_shared_then_notify", arrays, read)
+    return Op("enqueue_shared_then_notify", arrays, read, named=True)
 
 
 def notify_committed(channel: str, queue: str) -> Op[None]:

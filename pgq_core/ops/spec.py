@@ -150,19 +150,19 @@ def job_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
     return {
         "queues": [s.queue for s in specs],
         "payloads": jsontext.jsonb([s.payload for s in specs]),
-        "run_ats": _unless_all_none([s.run_at for s in specs]),
-        "delays": _unless_all_none([s.delay for s in specs]),
+        "run_ats": unless_all_none([s.run_at for s in specs]),
+        "delays": unless_all_none([s.delay for s in specs]),
         "max_attempts": [s.max_attempts for s in specs],
-        "unique_keys": _unless_all_none([s.unique_key for s in specs]),
+        "unique_keys": unless_all_none([s.unique_key for s in specs]),
         "priorities": [s.priority for s in specs],
-        "backoff_bases": _unless_all_none([s.backoff_base for s in specs]),
-        "backoff_caps": _unless_all_none([s.backoff_cap for s in specs]),
+        "backoff_bases": unless_all_none([s.backoff_base for s in specs]),
+        "backoff_caps": unless_all_none([s.backoff_cap for s in specs]),
         "trace": trace_context(),
     }
 
 
-def _unless_all_none(values: list[Any]) -> list[Any]:
-    """`values`, or [] when every one is None."""
+def unless_all_none(values: list[Any]) -> list[Any]:
+    """`values`, or [] when every one is None (a batch's array `ROWS FROM` pads with NULLs)."""
     return values if any(v is not None for v in values) else []
 
 

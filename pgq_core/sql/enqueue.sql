@@ -43,7 +43,7 @@ SELECT %(queue)s::text, %(payload)s::jsonb,
        %(max_attempts)s::int, %(priority)s::int, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(trace)s::jsonb
   FROM (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
-RETURNING j.id, {wake_queue};
+RETURNING j.id, {wake_queue} AS wake;
 
 -- name: enqueue_shared_then_notify
 -- `enqueue_one_then_notify` for the jobs of several callers sharing one round (a transaction
@@ -57,7 +57,7 @@ SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc,
        (%(traces)s::jsonb[])[n::int]
   FROM input, (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
  ORDER BY n
-RETURNING j.id, {wake_queue};
+RETURNING j.id, {wake_queue} AS wake;
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
