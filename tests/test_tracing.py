@@ -132,6 +132,20 @@ async def test_the_async_queue_records_the_context_too(
     assert carrier["traceparent"].split("-")[2] == span_id
 
 
+def run_script(script: str, dsn: str, schema: str) -> Any:
+    """`script` in a Python process of its own, on `dsn` and `schema`, without the test run's
+    OpenTelemetry settings: the JSON of its last line."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, dsn, schema],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k not in ENV},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_without_opentelemetry_nothing_changes_and_nothing_is_imported(
     dsn: str, schema: str, queue: Queue
 ) -> None:
@@ -156,15 +170,7 @@ with Queue.connect(dsn, schema) as q:
 from pgq_core import tracing
 print(json.dumps({"id": job_id, "status": status, "available": tracing.available()}))
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script, dsn, schema],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={k: v for k, v in os.environ.items() if k not in ENV},
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(script, dsn, schema)
     assert (result["status"], result["available"]) == ("done", False)
     assert stored_trace(queue, result["id"]) is None
 
@@ -190,15 +196,7 @@ with Queue.connect(dsn, schema) as q:
         traced = q.enqueue("q", {})
 print(json.dumps({"ids": ids, "before": before, "traced": traced}))
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script, dsn, schema],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={k: v for k, v in os.environ.items() if k not in ENV},
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(script, dsn, schema)
     assert result["before"] == []
     assert [stored_trace(queue, job_id) for job_id in result["ids"]] == [None] * 4
     assert "traceparent" in stored_trace(queue, result["traced"])
