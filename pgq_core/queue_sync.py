@@ -68,9 +68,9 @@ from .session import Failure, detect_pooler
 from .target import find_target
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-#: The failures of a shared round that may be one of its jobs' fault: a bad value, a refused
-#: queue, text the database cannot hold (nothing committed).
-_ONE_JOBS_FAULT = (psycopg.Error, PgqError, TypeError, ValueError)
+#: The failures of a shared round that are none of one job's fault: it ran out of time
+#: (statement_timeout, lock_timeout), as each of its jobs would alone.
+_OUT_OF_TIME = (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)
 
 
 def _open(dsn: str) -> psycopg.Connection[Any]:
@@ -318,15 +318,22 @@ class Queue:
             else:
                 answers = self._run(ops.enqueue_shared([t.job for t in taken]), target)
         except Exception as exc:  # noqa: BLE001 - each caller raises its own (`Rounds.fail`)
-            # a lone job's failure is its own; a round's may be one job's: each goes alone,
-            # unless its outcome is unknown (the connection broke) or it ran out of time
-            lost = self.conn.closed or isinstance(exc, psycopg.errors.QueryCanceled)
-            alone_again = len(taken) > 1 and isinstance(exc, _ONE_JOBS_FAULT) and not lost
-            self._rounds.fail(taken, None if alone_again else exc)
+            # nothing committed unless the connection broke (then unknown). A lone job's
+            # failure is its own; a round's may be one job's (a value the server or json
+            # refuses, a refused queue): each goes alone, unless it ran out of time
+            lost = self.conn.closed or isinstance(exc, _OUT_OF_TIME)
+            self._rounds.fail(taken, None if len(taken) > 1 and not lost else exc)
             return False
         except BaseException as exc:
             self._rounds.fail(taken, exc)
             raise
+        if len(answers) != len(taken):  # committed, so never sent again: a trigger skipped one
+            unmatched = PgqError(
+                f"a shared enqueue of {len(taken)} jobs committed {len(answers)}: which is which"
+                " is unknown (a trigger on jobs skipped a row?)"
+            )
+            self._rounds.fail(taken, unmatched)
+            return False
         self._rounds.settle(taken, answers)
         self._notify(target, [w for _, w in answers if w is not None])
         return True

@@ -21,7 +21,7 @@ from pgproxy import PgProxy
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgq_core import AsyncQueue, Queue, Tasks, Unstorable, listen_statement, ops
+from pgq_core import AsyncQueue, PgqError, Queue, Tasks, Unstorable, listen_statement, ops
 from pgq_core.defaults import SHARED_ROUND_JOBS
 from pgq_core.ops import Op
 
@@ -404,3 +404,83 @@ async def test_a_round_takes_at_most_its_limit(aqueue: AsyncQueue, dsn: str) -> 
     for _, xid, _ in written:
         sizes[xid] = sizes.get(xid, 0) + 1
     assert sorted(sizes.values()) == [1, 50, SHARED_ROUND_JOBS]
+
+
+class Deep(dict[str, Any]):
+    """A payload nested past what json's encoder recurses into (RecursionError)."""
+
+    def __init__(self, depth: int) -> None:
+        inner: dict[str, Any] = {}
+        for _ in range(depth):
+            inner = {"a": inner}
+        super().__init__(a=inner)
+
+    def __repr__(self) -> str:
+        return "Deep()"
+
+
+def test_a_payload_that_cannot_be_encoded_fails_only_its_own_caller(
+    queue: Queue, dsn: str
+) -> None:
+    """A payload json cannot encode (nested too deep: RecursionError, not a ValueError) is
+    its caller's fault alone: nothing of the round was sent, so the others go in alone."""
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        rest = ({"n": 1}, Deep(100_000), {"n": 2})
+        with callers.queued(dsn, reader, {"n": 0}, *rest) as holder:
+            holder.commit()
+        outcomes = callers.join()
+        written = job_rows(reader, queue.schema)
+    assert isinstance(outcomes.pop("Deep()"), RecursionError)
+    assert all(isinstance(v, int) for v in outcomes.values()), outcomes
+    assert sorted(r[2]["n"] for r in written) == [0, 1, 2]
+
+
+async def test_a_shared_round_out_of_lock_time_fails_its_callers(
+    aqueue: AsyncQueue, dsn: str
+) -> None:
+    """A round that ran out of lock_timeout failed for all its jobs alike: its callers raise,
+    as a lone enqueue would, and none is sent again alone to wait out the timeout once more
+    (100 callers would wait 100 timeouts). The lock is let go once a caller has raised: a job
+    sent again alone would then be in."""
+    await aqueue.conn.execute("SET lock_timeout = '300ms'")
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, aqueue.schema) as holder:
+            async with aqueue._turn:  # the first caller leads, and waits for it with the rest
+                tasks = [asyncio.create_task(aqueue.enqueue("q", {"n": n})) for n in range(5)]
+                while waiting(aqueue) < 5:
+                    await asyncio.sleep(0.01)
+            while not any(t.done() for t in tasks):
+                await asyncio.sleep(0.005)
+            holder.commit()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert job_rows(reader, aqueue.schema) == []
+    assert all(isinstance(v, psycopg.errors.LockNotAvailable) for v in outcomes), outcomes
+
+
+def test_a_round_that_committed_is_never_sent_again(queue: Queue, dsn: str) -> None:
+    """A round whose answer does not match its jobs after it committed (here a trigger of the
+    operator's skipping one row) fails its callers; none of its jobs is sent again, which
+    would write it twice."""
+    jobs = sql.Identifier(queue.schema, "jobs")
+    skip = sql.Identifier(queue.schema, "skip_marked")
+    queue.conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SET search_path = ''"
+            " AS $$ BEGIN IF NEW.payload ? 'skip' THEN RETURN NULL; END IF; RETURN NEW; END $$"
+        ).format(skip)
+    )
+    queue.conn.execute(
+        sql.SQL("CREATE TRIGGER skip_marked BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()")
+        .format(jobs, skip)
+    )
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        rest = ({"n": 1}, {"n": 2, "skip": True}, {"n": 3})
+        with callers.queued(dsn, reader, {"n": 0}, *rest) as holder:
+            holder.commit()
+        outcomes = callers.join()
+        written = job_rows(reader, queue.schema)
+    assert isinstance(outcomes.pop(repr({"n": 0})), int)
+    assert all(isinstance(v, PgqError) for v in outcomes.values()), outcomes
+    assert sorted(r[2]["n"] for r in written) == [0, 1, 3], "each job written once"
