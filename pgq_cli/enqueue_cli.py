@@ -6,6 +6,7 @@ row is written; a file is all enqueued or none of it; a bad line is named by its
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import IO, Any
 import click
 import psycopg
 
-from pgq_core import JobSpec, PgqError, jsontext, ops
+from pgq_core import JobSpec, PgqError, Unstorable, jsontext, ops
 from pgq_core.defaults import DEFAULT_MAX_ATTEMPTS
 from pgq_core.text import printable
 
@@ -291,14 +292,14 @@ def enqueue_command(
         return
 
     name = "stdin" if getattr(file, "name", "-") in ("-", "<stdin>") else str(file.name)
-    payloads = read_payload_lines(file, name)
+    data = file.read()
     options = {
         "run_at": run_at,
         "delay": delay,
         "max_attempts": max_attempts,
         "priority": priority,
     }
-    ids = _enqueue_all(ctx, queue_name, payloads, options, after, name)
+    ids = _enqueue_all(ctx, queue_name, data, options, after, name)
     if as_json:
         echo_json(ids)
     elif ids:
@@ -324,40 +325,60 @@ def _steps(payloads: list[tuple[Any, int]], most: int) -> Iterator[list[Any]]:
         yield step
 
 
+def json_lines(data: bytes, name: str) -> list[str]:
+    """The text of every non-blank line of a JSON-lines file, unparsed (jsonb reads it);
+    BadParameter naming the first line that is not UTF-8 or too large (`read_payload_lines`)."""
+    try:
+        if len(data) > PAYLOAD_MAX_BYTES and max(map(len, data.split(b"\n"))) > PAYLOAD_MAX_BYTES:
+            raise ValueError("a line is too large")
+        lines = data.decode("utf-8-sig").split("\n")
+    except ValueError:  # UnicodeDecodeError too
+        read_payload_lines(io.BytesIO(data), name)  # names the line
+        raise
+    return [line for line in lines if line and not line.isspace()]
+
+
 def _enqueue_all(
     ctx: click.Context,
     queue_name: str,
-    payloads: list[tuple[Any, int]],
+    data: bytes,
     options: dict[str, Any],
     after: tuple[int, ...],
     name: str,
 ) -> list[int]:
-    """One job per payload, all in one transaction: a failure part-way leaves nothing
-    enqueued, and its error says so (one noted before the commit: the transaction never
+    """One job per non-blank line of `data`, all in one transaction: a failure part-way leaves
+    nothing enqueued, and its error says so (one noted before the commit: the transaction never
     committed). Each statement carries a bounded step, so each stays under jsonb's size limit
-    and the statement timeout. Jobs without dependencies go through COPY, without a JobSpec
-    each (`Queue.enqueue_payloads`), when the role may (INSERT on jobs.id; pgq's producer role
-    may not): else `enqueue_many`."""
+    and the statement timeout. Jobs without dependencies go through COPY, each line's text as
+    it is (`Queue.enqueue_payload_texts`: jsonb parses it), when the role may (INSERT on
+    jobs.id; pgq's producer role may not); a line the server refuses is then named by
+    `read_payload_lines`. Else each line is parsed here first, for `enqueue_many`."""
     ids: list[int] = []
-    if not payloads:
+    texts = json_lines(data, name)
+    if not texts:
         return ids
     with settings(ctx).queue() as q, output.progress(total_hint=True) as progress:
         task = progress.add_task(
-            "enqueueing", total=len(payloads), visible=len(payloads) >= PROGRESS_THRESHOLD
+            "enqueueing", total=len(texts), visible=len(texts) >= PROGRESS_THRESHOLD
         )
         bulk = not after and q.run(ops.may_copy(q.schema))
+        payloads = [] if bulk else read_payload_lines(io.BytesIO(data), name)
         committing = False
         try:
             with q.conn.transaction():
-                for step in _steps(payloads, COPY_STEP if bulk else ENQUEUE_STEP):
-                    if bulk:
-                        ids += q.enqueue_payloads(queue_name, step, **options)
-                    else:
-                        specs = [JobSpec(queue_name, p, depends_on=after, **options) for p in step]
-                        ids += q.enqueue_many(specs)
-                    progress.advance(task, len(step))
+                if bulk:
+                    for at in range(0, len(texts), COPY_STEP):
+                        step = texts[at : at + COPY_STEP]
+                        ids += q.enqueue_payload_texts(queue_name, step, **options)
+                        progress.advance(task, len(step))
+                for values in _steps(payloads, ENQUEUE_STEP):
+                    specs = [JobSpec(queue_name, p, depends_on=after, **options) for p in values]
+                    ids += q.enqueue_many(specs)
+                    progress.advance(task, len(values))
                 committing = True
-        except (PgqError, psycopg.Error) as exc:
+        except (PgqError, psycopg.Error, ValueError) as exc:
+            if bulk and isinstance(exc, ValueError | psycopg.DataError | Unstorable):
+                read_payload_lines(io.BytesIO(data), name)  # names a line Python refuses too
             if not committing and "nothing was enqueued" not in str(exc):  # said once
                 exc.add_note(f"nothing from {printable(name)} was enqueued")
             raise

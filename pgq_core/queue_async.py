@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import ops, session
+from . import jsontext, ops, session
 from .config import connect_options
 from .defaults import ENQUEUE_CHUNK, SHARED_ROUND_JOBS
 from .errors import JobNotFound, PgqError, ScheduleExists
@@ -440,26 +440,66 @@ class AsyncQueue:
         jobs applies to gets `enqueue_many`'s INSERTs instead, as with `enqueue_copy`."""
         if isinstance(payloads, str | bytes | bytearray | memoryview | dict):
             raise ValueError("payloads: give one payload per job (a list), not one payload")
-        # sliced in blocks (`payload_copy_text`): a deque is a Sequence that cannot be
         payloads = payloads if isinstance(payloads, list | tuple) else list(payloads)
         template = JobSpec(
             queue, None, run_at=run_at, delay=delay, max_attempts=max_attempts,
             priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,
         )  # fmt: skip
+        return await self._copy_payloads(
+            template, len(payloads), lambda: ops.payload_texts(payloads), lambda: payloads, conn
+        )
+
+    async def enqueue_payload_texts(
+        self,
+        queue: str,
+        texts: Iterable[str],
+        *,
+        delay: timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[int]:
+        """`enqueue_payloads` for payloads given as JSON text (a JSON-lines file's lines), each
+        stored as jsonb reads it, without being parsed here: all or nothing, as that. A text
+        that is not JSON fails the call, nothing written (the server's error names its row);
+        one nested too deeply for Python's json to read back, ValueError before any is sent."""
+        if isinstance(texts, str | bytes | bytearray | memoryview):
+            raise ValueError("texts: give one JSON text per job (a list), not one text")
+        checked = ops.checked_texts(texts)
+        template = JobSpec(
+            queue, None, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,
+        )  # fmt: skip
+        return await self._copy_payloads(
+            template, len(checked), lambda: checked, lambda: map(jsontext.loads, checked), conn
+        )
+
+    async def _copy_payloads(
+        self,
+        template: JobSpec,
+        n: int,
+        texts: Callable[[], Iterable[str]],
+        payloads: Callable[[], Iterable[Any]],
+        conn: psycopg.AsyncConnection[Any] | None,
+    ) -> list[int]:
+        """`n` jobs of `template` but for their payloads, through COPY from their JSON `texts`;
+        through INSERTs of the `payloads` themselves for a role COPY refuses."""
         delays = ops.copy_delays([template])
-        if not payloads:
+        if not n:
             return []
         async with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or await self._own()
             async with self._joined(target):  # a caller's transaction is joined, never committed
-                ids, run_ats = await self.run(
-                    ops.copy_ids(self.schema, len(payloads), delays), target
-                )
+                ids, run_ats = await self.run(ops.copy_ids(self.schema, n, delays), target)
                 if ids is None:  # row-level security: COPY would refuse the role
-                    specs = ops.copy_as_specs(template, payloads)
+                    specs = ops.copy_as_specs(template, list(payloads()))
                     return await self._insert_instead(specs, target)
-                text = ops.payload_copy_text(template, payloads, ids, delays, run_ats)
-                await self._copy_in(text, target)
+                await self._copy_in(
+                    ops.payload_copy_text(template, texts(), ids, delays, run_ats), target
+                )
         return ids
 
     async def _insert_instead(

@@ -277,7 +277,30 @@ def test_enqueue_bad_line_names_it_and_enqueues_nothing(
     line = error_line(pgq("enqueue", "mail", "--file", str(jobs)), 2, "line 4", "jobs.jsonl")
     assert "nothing was enqueued" in line
     error_line(pgq("enqueue", "mail", "--file", "-", input='{}\n{"a": NaN}\n'), 2, "stdin: line 2")
+    # the server reads each line (COPY); a line it refuses is named as Python's reading names it
+    for bad, why in (('{"a": "\\u0000"}', "\\u0000"), ("[" * 5000 + "]" * 5000, "too deeply"),
+                     ("1e131072", "out of range"), ('"\\udc00"', "surrogate")):  # fmt: skip
+        text = '{"n": 1}\r\n' * 3 + f"{bad}\r\n" + '{"n": 2}\n'
+        said = error_line(pgq("enqueue", "mail", "--file", "-", input=text), 2, "stdin: line 4")
+        assert why in said and "nothing was enqueued" in said, said
     assert count_jobs(conn, schema) == 0
+
+
+def test_enqueue_file_lines_are_stored_as_written(
+    pgq: Pgq, conn: Any, schema: str, tmp_path: Path
+) -> None:
+    """A line's text reaches jsonb as written: CRLF endings, a byte-order mark, tabs between
+    tokens, backslashes, non-ASCII; blank and whitespace-only lines are skipped."""
+    lines = ['{"path": "C:\\\\new\\ttab",\t"n": 1.10}', "  [1,\t2]  ", "\t ", '"\u2603 \\u00e9"', ""]
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode())
+    ids = json.loads(ok(pgq("enqueue", "mail", "--file", str(jobs), "--json")))
+    stored = conn.execute(
+        q(schema, "SELECT payload::text FROM {s}.jobs WHERE id = ANY(%s) ORDER BY id"), [ids]
+    ).fetchall()
+    texts = [lines[0], lines[1], lines[3]]
+    assert stored == [conn.execute("SELECT %s::jsonb::text", [t]).fetchone() for t in texts]
+    assert "1.10" in stored[0][0] and "\u2603 \u00e9" in stored[2][0]
 
 
 def test_enqueue_file_that_is_not_text(pgq: Pgq, tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def test_enqueue_file_keeps_every_digit_on_each_path(
     path: str, pgq: Pgq, queue: Queue, conn: Any, schema: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    """COPY (`enqueue_payloads`), `enqueue_many` (a role that may not COPY), and `--after`."""
+    """COPY (`enqueue_payload_texts`), `enqueue_many` (a role that may not COPY), `--after`."""
     lines = [TEXT, *NUMBERS, BIG_INT, '{"plain": 1}']
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text("".join(f"{line}\n" for line in lines))
@@ -71,7 +71,8 @@ def test_enqueue_file_keeps_every_digit_on_each_path(
         monkeypatch.setattr(
             ops, "may_copy", lambda s: dataclasses.replace(real(s), read=lambda rows: False)
         )
-        monkeypatch.setattr(Queue, "enqueue_payloads", lambda *a, **k: pytest.fail("COPY taken"))
+        taken = lambda *a, **k: pytest.fail("COPY taken")  # noqa: E731
+        monkeypatch.setattr(Queue, "enqueue_payload_texts", taken)
     ids = json.loads(ok(pgq(*args)))
     assert stored(conn, schema, ids) == [as_jsonb(conn, line) for line in lines]
 

@@ -4,6 +4,7 @@ writes the jobs, wakes listeners and refuses bad input as the general path does.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from datetime import UTC, datetime, timedelta
@@ -201,6 +202,52 @@ def test_enqueue_payloads_takes_any_iterable_and_refuses_one_payload(queue: Queu
     assert not queue.has_jobs("one")
 
 
+#: JSON texts as a file's lines hold them: JSON's whitespace (a tab, a CR, a pretty-printed
+#: value's newlines) between tokens, backslashes, raw non-ASCII, digits a float would round.
+TEXTS = [
+    json.dumps(AWKWARD[0], ensure_ascii=False),
+    '{"a":\t[1,\t2]}\r',
+    json.dumps({"nested": {"list": [1, 2]}}, indent=2),
+    '"\\\\N"',
+    "12345678901234567890.123456789",
+    '  [1e400, -0.0, {"": []}]  ',
+]
+
+
+def test_enqueue_payload_texts_stores_each_text_as_jsonb_reads_it(queue: Queue) -> None:
+    """Each text is stored as the server's jsonb reads that text (its digits exact), with the
+    template's options, as `enqueue_payloads` stores its payloads."""
+    options: dict[str, Any] = {"delay": timedelta(hours=1), "priority": 3, "max_attempts": 2}
+    ids = queue.enqueue_payload_texts("t", TEXTS, **options)
+    assert ids == sorted(ids) and len(ids) == len(TEXTS)
+    as_jsonb = sql.SQL("SELECT payload::text FROM {}.jobs WHERE id = ANY(%s) ORDER BY id")
+    stored = queue.conn.execute(as_jsonb.format(sql.Identifier(queue.schema)), [ids]).fetchall()
+    read = [queue.conn.execute("SELECT %s::jsonb::text", [t]).fetchone() for t in TEXTS]
+    assert stored == read
+    assert "12345678901234567890.123456789" in stored[4][0]
+    same = queue.enqueue_payloads("t", [json.loads(TEXTS[0])], **options)
+    assert [r[1:] for r in rows(queue, ids[:1])] == [r[1:] for r in rows(queue, same)]
+
+
+def test_enqueue_payload_texts_refuses_before_writing_or_writes_nothing(queue: Queue) -> None:
+    """A text nested deeper than Python's json reads back (a worker could not load it) or not
+    a str is refused before any statement; a text jsonb refuses, by the server, with nothing
+    written."""
+    many = [f'{{"n": {n}}}' for n in range(3000)]
+    with pytest.raises(ValueError, match="payload text 3000 is nested too deeply"):
+        queue.enqueue_payload_texts("c", [*many, "[" * 5000 + "]" * 5000])
+    assert queue.enqueue_payload_texts("c", ["[" * 150 + "]" * 150], conn=None)
+    with pytest.raises(TypeError, match="payload text 1 is bytes"):
+        queue.enqueue_payload_texts("c", ["{}", b"{}"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="not one text"):
+        queue.enqueue_payload_texts("c", "{}")
+    for bad in ('{"n": 1,}', "NaN", '{"a": "\\u0000"}', '"a\x00b"', "1e131072", '"\\ud800"'):
+        with pytest.raises((psycopg.DataError, Unstorable)):
+            queue.enqueue_payload_texts("d", [*many, bad])
+    assert queue.enqueue_payload_texts("d", []) == []
+    assert not queue.has_jobs("d")
+
+
 async def test_async_enqueue_payloads_writes_the_same_jobs(
     queue: Queue, aqueue: AsyncQueue, dsn: str
 ) -> None:
@@ -212,6 +259,9 @@ async def test_async_enqueue_payloads_writes_the_same_jobs(
         assert not queue.has_jobs("t"), "not visible before the caller commits"
         await own.rollback()
     assert not queue.has_jobs("t") and rows(queue, ids) == []
+    texts = await aqueue.enqueue_payload_texts("c", TEXTS[:2], priority=2)
+    expected = queue.enqueue_payload_texts("c", TEXTS[:2], priority=2)
+    assert [r[1:] for r in rows(queue, texts)] == [r[1:] for r in rows(queue, expected)]
 
 
 def test_the_bulk_path_refuses_unstorable_text_as_every_enqueue_does(queue: Queue) -> None:

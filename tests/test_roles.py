@@ -326,9 +326,9 @@ def test_the_bulk_path_inserts_for_a_role_under_row_level_security(
     queue: Queue, schema: str, login: Login, dsn: str, tmp_path: Path
 ) -> None:
     """COPY FROM refuses a role that row-level security applies to (the INSERT privilege on
-    jobs.id is not enough): `enqueue_copy` and `enqueue_payloads` write the same jobs through
-    `enqueue_many`'s INSERTs, in the caller's transaction, and `pgq enqueue --file` loads its
-    file. They raised FeatureNotSupported, and the file failed whole."""
+    jobs.id is not enough): `enqueue_copy`, `enqueue_payloads` and `enqueue_payload_texts`
+    write the same jobs through `enqueue_many`'s INSERTs, in the caller's transaction, and
+    `pgq enqueue --file` loads its file. They raised FeatureNotSupported, and the file failed whole."""
     loader = bulk_loader_under_row_security(dsn, schema, login, "true")
     assert queue.run(ops.may_copy(schema)), "a superuser is not subject to it: COPY still"
     specs = [JobSpec("c", {"n": 1}), JobSpec("c", [2], delay=timedelta(hours=1), priority=3),
@@ -341,6 +341,7 @@ def test_the_bulk_path_inserts_for_a_role_under_row_level_security(
         assert not bulk.run(ops.may_copy(schema))
         copied = bulk.enqueue_copy(specs)
         loaded = bulk.enqueue_payloads("p", [{"a": 1}, [2], "three"], priority=4)
+        texts = bulk.enqueue_payload_texts("p", ['{"a": 1}', "[2]", '"three"'], priority=4)
         with psycopg.connect(loader) as own:
             undone = bulk.enqueue_copy(specs, conn=own)
             own.rollback()
@@ -351,6 +352,9 @@ def test_the_bulk_path_inserts_for_a_role_under_row_level_security(
     assert [r[:2] for r in queue.conn.execute(read, [loaded]).fetchall()] == [
         ("p", {"a": 1}), ("p", [2]), ("p", "three")
     ]  # fmt: skip
+    assert queue.conn.execute(read, [texts]).fetchall() == queue.conn.execute(
+        read, [loaded]
+    ).fetchall()
     assert queue.conn.execute(read, [undone]).fetchall() == [], "rolled back with the caller"
     lines = tmp_path / "jobs.jsonl"
     lines.write_text("".join(f'{{"line": {n}}}\n' for n in range(5)))

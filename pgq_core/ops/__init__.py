@@ -67,12 +67,14 @@ from .api import (
 )
 from .bulk import (
     ENQUEUE_COPY,
+    checked_texts,
     copy_as_specs,
     copy_delays,
     copy_ids,
     copy_text,
     may_copy,
     payload_copy_text,
+    payload_texts,
 )
 from .enqueue import (
     Round,
@@ -272,6 +274,7 @@ __all__ = [
     "check_spec",
     "check_stuck",
     "check_unique_key",
+    "checked_texts",
     "claim",
     "client_time",
     "complete",
@@ -339,6 +342,7 @@ __all__ = [
     "pairs",
     "pause",
     "payload_copy_text",
+    "payload_texts",
     "prune",
     "prune_default_orphans",
     "prune_flow",

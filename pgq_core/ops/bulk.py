@@ -5,9 +5,11 @@ without a unique key or dependencies through COPY, their ids taken first, all or
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from itertools import islice, repeat
+from operator import add
 from typing import Any
 
 from psycopg import sql
@@ -25,6 +27,12 @@ _NO_DELAY = timedelta(0)
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 #: A backslash, and its COPY text escape (the one character of ASCII JSON COPY must escape).
 _BS, _BS2 = "\\", "\\\\"
+#: JSON's whitespace that COPY's text format reads as a delimiter or a row's end, escaped.
+_WHITESPACE_ESCAPES = str.maketrans({"\t": "\\t", "\n": "\\n", "\r": "\\r"})
+#: Opening brackets a JSON text may hold unparsed (`checked_texts`): it cannot nest deeper,
+#: and Python's json reads several times as deep.
+_NESTING_UNCHECKED = 200
+_NUL = "\x00"
 
 
 def copy_delays(specs: Sequence[JobSpec]) -> list[timedelta]:
@@ -99,7 +107,7 @@ def copy_text(
     for job_id, spec in zip(ids, specs, strict=True):
         run_at = spec.run_at
         when = due[spec.delay or _NO_DELAY] if run_at is None else _copy_field(run_at)
-        payload = dumps(spec.payload).replace(_BS, _BS2)
+        payload = _copy_json(dumps(spec.payload))
         tail = _copy_tail(when, spec, trace)
         block.append(f"{job_id}\t{_copy_field(spec.queue)}\t{payload}{tail}")
         if len(block) == _COPY_BLOCK:
@@ -109,24 +117,72 @@ def copy_text(
         yield "".join(block)
 
 
+def payload_texts(payloads: Iterable[Any]) -> Iterator[str]:
+    """Each payload as JSON text, as every enqueue path writes it (`jsontext`)."""
+    return map(jsontext.encoder(), payloads)
+
+
+def checked_texts(texts: Iterable[str]) -> list[str]:
+    """`texts` as a list, each a str that Python's json reads back: TypeError naming the first
+    that is not a str, ValueError the first nested deeper than json reads (a worker could not
+    load it: pgq never stores one). Their syntax is left to jsonb, when they are stored."""
+    checked = texts if isinstance(texts, list) else list(texts)
+    try:  # one pass in C over the common case: no text holds many brackets
+        lists, objects = (map(str.count, checked, repeat(b)) for b in "[{")
+        if max(map(add, lists, objects), default=0) <= _NESTING_UNCHECKED:
+            return checked
+    except TypeError:
+        pass  # not a str: named below
+    for n, text in enumerate(checked):
+        if type(text) is not str:
+            raise TypeError(f"payload text {n} is {type(text).__name__}, not str")
+        if text.count("[") + text.count("{") > _NESTING_UNCHECKED:
+            try:
+                jsontext.loads(text)
+            except RecursionError:
+                raise ValueError(f"payload text {n} is nested too deeply") from None
+            except ValueError:
+                pass  # not JSON: jsonb refuses it, with its reason
+    return checked
+
+
 def payload_copy_text(
     template: JobSpec,
-    payloads: Sequence[Any],
+    texts: Iterable[str],
     ids: Sequence[int],
     delays: Sequence[timedelta],
     run_ats: Sequence[Any],
 ) -> Iterator[str]:
-    """`copy_text` for one job per payload, each `template` (checked by `copy_delays`) but for
-    its payload, without a JobSpec per job: all but the id and the payload written once."""
+    """`copy_text` for one job per JSON text (one id each), each `template` (checked by
+    `copy_delays`) but for its payload, without a JobSpec per job: all but the id and the
+    payload written once; each text stored as jsonb reads it."""
     run_at = template.run_at
     if run_at is None:
         run_at = dict(zip(delays, run_ats, strict=True))[template.delay or _NO_DELAY]
     head = f"\t{_copy_field(template.queue)}\t"
     tail = _copy_tail(_copy_field(run_at), template, _copy_field(_trace_text()))
-    dumps = jsontext.encoder()
-    for at in range(0, len(payloads), _COPY_BLOCK):
-        block = zip(ids[at : at + _COPY_BLOCK], payloads[at : at + _COPY_BLOCK], strict=True)
-        yield "".join([f"{i}{head}{dumps(p).replace(_BS, _BS2)}{tail}" for i, p in block])
+    rows = zip(ids, texts, strict=True)
+    while block := list(islice(rows, _COPY_BLOCK)):
+        fields = _copy_json_fields([t for _, t in block])
+        yield "".join([f"{i}{head}{f}{tail}" for (i, _), f in zip(block, fields, strict=True)])
+
+
+def _copy_json(text: str) -> str:
+    """JSON text as a field of COPY's text format: its backslashes doubled, and the whitespace
+    JSON allows between tokens that COPY would read as a delimiter or a row's end escaped."""
+    text = text.replace(_BS, _BS2)
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.translate(_WHITESPACE_ESCAPES)
+    return text
+
+
+def _copy_json_fields(texts: list[str]) -> list[str]:
+    """`_copy_json` of each text, escaped together (joined by a NUL, which no text then holds:
+    each text alone otherwise)."""
+    joined = _NUL.join(texts)
+    if joined.count(_NUL) != len(texts) - 1:
+        return [_copy_json(t) for t in texts]
+    return _copy_json(joined).split(_NUL)
 
 
 def _copy_tail(when: str, spec: JobSpec, trace: str) -> str:
