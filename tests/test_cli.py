@@ -291,7 +291,8 @@ def test_enqueue_file_lines_are_stored_as_written(
 ) -> None:
     """A line's text reaches jsonb as written: CRLF endings, a byte-order mark, tabs between
     tokens, backslashes, non-ASCII; blank and whitespace-only lines are skipped."""
-    lines = ['{"path": "C:\\\\new\\ttab",\t"n": 1.10}', "  [1,\t2]  ", "\t ", '"\u2603 \\u00e9"', ""]
+    lines = ['{"path": "C:\\\\new\\ttab",\t"n": 1.10}', "  [1,\t2]  ", "\t "]
+    lines += ['"\u2603 \\u00e9"', ""]
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode())
     ids = json.loads(ok(pgq("enqueue", "mail", "--file", str(jobs), "--json")))

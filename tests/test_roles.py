@@ -328,7 +328,8 @@ def test_the_bulk_path_inserts_for_a_role_under_row_level_security(
     """COPY FROM refuses a role that row-level security applies to (the INSERT privilege on
     jobs.id is not enough): `enqueue_copy`, `enqueue_payloads` and `enqueue_payload_texts`
     write the same jobs through `enqueue_many`'s INSERTs, in the caller's transaction, and
-    `pgq enqueue --file` loads its file. They raised FeatureNotSupported, and the file failed whole."""
+    `pgq enqueue --file` loads its file. They raised FeatureNotSupported, and the file failed
+    whole."""
     loader = bulk_loader_under_row_security(dsn, schema, login, "true")
     assert queue.run(ops.may_copy(schema)), "a superuser is not subject to it: COPY still"
     specs = [JobSpec("c", {"n": 1}), JobSpec("c", [2], delay=timedelta(hours=1), priority=3),
