@@ -124,8 +124,11 @@ class Queue:
         return queue
 
     def close(self) -> None:
-        """Close the connection, if the queue opened it (`connect`). The wake-ups its enqueues
-        left to the process's notifier are sent first (bounded: `notifier.EXIT_FLUSH_SECONDS`)."""
+        """Close the connection, if the queue opened it (`connect`); it is not reopened: a
+        call after, or one waiting for a shared round, raises OperationalError. The wake-ups
+        its enqueues left to the process's notifier are sent first (bounded:
+        `notifier.EXIT_FLUSH_SECONDS`)."""
+        self._dsn = None  # nothing reopens it
         notifiers, self._notifiers = self._notifiers, set()
         for notifier in notifiers:
             leave = notifier.leave
@@ -144,7 +147,11 @@ class Queue:
         a server taking no writes (see `connect`), but not inside a `transaction` block on it:
         a call there would run, and commit, alone."""
         if self._dsn is not None and self.conn.closed and not self._blocks:
-            self.conn = _open(self._dsn)
+            conn = _open(self._dsn)
+            if self._dsn is None:  # the queue was closed meanwhile: it keeps no connection
+                conn.close()
+            else:
+                self.conn = conn
         return self.conn
 
     def _turn_on(

@@ -484,3 +484,24 @@ def test_a_round_that_committed_is_never_sent_again(queue: Queue, dsn: str) -> N
     assert isinstance(outcomes.pop(repr({"n": 0})), int)
     assert all(isinstance(v, PgqError) for v in outcomes.values()), outcomes
     assert sorted(r[2]["n"] for r in written) == [0, 1, 3], "each job written once"
+
+
+def test_close_fails_the_callers_waiting_and_opens_no_connection(dsn: str, schema: str) -> None:
+    """close() from another thread while a round is in flight and callers wait behind it: the
+    round's caller raises (its connection is gone: whether it committed is unknown), those
+    waiting raise too, at once, and none reopens the connection `close` closed (it would
+    stay open, owned by nobody); later calls raise as well."""
+    queue = Queue.connect(dsn, schema)
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with callers.queued(dsn, reader, {"n": 0}, *({"n": n} for n in range(1, 4))) as holder:
+            queue.close()
+            holder.commit()
+            outcomes = callers.join()
+        assert all(isinstance(v, psycopg.OperationalError) for v in outcomes.values()), outcomes
+        assert queue.conn.closed, "close() left no connection open"
+        with pytest.raises(psycopg.OperationalError):
+            queue.enqueue("q", {"after": "close"})
+        assert queue.conn.closed
+        written = [r[2] for r in job_rows(reader, schema)]
+    assert written in ([], [{"n": 0}]), "only the round in flight may have committed"
