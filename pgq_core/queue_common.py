@@ -173,8 +173,32 @@ class TaskTurn:
             self._lock.release()
 
 
-#: How a shared round wakes a task waiting on it (pgq_core/rounds.py), and a thread.
-TaskWake = asyncio.Event
+class TaskWake:
+    """How a shared round (pgq_core/rounds.py) wakes a task waiting on it, made by that task:
+    `set` from any thread wakes it on its own event loop (an `AsyncQueue`'s callers may run
+    on several loops, each in a thread of its own: an `asyncio.Event` set from another
+    loop's thread wakes nobody)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def set(self) -> None:
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # a thread running no loop
+            here = None
+        if here is self._loop:
+            self._event.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: its task is gone
+                self._loop.call_soon_threadsafe(self._event.set)
+
+
+#: `TaskWake` for a thread.
 ThreadWake = threading.Event
 
 

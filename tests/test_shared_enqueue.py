@@ -505,3 +505,42 @@ def test_close_fails_the_callers_waiting_and_opens_no_connection(dsn: str, schem
         assert queue.conn.closed
         written = [r[2] for r in job_rows(reader, schema)]
     assert written in ([], [{"n": 0}]), "only the round in flight may have committed"
+
+
+def test_an_async_queue_shared_by_event_loops_in_threads_wakes_each_caller(
+    dsn: str, schema: str
+) -> None:
+    """Tasks on different event loops (each in a thread of its own) sharing one AsyncQueue:
+    a round's leader on one loop answers, or hands the lead to, a caller waiting on another,
+    and that caller wakes (an asyncio.Event set from another loop's thread woke nobody)."""
+    aqueue = asyncio.run(AsyncQueue.connect(dsn, schema))
+    outcomes: dict[int, Any] = {}
+
+    def call(n: int) -> None:
+        try:
+            outcomes[n] = asyncio.run(aqueue.enqueue("q", {"n": n}))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcomes[n] = exc
+
+    def start(n: int) -> threading.Thread:
+        thread = threading.Thread(target=call, args=(n,), daemon=True)
+        thread.start()
+        return thread
+
+    try:
+        with psycopg.connect(dsn, autocommit=True) as reader:
+            with jobs_held(dsn, schema) as holder:
+                threads = [start(0)]
+                until(lambda: blocked_backends(reader, schema) != [], "the first round to wait")
+                threads += [start(1), start(2)]
+                until(lambda: waiting(aqueue) == 2, "2 jobs waiting")
+                holder.commit()
+                for t in threads:
+                    t.join(30)
+                    assert not t.is_alive(), "a caller on another loop was never woken"
+            written = job_rows(reader, schema)
+    finally:
+        asyncio.run(aqueue.close())
+    assert sorted(outcomes.values()) == [r[0] for r in written], outcomes
+    xmins = {r[2]["n"]: r[1] for r in written}
+    assert xmins[1] == xmins[2] != xmins[0], "the two that waited shared a round"
