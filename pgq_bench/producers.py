@@ -380,9 +380,11 @@ def _batches(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Up to BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds
-    alternated; `pgq enqueue --file` of them all; 5x as many in one `enqueue_payloads`. Jobs/s
-    per side (median) and its ratio to the baseline's batch INSERT and to PgQueuer's batch
-    enqueue."""
+    alternated; `pgq enqueue --file` of them all, and the baseline's batch INSERT of the same
+    file from a process of its own (`baseline_file`); 5x as many in one `enqueue_payloads`.
+    Jobs/s per side (median) and its ratio to the baseline's batch INSERT (in this process, on
+    an open connection), to PgQueuer's batch enqueue and to `baseline_file` (a process each:
+    equal resources for `pgq enqueue --file`)."""
     from . import pgqueuer_side
 
     pgq_ident = sql.Identifier(q.schema)
@@ -421,6 +423,14 @@ def _batches(
             command = [sys.executable, "-m", "pgq_cli", "enqueue", QUEUE_NAME, "--file", str(lines)]
             subprocess.run(command, env=env, check=True, capture_output=True)
 
+        def baseline_file() -> None:
+            command = [sys.executable, "-m", "pgq_bench.baseline_file", str(lines), QUEUE_NAME]
+            baseline_env = {
+                **os.environ, "BASELINE_DSN": dsn, "BASELINE_SCHEMA": baseline_schema,
+                "BASELINE_STATEMENT": BASELINE_ENQUEUE_BATCH,
+            }  # fmt: skip
+            subprocess.run(command, env=baseline_env, check=True, capture_output=True)
+
         def peer_batch() -> None:
             asyncio.run(pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE))
 
@@ -433,6 +443,7 @@ def _batches(
             "pgqueuer_batch": (peer_batch, batch_jobs),
             "pgq_enqueue_many": (pgq_many, batch_jobs),
             "pgq_enqueue_copy": (pgq_copy, batch_jobs),
+            "baseline_file": (baseline_file, batch_jobs),
             "pgq_enqueue_file": (pgq_file, batch_jobs),
             "pgq_copy_bulk": (pgq_bulk, len(bulk)),
         }
@@ -462,6 +473,8 @@ def _batches(
                 "rounds": rates[side],
                 "ratio_to_baseline_batch": rate / medians["baseline_batch"],
                 "ratio_to_pgqueuer": rate / medians["pgqueuer_batch"],
+                # a process on each side: start, imports, connection and the file's reading
+                "ratio_to_baseline_file": rate / medians["baseline_file"],
                 "steal_percent": steal[side],
             }
             for side, rate in medians.items()
@@ -500,7 +513,8 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
         title=f"batches of {batches['batch_size']:,} on one connection (the bulk side: one "
         f"enqueue_payloads), median of {params['rounds']} round(s)"
     )
-    for column in ("side", "jobs/s", "x baseline batch", "x PgQueuer", "steal %"):
+    for column in ("side", "jobs/s", "x baseline batch", "x PgQueuer", "x baseline file",
+                   "steal %"):  # fmt: skip
         table.add_column(column, justify="left" if column == "side" else "right")
     for side, s in batches["sides"].items():
         table.add_row(
@@ -508,6 +522,7 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
             f"{s['rate']:,.0f}",
             f"{s['ratio_to_baseline_batch']:.2f}x",
             f"{s['ratio_to_pgqueuer']:.2f}x",
+            f"{s['ratio_to_baseline_file']:.2f}x" if side.endswith("_file") else "-",
             " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
         )
     console.print(table)

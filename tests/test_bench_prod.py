@@ -4,6 +4,7 @@ pass criteria and plot script."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg import sql
 
+from pgq_bench.baseline import BASELINE_ENQUEUE_BATCH, setup_baseline
+from pgq_bench.common import throwaway_schema
 from pgq_bench.soak import verdict
 from pgq_cli.cli import main
 
@@ -26,6 +30,38 @@ def _bench_schemas(dsn: str) -> set[str]:
             "OR nspname LIKE 'soak\\_%'"
         ).fetchall()
     return {r[0] for r in rows}
+
+
+def test_the_baseline_file_process_enqueues_each_line_with_the_batch_insert(
+    dsn: str, tmp_path: Path
+) -> None:
+    """`baseline_file` (the baseline's side of `pgq enqueue --file`) writes one job per
+    non-blank line, in batches, each line's JSON as jsonb reads it, and imports no pgq code."""
+    lines = tmp_path / "jobs.jsonl"
+    texts = [f'{{"n": {n}, "x": 1.10}}' for n in range(2500)]
+    lines.write_text("\n".join(texts[:7]) + "\n\n  \n" + "\n".join(texts[7:]) + "\n")
+    with throwaway_schema(dsn, "bench_file", pgq=False) as schema:
+        setup_baseline(dsn, schema)
+        code = (
+            "import runpy, sys\n"
+            "runpy.run_module('pgq_bench.baseline_file', run_name='__main__')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pgq_core')))\n"
+        )
+        env = {"BASELINE_DSN": dsn, "BASELINE_SCHEMA": schema,
+               "BASELINE_STATEMENT": BASELINE_ENQUEUE_BATCH}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(lines), "filed"],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]", "the baseline's process loads no pgq code"
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT queue, payload::text FROM {}.jobs ORDER BY id").format(
+                    sql.Identifier(schema)
+                )
+            ).fetchall()
+    assert rows == [("filed", t) for t in texts]  # jsonb writes these back as they are
 
 
 @pytest.mark.slow
@@ -57,10 +93,11 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     batches = data["batches"]["sides"]
     assert set(batches) == {
         "baseline_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
-        "pgq_enqueue_file", "pgq_copy_bulk",
+        "baseline_file", "pgq_enqueue_file", "pgq_copy_bulk",
     }  # fmt: skip
     assert all(b["rate"] > 0 for b in batches.values())
     assert batches["baseline_batch"]["ratio_to_baseline_batch"] == 1
+    assert batches["baseline_file"]["ratio_to_baseline_file"] == 1
     assert _bench_schemas(dsn) == before, "throwaway schemas are dropped"
 
 
