@@ -232,6 +232,35 @@ def test_enqueue_big_file_is_one_transaction(
     assert count_jobs(conn, schema) == 0
 
 
+def test_a_data_error_the_lines_do_not_explain_is_the_servers(
+    pgq: Pgq, conn: Any, schema: str, tmp_path: Path
+) -> None:
+    """A data exception from the COPY (here a trigger's) sends `--file` back to its reader to
+    name the line; when every line reads as JSON, the server's error is said, in one line, and
+    nothing is enqueued."""
+    conn.execute(
+        q(
+            schema,
+            """
+        CREATE FUNCTION {s}.refuse_odd() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.payload ? 'odd' THEN
+            RAISE EXCEPTION 'odd refused' USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_odd BEFORE INSERT ON {s}.jobs
+          FOR EACH ROW EXECUTE FUNCTION {s}.refuse_odd();
+    """,
+        )
+    )
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"n": 1}\n{"odd": 2}\n')
+    said = error_line(pgq("enqueue", "odd", "--file", str(jobs)), 1, "odd refused")
+    assert f"nothing from {jobs} was enqueued" in said, said
+    assert count_jobs(conn, schema) == 0
+
+
 def test_enqueue_file_in_a_pipe_loads_neither_rich_nor_the_embedded_server(
     dsn: str, schema: str, queue: Queue, tmp_path: Path
 ) -> None:
