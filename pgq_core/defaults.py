@@ -38,6 +38,10 @@ ENQUEUE_CHUNK = 5000
 #: Jobs per shared round at most (pgq_core/rounds.py): concurrent callers' payloads go in one
 #: statement, so its size is theirs together; past a few dozen jobs a round saves no more.
 SHARED_ROUND_JOBS = 100
+#: Bytes of payload JSON per shared round at most (but for its leader's own job): its one
+#: jsonb parameter stays far from the server's limits (a jsonb of 256 MB, a message of 1 GB,
+#: past which the statement fails, or the connection drops, for every caller in it).
+SHARED_ROUND_BYTES = 8 * 1024 * 1024
 #: The largest result a job may store, as UTF-8 JSON text: a settlement carrying more would
 #: travel and be written for longer than a lease may safely wait (docs: "Results").
 RESULT_MAX_BYTES = 1024 * 1024

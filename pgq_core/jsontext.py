@@ -109,6 +109,20 @@ def jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=dumps)
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
+def encoded(text: str) -> Jsonb:
+    """JSON `text` (from `dumps`) as a jsonb parameter, sent as it is."""
+    return Jsonb(text, dumps=_as_is)
+
+
+def array_of(texts: list[str]) -> Jsonb:
+    """The JSON array of the values whose `dumps` texts are `texts`, as a jsonb parameter."""
+    return encoded("[" + ",".join(texts) + "]")
+
+
 def encoder() -> Callable[[Any], str]:
     """`dumps` from one encoder made once (json.dumps makes a new one per call, half its cost
     for a small payload), for one caller at a time: its memo of the containers being encoded,

@@ -22,7 +22,7 @@ import psycopg
 
 from . import jsontext, ops, session
 from .config import connect_options
-from .defaults import ENQUEUE_CHUNK, SHARED_ROUND_JOBS
+from .defaults import ENQUEUE_CHUNK, SHARED_ROUND_BYTES, SHARED_ROUND_JOBS
 from .errors import JobNotFound, PgqError, ScheduleExists
 from .filters import JobFilter
 from .models import (
@@ -111,7 +111,9 @@ class AsyncQueue:
         #: the process notifiers this queue handed wake-ups to (`enqueue`), left at `close`
         self._notifiers: set[Notifier] = set()
         #: concurrent one-job enqueues on the own connection, one statement per round
-        self._rounds: Rounds[TaskWake] = Rounds(TaskWake, TaskWake.set, SHARED_ROUND_JOBS)
+        self._rounds: Rounds[TaskWake] = Rounds(
+            TaskWake, TaskWake.set, SHARED_ROUND_JOBS, SHARED_ROUND_BYTES
+        )
 
     @classmethod
     async def connect(cls, dsn: str | None = None, schema: str | None = None) -> AsyncQueue:
@@ -284,7 +286,7 @@ class AsyncQueue:
         (pgq_core/rounds.py): led by this call when no round is, else answered by another's.
         A caller cancelled while its job waits drops it; once a round took it, its outcome is
         the round's, unknown to the caller (as with any statement cancelled in flight)."""
-        ticket: Ticket[TaskWake] = Ticket(job)
+        ticket: Ticket[TaskWake] = Ticket(job, ops.job_bytes(job))
         if not self._rounds.join(ticket):
             assert ticket.wake is not None  # made by join for a caller that waits
             try:

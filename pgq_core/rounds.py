@@ -10,7 +10,8 @@ Invariants:
 - A job is committed when its call returns, as if enqueued alone: only the transaction is
   shared, on the connection the caller asked for, so with the same session and role.
 - At most one round is led at a time; a round never waits for more jobs to come (a lone
-  enqueue goes at once), and takes at most `limit` jobs.
+  enqueue goes at once), and takes at most `limit` jobs, of at most `budget` bytes together
+  but for the leader's own (jobs come in order: one that does not fit leads the next).
 - A job is in one round at most. A round that failed for a reason one of its jobs may be
   the cause of (a bad value, a refused queue) sent nothing that committed: each of its jobs is
   then enqueued alone by its own caller (`Ticket.alone`), so one job's fault is its own.
@@ -43,6 +44,8 @@ class Ticket(Generic[W]):
     to go alone, or made to lead."""
 
     job: Any
+    #: its bytes in a round's statement (its payload)
+    size: int = 0
     wake: W | None = None
     answer: Answer | None = None
     failure: BaseException | None = None
@@ -65,6 +68,8 @@ class Rounds(Generic[W]):
     wake: Callable[[W], None]
     #: jobs per round, at most
     limit: int = 1000
+    #: bytes per round (the jobs' `size`), at most, but for the leader's own job
+    budget: int = 1 << 62
     _waiting: list[Ticket[W]] = field(default_factory=list)
     _led: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,11 +90,17 @@ class Rounds(Generic[W]):
 
     def take(self, leader: Ticket[W]) -> list[Ticket[W]]:
         """The leader's round: the jobs waiting, in the order they came (the leader's first),
-        at most `limit`; [] when `leader` is not waiting (it was taken already)."""
+        at most `limit` and `budget`; [] when `leader` is not waiting (it was taken already)."""
         with self._lock:
             if leader not in self._waiting:
                 return []
-            taken, self._waiting = self._waiting[: self.limit], self._waiting[self.limit :]
+            n, size = 0, 0
+            for ticket in self._waiting[: self.limit]:
+                size += ticket.size
+                if n and size > self.budget:
+                    break
+                n += 1
+            taken, self._waiting = self._waiting[:n], self._waiting[n:]
             return taken
 
     def done(self, leader: Ticket[W]) -> None:

@@ -75,6 +75,20 @@ def test_a_round_takes_at_most_its_limit_the_leader_first() -> None:
     assert b.lead and rounds.take(b) == [b]
 
 
+def test_a_round_takes_jobs_while_their_bytes_fit_its_budget_the_leaders_always() -> None:
+    rounds: Rounds[Wake] = Rounds(Wake, woke, budget=10)
+    big, a, b, c, d = (Ticket(None, size=n) for n in (12, 4, 5, 2, 20))
+    for t in (big, a, b, c, d):
+        rounds.join(t)
+    assert rounds.take(big) == [big], "the leader's job goes though over the budget alone"
+    rounds.done(big)
+    assert rounds.take(a) == [a, b], "a, b, c would be 11 bytes"
+    rounds.done(a)
+    assert rounds.take(c) == [c], "c and d would be 22 bytes: d leads the next"
+    rounds.done(c)
+    assert d.lead and rounds.take(d) == [d]
+
+
 def test_a_failed_round_sends_its_jobs_alone_or_fails_them_all() -> None:
     rounds: Rounds[Wake] = Rounds(Wake, woke)
     lead, a = ticket(), ticket()

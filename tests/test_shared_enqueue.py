@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgq_core import AsyncQueue, PgqError, Queue, Tasks, Unstorable, listen_statement, ops
-from pgq_core.defaults import SHARED_ROUND_JOBS
+from pgq_core.defaults import SHARED_ROUND_BYTES, SHARED_ROUND_JOBS
 from pgq_core.ops import Op
 
 
@@ -423,17 +423,19 @@ def test_a_payload_that_cannot_be_encoded_fails_only_its_own_caller(
     queue: Queue, dsn: str
 ) -> None:
     """A payload json cannot encode (nested too deep: RecursionError, not a ValueError) is
-    its caller's fault alone: nothing of the round was sent, so the others go in alone."""
+    its caller's fault alone: it is encoded before its job joins a round (which counts its
+    bytes), so the round of the others goes in whole."""
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as reader:
         rest = ({"n": 1}, Deep(100_000), {"n": 2})
-        with callers.queued(dsn, reader, {"n": 0}, *rest) as holder:
+        with callers.queued(dsn, reader, {"n": 0}, *rest, behind=2) as holder:
             holder.commit()
         outcomes = callers.join()
         written = job_rows(reader, queue.schema)
     assert isinstance(outcomes.pop("Deep()"), RecursionError)
     assert all(isinstance(v, int) for v in outcomes.values()), outcomes
     assert sorted(r[2]["n"] for r in written) == [0, 1, 2]
+    assert written[1][1] == written[2][1], "the two others shared a round"
 
 
 async def test_a_shared_round_out_of_lock_time_fails_its_callers(
@@ -544,3 +546,21 @@ def test_an_async_queue_shared_by_event_loops_in_threads_wakes_each_caller(
     assert sorted(outcomes.values()) == [r[0] for r in written], outcomes
     xmins = {r[2]["n"]: r[1] for r in written}
     assert xmins[1] == xmins[2] != xmins[0], "the two that waited shared a round"
+
+
+async def test_a_round_carries_at_most_its_bytes_of_payloads(aqueue: AsyncQueue, dsn: str) -> None:
+    """Five payloads of 0.4 SHARED_ROUND_BYTES each go in rounds of two, two and one: a
+    round's statement stays far from the server's limits (a jsonb of 256 MB, a message of
+    1 GB, past which it would fail, or drop the connection, for every caller in it)."""
+    big = "x" * int(SHARED_ROUND_BYTES * 0.4)
+    async with aqueue._turn:  # the first caller leads, and waits for it with the rest
+        tasks = [asyncio.create_task(aqueue.enqueue("q", {"n": n, "b": big})) for n in range(5)]
+        while waiting(aqueue) < 5:
+            await asyncio.sleep(0.01)
+    ids = await asyncio.gather(*tasks)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        written = job_rows(reader, aqueue.schema)
+    assert ids == [r[0] for r in written]
+    assert [r[2]["n"] for r in written] == list(range(5))
+    xmins = [r[1] for r in written]
+    assert xmins[0] == xmins[1] != xmins[2] == xmins[3] != xmins[4], xmins
