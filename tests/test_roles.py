@@ -6,6 +6,7 @@ are dropped after it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -23,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support import ENV, error_line, make_worker, running, statuses, until
 
-from pgq_core import JobSpec, PgqError, Queue, migrate, ops, roles
+from pgq_core import AsyncQueue, JobSpec, PgqError, Queue, migrate, ops, roles
 from pgq_core.exporter import QueueCollector
 from pgq_tui.source import PgSource
 
@@ -680,3 +681,36 @@ def test_roles_cli_prints_creates_and_grants(dsn: str, schema: str) -> None:
             for kind in (*roles.KINDS, "app", "plain"):
                 if roles.exists(admin, f"{mine}_{kind}"):
                     drop(admin, f"{mine}_{kind}")
+
+
+async def test_a_shared_round_a_row_security_policy_refuses_fails_only_that_job(
+    schema: str, login: Login, dsn: str
+) -> None:
+    """pgq's producer role under a row-level security policy refusing one queue: tasks
+    sharing one AsyncQueue share a round, which the policy refuses whole; each job is then
+    sent alone, so only the refused one's caller raises, naming the policy's refusal."""
+    producer = login("producer")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(q(schema, "ALTER TABLE {s}.jobs ENABLE ROW LEVEL SECURITY"))
+        admin.execute(
+            q(schema, "CREATE POLICY no_x ON {s}.jobs USING (true) WITH CHECK (queue <> 'x')")
+        )
+    aqueue = await AsyncQueue.connect(producer, schema)
+    try:
+        async with aqueue._turn:  # the first caller leads, and waits for it with the rest
+            tasks = [
+                asyncio.create_task(aqueue.enqueue(name, {"n": n}))
+                for n, name in enumerate(["a", "x", "b"])
+            ]
+            while len(aqueue._rounds._waiting) < 3:
+                await asyncio.sleep(0.01)
+        first, refused, last = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await aqueue.close()
+    assert isinstance(refused, psycopg.errors.InsufficientPrivilege), refused
+    assert "row-level security" in str(refused)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        rows = admin.execute(q(schema, "SELECT id, queue, xmin::text FROM {s}.jobs ORDER BY 2"))
+        written = rows.fetchall()
+    assert [(r[0], r[1]) for r in written] == [(first, "a"), (last, "b")]
+    assert written[0][2] != written[1][2], "each went alone after the round was refused"

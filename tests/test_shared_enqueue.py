@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -564,3 +565,38 @@ async def test_a_round_carries_at_most_its_bytes_of_payloads(aqueue: AsyncQueue,
     assert [r[2]["n"] for r in written] == list(range(5))
     xmins = [r[1] for r in written]
     assert xmins[0] == xmins[1] != xmins[2] == xmins[3] != xmins[4], xmins
+
+
+def test_a_shared_round_keeps_each_jobs_options_and_wakes_as_each_alone(queue: Queue) -> None:
+    """Each job of a round has its own queue, run_at or delay, priority, max_attempts and
+    backoff; it answers the queue to wake as it would alone: under `edge` a due job whose
+    queue had no due job before the round, under `always` any due job, never a later one."""
+    queue.enqueue("busy", {"before": True})
+    at = datetime.now(UTC) + timedelta(hours=2)
+    options = [  # queue, payload, run_at, delay, max_attempts, priority, backoff base, cap
+        ("idle", {"n": 0}, None, None, 5, 0, None, None),
+        ("busy", {"n": 1}, None, None, 3, 7, 1.5, 60.0),
+        ("idle", {"n": 2}, at, None, 5, -2, None, None),
+        ("later", {"n": 3}, None, timedelta(hours=1), 1, 0, None, 9.0),
+        ("idle", {"n": 4}, None, None, 2, 1, None, None),
+    ]
+    jobs = [ops.enqueue_job(*o, alone=True) for o in options]
+    wakes = {}
+    for mode in ("edge", "always"):
+        queue.set_notify(mode)
+        wakes[mode] = [w for _, w in queue.run(ops.enqueue_shared(jobs))]
+    assert wakes == {
+        "edge": ["idle", None, None, None, "idle"],  # sent once per queue (`_notify`)
+        "always": ["idle", "busy", None, None, "idle"],
+    }
+    read = sql.SQL(
+        "SELECT queue, payload, max_attempts, priority, backoff_base, backoff_cap,"
+        " run_at - now() > interval '50 minutes', run_at - now() > interval '110 minutes'"
+        " FROM {}.jobs WHERE payload ? 'n' ORDER BY id"
+    ).format(sql.Identifier(queue.schema))
+    rows = queue.conn.execute(read).fetchall()
+    want = [
+        (o[0], o[1], o[4], o[5], o[6], o[7], o[2] is not None or o[3] is not None, o[2] is not None)
+        for o in options
+    ]
+    assert rows == want * 2
