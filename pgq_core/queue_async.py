@@ -287,16 +287,12 @@ class AsyncQueue:
         A caller cancelled while its job waits drops it; once a round took it, its outcome is
         the round's, unknown to the caller (as with any statement cancelled in flight)."""
         ticket: Ticket[TaskWake] = Ticket(job, ops.job_bytes(job))
-        if not self._rounds.join(ticket):
-            assert ticket.wake is not None  # made by join for a caller that waits
-            try:
+        try:
+            if not self._rounds.join(ticket):
+                assert ticket.wake is not None  # made by join for a caller that waits
                 await ticket.wake.wait()
-            except BaseException:
-                self._rounds.leave(ticket)
-                raise
-        led = ticket.lead
-        if led:
-            try:
+            led = ticket.lead
+            if led:
                 async with self._turn:
                     taken = self._rounds.take(ticket)
                     try:
@@ -307,8 +303,8 @@ class AsyncQueue:
                     except BaseException as exc:  # what the round left unanswered fails
                         self._rounds.fail(taken, exc)
                         raise
-            finally:
-                self._rounds.done(ticket)
+        finally:  # whatever stops it, even between two lines: the lead never stays with it
+            self._rounds.leave(ticket)
         if ticket.alone:
             return await self._enqueue_alone(job, None)
         if ticket.failure is not None:

@@ -282,16 +282,12 @@ class Queue:
         A caller cancelled while its job waits drops it; once a round took it, its outcome is
         the round's, unknown to the caller (as with any statement cancelled in flight)."""
         ticket: Ticket[ThreadWake] = Ticket(job, ops.job_bytes(job))
-        if not self._rounds.join(ticket):
-            assert ticket.wake is not None  # made by join for a caller that waits
-            try:
+        try:
+            if not self._rounds.join(ticket):
+                assert ticket.wake is not None  # made by join for a caller that waits
                 ticket.wake.wait()
-            except BaseException:
-                self._rounds.leave(ticket)
-                raise
-        led = ticket.lead
-        if led:
-            try:
+            led = ticket.lead
+            if led:
                 with self._turn:
                     taken = self._rounds.take(ticket)
                     try:
@@ -302,8 +298,8 @@ class Queue:
                     except BaseException as exc:  # what the round left unanswered fails
                         self._rounds.fail(taken, exc)
                         raise
-            finally:
-                self._rounds.done(ticket)
+        finally:  # whatever stops it, even between two lines: the lead never stays with it
+            self._rounds.leave(ticket)
         if ticket.alone:
             return self._enqueue_alone(job, None)
         if ticket.failure is not None:

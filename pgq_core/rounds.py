@@ -85,7 +85,7 @@ class Rounds(Generic[W]):
                 self._waiting.append(ticket)
                 return False
             self._waiting.append(ticket)
-            self._led = ticket.lead = True
+            ticket.lead = self._led = True  # in this order: `leave` passes a lead it holds
             return True
 
     def take(self, leader: Ticket[W]) -> list[Ticket[W]]:
@@ -118,9 +118,10 @@ class Rounds(Generic[W]):
         self._set(nxt)
 
     def leave(self, ticket: Ticket[W]) -> bool:
-        """A caller stops waiting (cancelled): True when its job was still waiting, and is now
-        dropped (nothing was sent); False when a round took it (its outcome is that round's).
-        A caller that was to lead passes the lead on."""
+        """A caller is done with the rounds, answered or stopped (cancelled, interrupted) at
+        any point: True when its job was still waiting, and is now dropped (nothing was
+        sent); False when a round took it (its outcome is that round's). A caller holding
+        the lead (to lead, or having led) passes it on."""
         with self._lock:
             waiting = ticket in self._waiting
             if waiting:

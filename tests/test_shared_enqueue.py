@@ -9,6 +9,7 @@ INSERT, so the first round waits on it while the other callers join behind it.""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -600,3 +601,61 @@ def test_a_shared_round_keeps_each_jobs_options_and_wakes_as_each_alone(queue: Q
         for o in options
     ]
     assert rows == want * 2
+
+
+def test_a_caller_interrupted_as_it_is_handed_the_lead_passes_it_on(
+    queue: Queue, dsn: str
+) -> None:
+    """An interrupt (KeyboardInterrupt, or a tracing hook raising) landing in a caller just as
+    it wakes to lead the next round, after its wait returned: its job, still waiting, is
+    dropped and the lead passes on; the next caller leads (none waits for good)."""
+    woken = threading.Event()
+    interrupted = threading.Event()
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and woken.is_set() and not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+        return on_line
+
+    def on_wait(frame: Any, event: str, arg: Any) -> Any:
+        if event == "return":
+            woken.set()
+        return on_wait
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is threading.Event.wait.__code__:
+            return on_wait
+        if frame.f_code is Queue._enqueue_shared.__code__:
+            return on_line
+        return None
+
+    outcomes: dict[str, Any] = {}
+
+    def interrupted_caller() -> None:
+        sys.settrace(tracer)
+        try:
+            outcomes["interrupted"] = queue.enqueue("q", {"n": "interrupted"})
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcomes["interrupted"] = exc
+        finally:
+            sys.settrace(None)
+
+    callers = Callers(queue)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, queue.schema) as holder:
+            callers.start({"n": 0})
+            until(lambda: blocked_backends(reader, queue.schema) != [], "the first round to wait")
+            thread = threading.Thread(target=interrupted_caller, daemon=True)
+            thread.start()
+            until(lambda: waiting(queue) == 1, "the interrupted caller to wait first")
+            callers.start({"n": 1})
+            until(lambda: waiting(queue) == 2, "another caller to wait behind it")
+            holder.commit()
+            thread.join(30)
+            outcomes.update(callers.join())
+        assert isinstance(outcomes.pop("interrupted"), KeyboardInterrupt)
+        assert all(isinstance(v, int) for v in outcomes.values()), outcomes
+        assert isinstance(queue.enqueue("q", {"n": 2}), int), "the queue still enqueues"
+        written = [r[2]["n"] for r in job_rows(reader, queue.schema)]
+    assert written == [0, 1, 2], "the interrupted job was dropped, never sent"
