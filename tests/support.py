@@ -46,6 +46,25 @@ async def until(condition: Callable[[], Any], timeout: float = TIMEOUT, what: st
         await asyncio.sleep(0.02)
 
 
+def link_connects(monkeypatch: pytest.MonkeyPatch, role: str = "main") -> Callable[[], int]:
+    """How many connections the workers' `role` links (`pgq <role> ...`, worker/link.py) have
+    tried to open so far: a test waits for a number of reconnects instead of sleeping through
+    the backoff it expects them in."""
+    from pgq_core.worker.link import Link
+
+    tries = 0
+    connect = Link._connect
+
+    async def counted(self: Link) -> psycopg.AsyncConnection[Any]:
+        nonlocal tries
+        if self._app.startswith(f"pgq {role} "):
+            tries += 1
+        return await connect(self)
+
+    monkeypatch.setattr(Link, "_connect", counted)
+    return lambda: tries
+
+
 @asynccontextmanager
 async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(worker.run())

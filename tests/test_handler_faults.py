@@ -6,7 +6,6 @@ transactions always conflict still ends (the bound)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from datetime import timedelta
@@ -16,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from support import make_worker, running, until
+from support import link_connects, make_worker, running, until
 
 from pgq_core import Queue
 from pgq_core.migrate import migrate
@@ -274,7 +273,7 @@ def test_a_result_far_over_the_bound_is_refused_before_json_dumps_holds_the_gil(
 
 
 async def test_a_read_only_outage_is_one_line_when_it_begins_and_one_when_it_ends(
-    own_database: str, caplog: pytest.LogCaptureFixture
+    own_database: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The database turns read-only for a few seconds under a running worker: its statements
     fail with 25006 and its reconnects land on read-only sessions again. It says the outage
@@ -299,12 +298,15 @@ async def test_a_read_only_outage_is_one_line_when_it_begins_and_one_when_it_end
                 )
 
     caplog.set_level(logging.INFO, logger="pgq.worker")
+    tries = link_connects(monkeypatch)
     with Queue.connect(own_database) as q:
         async with running(make_worker(own_database, "pgq", lambda job: None)):
             first = q.enqueue("q", {})
             await until(lambda: q.job(first).status == "done", what="the first job")
+            before = tries()
             read_only(True)
-            await asyncio.sleep(4)  # several reconnects' worth of backoff
+            # reconnects to read-only sessions after 0.25, 0.5 and 1 s of backoff
+            await until(lambda: tries() >= before + 3, what="three reconnects")
             read_only(False)
             with Queue.connect(own_database) as fresh:
                 last = fresh.enqueue("q", {})

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from handlers_for_tests import noop
 from prometheus_client.core import Metric
 from replication import SCHEMA, Pair, running_pair
-from support import ENV
+from support import ENV, link_connects, until
 
 from pgq_cli.cli import main
 from pgq_cli.session import Settings
@@ -176,7 +176,7 @@ def test_the_exporter_reads_the_standby_and_exports_its_lag(pair: Pair) -> None:
 
 
 async def test_a_worker_on_a_standby_waits_saying_so_once_then_works_once_promoted(
-    pair: Pair, caplog: pytest.LogCaptureFixture
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not --burst: the worker waits for the server to take writes, says so once (not at every
     reconnect), and claims once the standby is promoted."""
@@ -185,9 +185,11 @@ async def test_a_worker_on_a_standby_waits_saying_so_once_then_works_once_promot
     pair.caught_up()
     caplog.set_level(logging.INFO, logger="pgq")
     worker = Worker(pair.standby.dsn, ["mail"], noop, schema=SCHEMA, poll_interval=0.2)
+    tries = link_connects(monkeypatch)
     running = asyncio.create_task(worker.run())
     try:
-        await asyncio.sleep(5)  # reconnects after 0.25, 0.5, 1 and 2 s of backoff
+        # the first connection and three reconnects (after 0.25, 0.5 and 1 s of backoff)
+        await until(lambda: tries() >= 4, what="three reconnects to the standby")
         said = [r.getMessage() for r in caplog.records if "read-only standby" in r.getMessage()]
         assert len(said) == 1, said
         assert f"the server (127.0.0.1:{pair.standby.port}) is a read-only standby" in said[0]
