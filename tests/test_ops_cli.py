@@ -366,14 +366,14 @@ def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
 ) -> None:
     """`requeue --queue Q --dead` was one statement over every dead job, and ignored --batch:
     under a statement timeout it failed whole. Each batch is now its own statement and commit.
-    A trigger sleeping 5 ms per requeued row makes 600 rows take 3 s in one statement (over the
-    1 s timeout) and 20 rows 0.1 s."""
+    A trigger sleeping 2 ms per requeued row makes 600 rows take 1.2 s in one statement (over
+    the 0.5 s timeout) and 20 rows 0.04 s."""
     ids = queue.enqueue_many([ops.JobSpec("mail", {"n": n}) for n in range(600)])
     other = queue.enqueue("sms", {})
     assert sorted(queue.bulk("kill", JobFilter(queue=None, statuses=("ready",)))) == [*ids, other]
     slow = sql.SQL(
         "CREATE FUNCTION {s}.slow_requeue() RETURNS trigger LANGUAGE plpgsql"
-        " SET search_path = pg_catalog AS $$ BEGIN PERFORM pg_sleep(0.005); RETURN NEW; END $$;"
+        " SET search_path = pg_catalog AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$;"
         " CREATE TRIGGER slow_requeue BEFORE UPDATE ON {s}.jobs FOR EACH ROW"
         " WHEN (OLD.status = 'dead' AND NEW.status <> 'dead') EXECUTE FUNCTION {s}.slow_requeue()"
     ).format(s=sql.Identifier(schema))
@@ -381,13 +381,13 @@ def test_requeue_queue_dead_runs_in_batches_under_a_statement_timeout(
         conn.execute(slow)
     try:
         whole = pgq(
-            "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "1000"
+            "--statement-timeout", "0.5", "requeue", "--queue", "mail", "--dead", "--batch", "1000"
         )
         error_line(whole, 1, "statement timeout")
         assert statuses(queue, ids) == {"dead"}  # the batch wrote nothing
 
         result = pgq(
-            "--statement-timeout", "1s", "requeue", "--queue", "mail", "--dead", "--batch", "20"
+            "--statement-timeout", "0.5", "requeue", "--queue", "mail", "--dead", "--batch", "20"
         )
         assert ok(result) == "requeued 600 dead jobs of queue mail\n"
         progress = result.stderr.splitlines()

@@ -351,13 +351,16 @@ def test_the_p99_is_computed_once_per_queue_not_per_running_job(queue: Queue, na
 
 
 async def test_dashboard_stuck_list_goes_when_the_job_is_no_longer_stuck(
-    dsn: str, schema: str, queue: Queue
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tui_support.pilot import wait_for
 
+    from pgq_tui import app as app_module
     from pgq_tui.widgets.health_panel import HealthPanel
     from pgq_tui.widgets.stuck_table import StuckTable
 
+    # the shown Health view is read again on its own timer: every 0.5 s here, not every 5 s
+    monkeypatch.setattr(app_module, "SLOW_REFRESH", 0.5)
     stuck = _running(queue, "fresh", 90, 20, "w-alive")
     app = dashboard(dsn, schema)
     async with app.run_test(size=(140, 40)) as pilot:

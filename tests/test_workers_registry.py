@@ -4,12 +4,14 @@ its counts, deletes it when it stops; a row whose beats stopped drops out by its
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
 import time
 from typing import Any
 
+import pytest
 from psycopg import sql
 from support import TIMEOUT, make_worker, running, until
 
@@ -18,8 +20,13 @@ from pgq_core.worker import JobContext
 
 
 async def test_a_running_worker_is_listed_with_its_counts_and_gone_when_it_stops(
-    dsn: str, schema: str, queue: Queue
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from pgq_core.worker import registry, runtime
+
+    # a beat a second, not every BEAT_EVERY (5 s): the counts show within a second of changing
+    beat = functools.partial(registry.beat_forever, every=1.0)
+    monkeypatch.setattr(runtime, "beat_forever", beat)
     for n in range(3):
         queue.enqueue("q", {"n": n}, max_attempts=1)
     gate = asyncio.Event()
