@@ -401,7 +401,7 @@ async def open_session(port: int, query: str = "width=100&height=30") -> Any:
 def test_a_flooded_session_ends_with_its_tab(server_factory: Any, flood: int | str) -> None:
     """`["stdin", "j" * N]` then close: the dashboard process is gone within seconds and
     never grew (before: at 100 kB it lived on at 221 MiB, at 1 MB it outlived the server). The
-    sustained flood sends 8 KiB messages at 16 KiB/s for 8 s (eight times the input limit),
+    sustained flood sends 8 KiB messages at 32 KiB/s for 4 s (sixteen times the input limit),
     then closes."""
     from pgq_tui.web_session import INPUT_BURST, QUIT_SECONDS, TERM_SECONDS
 
@@ -412,10 +412,10 @@ def test_a_flooded_session_ends_with_its_tab(server_factory: Any, flood: int | s
         client, ws = await open_session(port)
         async with client:
             sessions = server.descendants()
-            if flood == "sustained":  # 16 KiB/s for 8 s, in messages under the size limit
+            if flood == "sustained":  # 32 KiB/s for 4 s, in messages under the size limit
                 for _ in range(16):
                     await ws.send_json(["stdin", "j" * INPUT_BURST])
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(0.25)
             else:  # over the message size limit: the server closes the session (1009; 1006
                 # when it cut the connection while the message was still coming in)
                 await ws.send_json(["stdin", "j" * int(flood)])
