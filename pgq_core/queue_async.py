@@ -61,6 +61,7 @@ from .queue_common import (
     chunks,
     expect_applied,
     health_of,
+    interrupted_round,
     log,
     make_worker_id,
     operator_id,
@@ -310,6 +311,8 @@ class AsyncQueue:
         if ticket.failure is not None:
             if led:
                 raise ticket.failure
+            if not isinstance(ticket.failure, Exception):  # the leading call's interrupt
+                raise interrupted_round(ticket.failure) from ticket.failure
             raise copy.copy(ticket.failure) from ticket.failure
         assert ticket.answer is not None
         return ticket.answer[0]

@@ -215,6 +215,17 @@ async def carry(aw: Awaitable[T]) -> T:
         raise
 
 
+def interrupted_round(cause: BaseException) -> psycopg.OperationalError:
+    """What a caller raises whose job was in a shared round that the call leading it met
+    `cause` in (KeyboardInterrupt, SystemExit, its task cancelled): that interrupt is the
+    leading call's own, and whether the round committed is unknown, as after a lost
+    connection."""
+    return psycopg.OperationalError(
+        f"the shared enqueue round carrying this job was stopped by {type(cause).__name__} in"
+        " the call leading it: whether it committed is unknown"
+    )
+
+
 def carried(result: T) -> T:
     """`carry` for a call without asyncio: it has run to its end already."""
     return result

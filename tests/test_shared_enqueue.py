@@ -350,8 +350,10 @@ def test_a_leader_interrupted_before_its_round_fails_its_jobs(
     queue: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Anything that stops a leader between taking its jobs and its round answering them
-    (here the round itself raising at once, as an interrupt would) fails those jobs' callers
-    with it: none waits for good."""
+    (here the round itself raising at once, as an interrupt would) fails those jobs' callers:
+    none waits for good. The interrupt stays the leader's (a KeyboardInterrupt or SystemExit
+    raised in another thread would stop that thread, past its `except Exception`): the
+    others raise OperationalError, their outcome unknown as after a lost connection."""
     callers = Callers(queue)
     with psycopg.connect(dsn, autocommit=True) as reader:
         with callers.queued(dsn, reader, {"n": 0}, *({"n": n} for n in range(1, 4))) as holder:
@@ -363,7 +365,10 @@ def test_a_leader_interrupted_before_its_round_fails_its_jobs(
             holder.commit()
         outcomes = callers.join()
     assert isinstance(outcomes.pop(repr({"n": 0})), int)
-    assert all(isinstance(v, KeyboardInterrupt) for v in outcomes.values()), outcomes
+    assert isinstance(outcomes.pop(repr({"n": 1})), KeyboardInterrupt), "the leader's own"
+    assert all(isinstance(v, psycopg.OperationalError) for v in outcomes.values()), outcomes
+    assert all(isinstance(v.__cause__, KeyboardInterrupt) for v in outcomes.values())
+    assert all("KeyboardInterrupt" in str(v) for v in outcomes.values())
 
 
 def test_a_shared_round_keeps_each_jobs_trace_context(queue: Queue) -> None:
