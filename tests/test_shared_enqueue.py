@@ -664,3 +664,28 @@ def test_a_caller_interrupted_as_it_is_handed_the_lead_passes_it_on(
         assert isinstance(queue.enqueue("q", {"n": 2}), int), "the queue still enqueues"
         written = [r[2]["n"] for r in job_rows(reader, queue.schema)]
     assert written == [0, 1, 2], "the interrupted job was dropped, never sent"
+
+
+async def test_close_from_another_task_fails_the_tasks_waiting(dsn: str, schema: str) -> None:
+    """`AsyncQueue.close()` from another task while a round waits on the server and tasks
+    wait behind it: every one raises, none reopens the connection, later calls raise."""
+    aqueue = await AsyncQueue.connect(dsn, schema)
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with jobs_held(dsn, schema) as holder:
+            first = asyncio.create_task(aqueue.enqueue("q", {"n": 0}))
+            while not blocked_backends(reader, schema):
+                await asyncio.sleep(0.01)
+            rest = [asyncio.create_task(aqueue.enqueue("q", {"n": n})) for n in range(1, 4)]
+            while waiting(aqueue) < 3:
+                await asyncio.sleep(0.01)
+            await aqueue.close()
+            holder.commit()
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(first, *rest, return_exceptions=True), 30
+            )
+        assert all(isinstance(v, psycopg.OperationalError) for v in outcomes), outcomes
+        assert aqueue.conn.closed
+        with pytest.raises(psycopg.OperationalError):
+            await aqueue.enqueue("q", {"after": "close"})
+        written = [r[2] for r in job_rows(reader, schema)]
+    assert written in ([], [{"n": 0}]), "only the round in flight may have committed"
