@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from psycopg import sql
+from support import until
 
 from pgq_core import Queue, ops
 from pgq_core.worker.link import Link, Timeouts
@@ -62,8 +63,8 @@ async def test_two_schedulers_enqueue_each_slot_of_a_1s_schedule_once(
 ) -> None:
     queue.add_schedule("tick", "ticks", "* * * * * *")
     async with links(dsn, schema, 2) as opened, scheduling(opened):
-        await asyncio.sleep(3.2)
-    slots = slot_jobs(queue, "tick")
+        await until(lambda: len(slot_jobs(queue, "tick")) >= 3, what="three slots enqueued")
+    slots = slot_jobs(queue, "tick")  # once both schedulers have stopped
     assert len(slots) >= 2, slots
     assert set(slots.values()) == {1}, "a slot enqueued twice"
     assert all(slot.microsecond == 0 for slot in slots)
