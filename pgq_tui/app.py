@@ -240,8 +240,12 @@ class DashboardApp(App[None]):
             self._start_worker(queue)
         self.request_refresh()
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        """However the app ends (`q` has closed them already; an embedding host's exit or a
+        test leaving `run_test` has not), its connections to the database are given up."""
         self._log_handler.detach()
+        with contextlib.suppress(Exception):  # leaving anyway
+            await asyncio.wait_for(self.source.close(), timeout=3)
 
     def alert(self, message: str, *, title: str = "", severity: Severity = "information") -> None:
         """Say something on the status line (never a toast over the tables): printable text,

@@ -386,6 +386,18 @@ async def test_survives_the_server_dropping_its_connections(
         await wait_for(pilot, lambda: backends(conn, app.source) == 2, "LISTEN back as well")
 
 
+async def test_an_app_that_ends_without_q_closes_its_connections(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Leaving `run_test` (or a host ending the app) without `q` gives the dashboard's
+    connections up too: they stayed open until the app was garbage-collected."""
+    app = dashboard(dsn, schema)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.connection == "connected", "connected")
+        await wait_for(pilot, lambda: backends(conn, app.source) == 2, "poll and LISTEN links")
+    await until(lambda: backends(conn, app.source) == 0, TIMEOUT, "its connections closed")
+
+
 def backends(conn: psycopg.Connection[Any], source: Any) -> int:
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
