@@ -16,7 +16,7 @@ from rich.console import Console
 from pgq_core.config import check_schema
 
 from .cluster import missing as cluster_missing
-from .common import server
+from .common import installed_bytecode, server
 from .drain import Options, print_tables, run_bench
 from .failover import FailoverOptions, print_failover, run_failover
 from .pickup import PickupOptions, print_pickup, run_pickup
@@ -114,6 +114,7 @@ def run_command(
     if schema:
         check_schema(schema)
     console = Console(stderr=as_json)
+    installed_bytecode()
 
     def say(message: str) -> None:
         console.print(f"[dim]· {message}[/dim]")

@@ -3,6 +3,8 @@ work, and percentiles. Every statement here is the bench's own bookkeeping, not 
 
 from __future__ import annotations
 
+import compileall
+import importlib.util
 import os
 import platform
 import secrets
@@ -42,6 +44,22 @@ CONNECT_TIMEOUT = 10
 BOOKKEEPING_TIMEOUT = "SET statement_timeout = '60s'"
 #: The queue every bench run enqueues to and drains.
 QUEUE_NAME = "bench"
+
+
+#: The packages the processes the bench starts import (`pgq worker`, `pgq enqueue`, the
+#: baseline's scripts): compiled to bytecode first (`installed_bytecode`).
+BYTECODE_PACKAGES = ("pgq_core", "pgq_cli", "pgq_bench")
+
+
+def installed_bytecode() -> None:
+    """Compile the modules of BYTECODE_PACKAGES to bytecode, as pip does when it installs the
+    wheel, so that a process the bench starts loads them as an installed pgq does. A checkout
+    run with PYTHONDONTWRITEBYTECODE set compiles them again at every start, a cost no
+    installed pgq pays (docs/performance.md)."""
+    for name in BYTECODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec and spec.submodule_search_locations) or ():
+            compileall.compile_dir(location, quiet=2)
 
 
 @contextmanager

@@ -3,6 +3,7 @@ pass criteria and plot script."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from pgq_bench.baseline import BASELINE_ENQUEUE_BATCH, setup_baseline
-from pgq_bench.common import throwaway_schema
+from pgq_bench.common import BYTECODE_PACKAGES, installed_bytecode, throwaway_schema
 from pgq_bench.soak import verdict
 from pgq_cli.cli import main
 
@@ -30,6 +31,20 @@ def _bench_schemas(dsn: str) -> set[str]:
             "OR nspname LIKE 'soak\\_%'"
         ).fetchall()
     return {r[0] for r in rows}
+
+
+def test_the_bench_runs_pgq_from_bytecode_as_an_installed_pgq_does(tmp_path: Path) -> None:
+    """`installed_bytecode` leaves a current .pyc beside every module of pgq's packages, which
+    a process started with PYTHONDONTWRITEBYTECODE then loads instead of compiling again."""
+    installed_bytecode()
+    stale = []
+    for name in BYTECODE_PACKAGES:
+        package = ROOT / name
+        for source in package.rglob("*.py"):
+            cached = importlib.util.cache_from_source(str(source))
+            if not Path(cached).exists() or Path(cached).stat().st_mtime < source.stat().st_mtime:
+                stale.append(str(source.relative_to(ROOT)))
+    assert stale == []
 
 
 def test_the_baseline_file_process_enqueues_each_line_with_the_batch_insert(
