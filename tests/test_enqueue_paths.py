@@ -237,6 +237,10 @@ def test_enqueue_payload_texts_refuses_before_writing_or_writes_nothing(queue: Q
     with pytest.raises(ValueError, match="payload text 3000 is nested too deeply"):
         queue.enqueue_payload_texts("c", [*many, "[" * 5000 + "]" * 5000])
     assert queue.enqueue_payload_texts("c", ["[" * 150 + "]" * 150], conn=None)
+    class Text(str):
+        """A str subclass (a framework's safe-string type) is a str here."""
+
+    assert queue.enqueue_payload_texts("c", [Text("[1]"), "[" * 250 + "]" * 250])
     with pytest.raises(TypeError, match="payload text 1 is bytes"):
         queue.enqueue_payload_texts("c", ["{}", b"{}"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="not one text"):

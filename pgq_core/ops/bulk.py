@@ -134,7 +134,7 @@ def checked_texts(texts: Iterable[str]) -> list[str]:
     except TypeError:
         pass  # not a str: named below
     for n, text in enumerate(checked):
-        if type(text) is not str:
+        if not isinstance(text, str):
             raise TypeError(f"payload text {n} is {type(text).__name__}, not str")
         if text.count("[") + text.count("{") > _NESTING_UNCHECKED:
             try:
