@@ -454,7 +454,7 @@ class AsyncQueue:
             priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,
         )  # fmt: skip
         return await self._copy_payloads(
-            template, len(payloads), lambda: ops.payload_texts(payloads), lambda: payloads, conn
+            template, len(payloads), ops.payload_texts(payloads), payloads, conn
         )
 
     async def enqueue_payload_texts(
@@ -482,19 +482,20 @@ class AsyncQueue:
             priority=priority, backoff_base=backoff_base, backoff_cap=backoff_cap,
         )  # fmt: skip
         return await self._copy_payloads(
-            template, len(checked), lambda: checked, lambda: map(jsontext.loads, checked), conn
+            template, len(checked), checked, map(jsontext.loads, checked), conn
         )
 
     async def _copy_payloads(
         self,
         template: JobSpec,
         n: int,
-        texts: Callable[[], Iterable[str]],
-        payloads: Callable[[], Iterable[Any]],
+        texts: Iterable[str],
+        payloads: Iterable[Any],
         conn: psycopg.AsyncConnection[Any] | None,
     ) -> list[int]:
         """`n` jobs of `template` but for their payloads, through COPY from their JSON `texts`;
-        through INSERTs of the `payloads` themselves for a role COPY refuses."""
+        through INSERTs of the `payloads` themselves for a role COPY refuses (each iterable is
+        lazy, and only one of them is read)."""
         delays = ops.copy_delays([template])
         if not n:
             return []
@@ -503,10 +504,10 @@ class AsyncQueue:
             async with self._joined(target):  # a caller's transaction is joined, never committed
                 ids, run_ats = await self.run(ops.copy_ids(self.schema, n, delays), target)
                 if ids is None:  # row-level security: COPY would refuse the role
-                    specs = ops.copy_as_specs(template, list(payloads()))
+                    specs = ops.copy_as_specs(template, list(payloads))
                     return await self._insert_instead(specs, target)
                 await self._copy_in(
-                    ops.payload_copy_text(template, texts(), ids, delays, run_ats), target
+                    ops.payload_copy_text(template, texts, ids, delays, run_ats), target
                 )
         return ids
 
