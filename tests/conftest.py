@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 # Textual draws at most TEXTUAL_FPS frames a second (read once, when textual is imported): 20
 # in the tests (and the dashboards they spawn), not 60, so that a burst of updates is one
@@ -145,32 +144,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     pool = item.config.stash.get(_POOL, None)
     if pool is not None:
         pool.settle()
-
-
-@pytest.fixture(autouse=True)
-def _dashboard_connections_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every connection a dashboard (`PgSource`) opened during the test is closed once it is
-    over. `q` closes the source; a test leaving `run_test` does not, and its connections then
-    stay open until the garbage collector frees the app, in practice for the rest of the
-    process: the schema pool finds a pgq session in the database after each later test and
-    drops that schema instead of pooling it (a migration more per test)."""
-    from pgq_tui.source import PgSource
-
-    opened: list[psycopg.AsyncConnection[Any]] = []
-    connect = PgSource._connect
-
-    async def tracked(self: PgSource, *args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-        conn = await connect(self, *args, **kwargs)
-        opened.append(conn)
-        return conn
-
-    monkeypatch.setattr(PgSource, "_connect", tracked)
-    yield
-    for conn in opened:
-        if not conn.closed:
-            # libpq's own close: the test's event loop may be gone, and the connection is
-            # idle (whatever ran on it ended with the test)
-            conn.pgconn.finish()
 
 
 @pytest.fixture
