@@ -78,15 +78,19 @@ async def install_and_fill(dsn: str, schema: str, payloads: list[bytes]) -> None
         await conn.close()
 
 
-async def enqueue_batches(dsn: str, schema: str, payloads: list[bytes], size: int) -> None:
+async def enqueue_batches(dsn: str, schema: str, payloads: list[bytes], size: int) -> float:
     """One job per payload, `size` per `Queries.enqueue` call (PgQueuer's batch enqueue), on
-    one connection opened first (its connecting is not the enqueue's)."""
+    one connection opened first; the seconds the enqueues took (its connecting, and its
+    event loop's start, are not the enqueue's: pgq's and the baseline's connections are open
+    already)."""
     conn = await connect(dsn)
     try:
         q = queries(conn, schema)
+        t0 = time.perf_counter()
         for i in range(0, len(payloads), size):
             chunk: list[bytes | None] = list(payloads[i : i + size])
             await q.enqueue([ENTRYPOINT] * len(chunk), chunk, [0] * len(chunk))
+        return time.perf_counter() - t0
     finally:
         await conn.close()
 

@@ -431,14 +431,17 @@ def _batches(
             }  # fmt: skip
             subprocess.run(command, env=baseline_env, check=True, capture_output=True)
 
-        def peer_batch() -> None:
-            asyncio.run(pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE))
+        def peer_batch() -> float:
+            return asyncio.run(
+                pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE)
+            )
 
         def pgq_bulk() -> None:
             q.enqueue_payloads(QUEUE_NAME, bulk)
 
         bulk = [payload(opts.payload_bytes, n) for n in range(batch_jobs * BULK_FACTOR)]
-        batch_sides: dict[str, tuple[Callable[[], None], int]] = {
+        # a side returns its seconds when only part of the call is its enqueue
+        batch_sides: dict[str, tuple[Callable[[], float | None], int]] = {
             "baseline_batch": (baseline_batch, batch_jobs),
             "pgqueuer_batch": (peer_batch, batch_jobs),
             "pgq_enqueue_many": (pgq_many, batch_jobs),
@@ -458,8 +461,9 @@ def _batches(
                     say(f"round {r + 1}/{opts.rounds}: {side}, {jobs} jobs")
                     ticks = cpu_ticks()
                     t0 = time.perf_counter()
-                    call()
-                    rates.setdefault(side, []).append(jobs / (time.perf_counter() - t0))
+                    seconds = call()
+                    seconds = time.perf_counter() - t0 if seconds is None else seconds
+                    rates.setdefault(side, []).append(jobs / seconds)
                     steal.setdefault(side, []).append(steal_percent(ticks, cpu_ticks()))
         finally:
             baseline.close()

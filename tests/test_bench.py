@@ -672,3 +672,25 @@ def test_render_reads_a_result_written_before_the_rename() -> None:
     assert "| | baseline (LIMIT 10) |" in done.stdout
     assert "ratio (pgq drain / baseline drain)" in done.stdout
     assert "seed" not in done.stdout
+
+
+def test_pgqueuer_batches_are_timed_without_their_connecting(dsn: str) -> None:
+    """PgQueuer's batch side is timed as pgq's and the baseline's are, on a connection open
+    already: its seconds are the enqueues', not its connecting's or its event loop's."""
+    pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
+    import asyncio
+
+    from pgq_bench import pgqueuer_side
+    from pgq_bench.common import throwaway_schema
+
+    payloads = [json.dumps({"n": n}).encode() for n in range(30)]
+    with throwaway_schema(dsn, "bench_peer", pgq=False) as schema:
+        asyncio.run(pgqueuer_side.install_and_fill(dsn, schema, []))
+        t0 = time.perf_counter()
+        seconds = asyncio.run(pgqueuer_side.enqueue_batches(dsn, schema, payloads, 10))
+        whole = time.perf_counter() - t0
+        with psycopg.connect(dsn) as conn:
+            table = sql.Identifier(schema, "pgqueuer")
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+    assert row == (30,)
+    assert 0 < seconds < whole
