@@ -485,3 +485,44 @@ def test_the_edge_probe_reads_an_index_when_few_jobs_are_due(queue: Queue, dsn: 
             probe = plan[plan.index("SubPlan") :]
             assert re.search(r"Index (Only )?Scan using jobs_ready\w*_idx on jobs d", probe), plan
             assert "Seq Scan on jobs" not in plan, (state, plan)
+
+
+def test_a_jobspec_is_made_as_dataclass_makes_it() -> None:
+    """JobSpec's own __init__ (one __dict__ update) takes dataclass's signature and defaults,
+    and the result is the same frozen value: equal, hashable, `replace`-able, naive run_at
+    made aware."""
+    import dataclasses
+    import inspect
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:  # JobSpec's fields, with dataclass's own __init__
+        queue: str
+        payload: Any
+        run_at: datetime | None = None
+        delay: timedelta | None = None
+        max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS
+        priority: int = 0
+        unique_key: str | None = None
+        depends_on: Any = ()
+        backoff_base: float | None = None
+        backoff_cap: float | None = None
+
+    def defaults(cls: type) -> list[tuple[str, Any]]:
+        return [(n, p.default) for n, p in inspect.signature(cls).parameters.items()]
+
+    assert defaults(JobSpec) == defaults(Plain)
+    assert inspect.signature(JobSpec).parameters["priority"].annotation == "int"
+    spec = JobSpec("q", {"a": 1}, priority=3, depends_on=(1, 2))
+    plain = Plain("q", {"a": 1}, priority=3, depends_on=(1, 2))
+    assert dataclasses.asdict(spec) == dataclasses.asdict(plain)
+    assert spec == JobSpec("q", {"a": 1}, priority=3, depends_on=(1, 2)) != JobSpec("q", 1)
+    assert hash(JobSpec("q", 1)) == hash(JobSpec("q", 1))
+    assert dataclasses.replace(spec, priority=4).priority == 4
+    naive = JobSpec("q", 1, run_at=datetime(2026, 1, 1, 12))
+    assert naive.run_at == datetime(2026, 1, 1, 12).astimezone()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.priority = 5  # type: ignore[misc]
+    with pytest.raises(TypeError, match="payload"):
+        JobSpec("q")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        JobSpec("q", 1, bogus=2)  # type: ignore[call-arg]

@@ -4,10 +4,12 @@ the parallel arrays a batch of specs travels as.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
@@ -15,7 +17,32 @@ from .. import jsontext, tracing
 from ..config import check_new_queue_name, check_queue_name
 from ..defaults import BACKOFF_MAX, DEFAULT_MAX_ATTEMPTS, UNIQUE_KEY_MAX_BYTES
 
+_T = TypeVar("_T")
 
+
+def _filled_at_once(cls: type[_T]) -> type[_T]:
+    """Frozen dataclass `cls` with an __init__ of dataclass's signature and defaults that fills
+    the new instance's __dict__ in one update, then calls __post_init__: dataclass's own sets
+    each field through object.__setattr__, and a batch makes thousands (docs/performance.md)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if any(f.default_factory is not dataclasses.MISSING or not f.init for f in fields):
+        raise TypeError(f"{cls.__name__}: only fields with plain defaults are filled at once")
+    given = inspect.signature(cls.__init__).parameters
+    defaults = {n: p.default for n, p in given.items() if p.default is not p.empty}
+    names = [f.name for f in fields]
+    params = ", ".join(f"{n}=_defaults[{n!r}]" if n in defaults else n for n in names)
+    fill = ", ".join(f"{n}={n}" for n in names)
+    source = f"def __init__(self, {params}):\n self.__dict__.update({fill})\n self.__post_init__()"
+    scope: dict[str, Any] = {"_defaults": defaults}
+    exec(source, scope)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__, init.__annotations__ = cls.__init__.__doc__, cls.__init__.__annotations__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@_filled_at_once
 @dataclass(frozen=True)
 class JobSpec:
     """A job to enqueue. `run_at` wins over `delay`; with neither the job is due now. A naive
