@@ -380,13 +380,44 @@ class Queue:
         """Enqueue every spec, all or nothing, in one transaction: one id per spec, in order (a
         duplicate of a held unique key gets the holder's id). Thousands of jobs go in one
         round trip."""
-        return [e.id for e in self.enqueue_many_detailed(specs, conn)]
+        specs = list(specs)
+        ids = self._enqueue_batch(specs, conn)
+        return ids if ids is not None else [e.id for e in self._enqueue_specs(specs, conn)]
 
     def enqueue_many_detailed(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None
     ) -> list[Enqueued]:
         """`enqueue_many`, saying for each spec whether it was inserted or was a duplicate."""
         specs = list(specs)
+        ids = self._enqueue_batch(specs, conn)
+        if ids is not None:
+            return [Enqueued(job_id, True) for job_id in ids]
+        return self._enqueue_specs(specs, conn)
+
+    def _enqueue_batch(
+        self, specs: list[JobSpec], conn: psycopg.Connection[Any] | None
+    ) -> list[int] | None:
+        """`specs` in one `enqueue_batch` statement, a transaction of its own that decides its
+        NOTIFY and sends it after its commit (no trigger fires): their ids. None, with
+        nothing sent, for a batch it does not take, or inside a transaction."""
+        if len(specs) > ENQUEUE_CHUNK or (conn is not None and not alone(conn)):
+            return None
+        batch = ops.enqueue_batch(specs)
+        if batch is None:
+            return None
+        with self._turn_on(conn):
+            target = conn or self._own()
+            if not alone(target):
+                return None
+            ids, wake = self._run(batch, target)
+            if wake is not None:
+                self._notify(target, [wake])
+            return ids
+
+    def _enqueue_specs(
+        self, specs: list[JobSpec], conn: psycopg.Connection[Any] | None
+    ) -> list[Enqueued]:
+        """`enqueue_many_detailed` for any batch, in the caller's transaction or its own."""
         with self._turn_on(conn):  # no other caller's statement in its transaction
             target = conn or self._own()
             if len(specs) <= ENQUEUE_CHUNK and ops.enqueue_is_one_statement(specs):

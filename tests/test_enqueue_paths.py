@@ -394,9 +394,10 @@ async def test_async_always_notifies_after_the_commit(aqueue: AsyncQueue, dsn: s
 
 def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue) -> None:
     """`Queue.enqueue` alone in its transaction decides its NOTIFY itself under every mode, so
-    the jobs INSERT trigger does not fire for it; for a batch, an enqueue in the caller's
-    transaction and an application's own INSERT it fires as before (counted by the server's
-    function statistics, flushed by the backend)."""
+    the jobs INSERT trigger does not fire for it, nor for `enqueue_many` of one queue's jobs
+    due now; for any other batch, an enqueue in the caller's transaction and an application's
+    own INSERT it fires as before (counted by the server's function statistics, flushed by the
+    backend)."""
     own = queue.conn
     if own.info.server_version < 150000:
         pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
@@ -416,6 +417,10 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
         queue.enqueue("n", {})
     assert calls() == before, "an autocommit enqueue fires no trigger"
     queue.enqueue_many([JobSpec("n", {}), JobSpec("n", {})])
+    queue.enqueue_many_detailed([JobSpec("n", {}, priority=2), JobSpec("n", {}, max_attempts=1)])
+    assert calls() == before, "nor does a batch of one queue's jobs due now"
+    queue.enqueue_many([JobSpec("n", {}), JobSpec("n", {}, delay=timedelta(0))])
+    queue.enqueue_many([JobSpec("n", {}), JobSpec("m", {})])
     with own.transaction():
         queue.enqueue("n", {}, conn=own)
     own.execute(
@@ -423,11 +428,12 @@ def test_an_enqueue_alone_runs_no_trigger_and_any_other_insert_does(queue: Queue
             sql.Identifier(queue.schema)
         )
     )
-    assert calls() == before + 3
+    assert calls() == before + 4
     # under `edge` too: the statement probes the queue itself
     queue.set_notify("edge")
     queue.enqueue("n", {})
-    assert calls() == before + 3
+    queue.enqueue_many([JobSpec("n", {}), JobSpec("n", {})])
+    assert calls() == before + 4
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
@@ -526,3 +532,90 @@ def test_a_jobspec_is_made_as_dataclass_makes_it() -> None:
         JobSpec("q")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="bogus"):
         JobSpec("q", 1, bogus=2)  # type: ignore[call-arg]
+
+
+def due_specs(queue_name: str = "b") -> list[JobSpec]:
+    return [
+        JobSpec(queue_name, {"n": 1}),
+        JobSpec(queue_name, {"n": 2}, priority=3, max_attempts=2),
+        JobSpec(queue_name, [3], backoff_base=1.5, backoff_cap=60),
+        JobSpec(queue_name, "four", priority=-1),
+    ]
+
+
+def test_a_batch_of_one_queue_due_now_writes_what_the_general_path_writes(
+    queue: Queue,
+) -> None:
+    """`enqueue_batch` (a transaction of its own) is taken for a batch of one queue's jobs due
+    now, and no other; it writes each job as `enqueue_plain` in a caller's transaction does,
+    the ids ascending in the specs' order."""
+    assert ops.enqueue_batch(due_specs()) is not None
+    for other in (
+        [*due_specs(), JobSpec("other", {})],
+        [*due_specs(), JobSpec("b", {}, delay=timedelta(0))],
+        [*due_specs(), JobSpec("b", {}, run_at=datetime.now(UTC))],
+        [*due_specs(), JobSpec("b", {}, unique_key="k")],
+        [*due_specs(), JobSpec("b", {}, depends_on=(1,))],
+        [],
+    ):
+        assert ops.enqueue_batch(other) is None
+    fast = queue.enqueue_many(due_specs())
+    with queue.transaction():
+        general = queue.enqueue_many(due_specs())
+    assert fast == sorted(fast) and len(set(fast)) == 4 and general[0] > fast[-1]
+    written, expected = rows(queue, fast), rows(queue, general)
+    assert [r[1:] for r in written] == [r[1:] for r in expected]
+    assert [r[2] for r in written] == [s.payload for s in due_specs()], "ids in the specs' order"
+    assert {r[-1] for r in written} == {timedelta(0)}, "due at the transaction's now()"
+    detailed = queue.enqueue_many_detailed(due_specs())
+    assert [e.inserted for e in detailed] == [True] * 4
+    assert [r[1:] for r in rows(queue, [e.id for e in detailed])] == [r[1:] for r in expected]
+
+
+@pytest.mark.parametrize("mode", ["always", "edge", "off"])
+def test_a_batch_due_now_notifies_after_its_commit_as_its_mode_says(
+    queue: Queue, dsn: str, mode: str
+) -> None:
+    """The batch's statement decides its queue's NOTIFY once, and the producer sends it after
+    the commit: under `always` each time, under `edge` only onto a queue with no due ready
+    job (a scheduled one does not count), under `off` never."""
+    queue.set_notify(mode)
+    queue.enqueue("w", {}, delay=timedelta(hours=1))
+    with heard(dsn, queue.schema) as ears:
+        ears.notifies(timeout=0.2)  # anything the scheduled job left
+        queue.enqueue_many([JobSpec("w", {"n": n}) for n in range(300)])
+        first = [n.payload for n in ears.notifies(timeout=0.4)]
+        queue.enqueue_many([JobSpec("w", {"n": n}) for n in range(300)])
+        second = [n.payload for n in ears.notifies(timeout=0.4)]
+    assert (first, second) == {
+        "always": (["w"], ["w"]), "edge": (["w"], []), "off": ([], []),
+    }[mode]  # fmt: skip
+
+
+def test_a_batch_due_now_is_all_or_nothing(queue: Queue) -> None:
+    """A spec Python refuses stops the batch before anything is sent; a payload the server
+    refuses fails the one statement, and nothing of the batch is written."""
+    before = queue.conn.execute(
+        sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(queue.schema))
+    ).fetchone()
+    with pytest.raises(ValueError, match="priority"):
+        queue.enqueue_many([*due_specs(), JobSpec("b", {}, priority=2**31)])
+    with pytest.raises(ValueError):
+        queue.enqueue_many([*due_specs(), JobSpec("", {})])
+    with pytest.raises(Unstorable):
+        queue.enqueue_many([*due_specs(), JobSpec("b", {"text": "a\x00b"})])
+    after = queue.conn.execute(
+        sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(queue.schema))
+    ).fetchone()
+    assert after == before
+    assert queue.enqueue_many(due_specs())  # the connection is fine after
+
+
+async def test_async_batch_due_now_writes_and_notifies(aqueue: AsyncQueue, dsn: str) -> None:
+    await aqueue.set_notify("always")
+    with heard(dsn, aqueue.schema) as ears:
+        ids = await aqueue.enqueue_many(due_specs("ab"))
+        assert [n.payload for n in ears.notifies(timeout=0.4)] == ["ab"]
+    assert ids == sorted(ids) and len(ids) == 4
+    detailed = await aqueue.enqueue_many_detailed(due_specs("ab"))
+    assert all(e.inserted for e in detailed) and detailed[0].id > ids[-1]

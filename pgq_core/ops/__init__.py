@@ -79,6 +79,7 @@ from .bulk import (
 from .enqueue import (
     Round,
     enqueue,
+    enqueue_batch,
     enqueue_flow,
     enqueue_is_one_statement,
     enqueue_job,
@@ -294,6 +295,7 @@ __all__ = [
     "encoding_refusal",
     "enqueue",
     "enqueue_after",
+    "enqueue_batch",
     "enqueue_due_slot",
     "enqueue_due_slots",
     "enqueue_flow",

@@ -147,6 +147,30 @@ def notify_queues(channel: str, queues: Sequence[str]) -> Op[None]:
     return Op("notify_queues", {"channel": channel, "queues": list(queues)}, read_nothing)
 
 
+def enqueue_batch(specs: Sequence[JobSpec]) -> Op[tuple[list[int], str | None]] | None:
+    """`enqueue_batch_then_notify` for a batch of one queue's jobs due now (no run_at, delay,
+    unique key or dependencies), checked first (ValueError), to run as a transaction of its
+    own: (the new ids ascending, as the specs go; the queue to notify after the commit, or
+    None). None for any other batch, unchecked: `enqueue_flow` takes it."""
+    if not specs:
+        return None
+    queue = specs[0].queue
+    for spec in specs:
+        if (
+            spec.queue != queue or spec.run_at is not None or spec.delay is not None
+            or spec.unique_key is not None or spec.depends_on
+        ):  # fmt: skip
+            return None
+    named: set[str] = set()
+    for spec in specs:
+        check_spec(spec, named)
+
+    def read(rows: Rows) -> tuple[list[int], str | None]:
+        return sorted(row[0] for row in rows), (queue if rows and rows[0][1] else None)
+
+    return Op("enqueue_batch_then_notify", _once_if_shared(job_arrays(specs)), read)
+
+
 def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     """One `enqueue` statement for `specs`, already checked (`enqueue_plain` when none has a
     unique key). A key is sent once: later specs with a key already in the batch are

@@ -14,13 +14,17 @@ VALUES (%(queue)s::text, %(payload)s::jsonb,
         %(backoff_cap)s::float8, %(trace)s::jsonb)
 RETURNING id;
 
+-- fragment: notify_mode
+-- The schema's notify setting (`always` when unset), read in the statement's snapshot.
+coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
+
 -- fragment: wake_queue
 -- The queue to notify once new job `j` has committed, or NULL: under `always` when it is due,
 -- under `edge` when it is due and its queue had no other due ready job (the statement's
 -- snapshot holds none of its own rows; the probe stops at the first due row, whatever its
 -- plan). The setting is read once, in the statement's one snapshot.
 CASE WHEN j.run_at <= now() THEN
-  CASE coalesce((SELECT s.value FROM {schema}.settings s WHERE s.name = 'notify'), 'always')
+  CASE {notify_mode}
     WHEN 'always' THEN j.queue
     WHEN 'edge' THEN CASE WHEN NOT EXISTS (
                                  SELECT 1 FROM {schema}.jobs d
@@ -58,6 +62,37 @@ SELECT q, p, coalesce(r, now() + coalesce(d, interval '0')), m, pr, bb, bc,
   FROM input, (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
  ORDER BY n
 RETURNING j.id, {wake_queue} AS wake;
+
+-- name: enqueue_batch_then_notify
+-- `enqueue_plain` as a transaction of its own (autocommit) for a batch of one queue's jobs,
+-- all due now, none with a unique key or dependencies (`Queue.enqueue_many`'s common case):
+-- as `enqueue_one_then_notify`, it sets pgq.enqueue_decided, so the jobs INSERT trigger does
+-- not fire (its transition table and statements cost ~0.4 ms of the server's ~4.4 ms per
+-- 1,000 jobs), and decides the queue's NOTIFY itself, once (`wake`: uncorrelated, so an
+-- InitPlan, over the statement's snapshot, which holds none of its own rows): under `always`,
+-- or under `edge` when the queue had no due ready job. The producer sends it once this has
+-- committed. run_at is the column's default, now(). Rows: (id, wake), `wake` the same on each.
+WITH input AS (
+  SELECT * FROM ROWS FROM (
+    pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
+    pg_catalog.unnest(%(max_attempts)s::int[]), pg_catalog.unnest(%(priorities)s::int[]),
+    pg_catalog.unnest(%(backoff_bases)s::float8[]), pg_catalog.unnest(%(backoff_caps)s::float8[]))
+    WITH ORDINALITY AS t(p, m, pr, bb, bc, n)
+)
+INSERT INTO {schema}.jobs AS j (queue, payload, max_attempts, priority, backoff_base,
+                                backoff_cap, trace)
+SELECT %(queue)s::text, p, coalesce(m, %(max_attempt)s::int), coalesce(pr, %(priority)s::int),
+       bb, bc, %(trace)s::jsonb
+  FROM input, (SELECT pg_catalog.set_config('pgq.enqueue_decided', 'on', true)) decided
+ ORDER BY n
+RETURNING j.id, (SELECT CASE {notify_mode}
+                          WHEN 'always' THEN true
+                          WHEN 'edge' THEN NOT EXISTS (
+                                             SELECT 1 FROM {schema}.jobs d
+                                              WHERE d.queue = %(queue)s::text
+                                                AND d.status = 'ready' AND d.run_at <= now())
+                          ELSE false
+                        END) AS wake;
 
 -- name: notify_committed
 -- The NOTIFY `enqueue_one_then_notify` left, in a transaction of its own: a hint, so its
