@@ -27,7 +27,6 @@ from pgqueuer.adapters.persistence import qb
 from pgqueuer.domain.settings import DBSettings
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
-from psycopg.conninfo import conninfo_to_dict
 
 #: The entrypoint every bench job goes to.
 ENTRYPOINT = "bench"
@@ -51,18 +50,31 @@ def queries(conn: Any, schema: str) -> Queries:
     )
 
 
-async def connect(dsn: str) -> Any:
-    """An asyncpg connection to the server of a libpq `dsn` (URI or key=value, as pgq takes)."""
+def connect_params(dsn: str) -> dict[str, Any]:
+    """asyncpg.connect's arguments for the server of a libpq `dsn` (URI or key=value, as pgq
+    takes), read by psycopg: imported here, so that `pgqueuer_file`'s process never loads it."""
+    from psycopg.conninfo import conninfo_to_dict
+
     params = conninfo_to_dict(dsn)
     port = params.get("port")
+    return {
+        "host": params.get("host"),
+        "port": int(str(port)) if port else None,
+        "user": params.get("user"),
+        "password": params.get("password"),
+        "database": params.get("dbname"),
+    }
+
+
+async def connect(dsn: str) -> Any:
+    """An asyncpg connection to the server of a libpq `dsn`."""
+    return await connect_with(connect_params(dsn))
+
+
+async def connect_with(params: dict[str, Any]) -> Any:
+    """An asyncpg connection made with `connect_params`' arguments, its timeouts set."""
     return await asyncpg.connect(
-        host=params.get("host"),
-        port=int(str(port)) if port else None,
-        user=params.get("user"),
-        password=params.get("password"),
-        database=params.get("dbname"),
-        timeout=CONNECT_TIMEOUT,
-        command_timeout=COMMAND_TIMEOUT,
+        **params, timeout=CONNECT_TIMEOUT, command_timeout=COMMAND_TIMEOUT
     )
 
 

@@ -380,11 +380,12 @@ def _batches(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Up to BATCH_JOBS jobs in batches of BATCH_SIZE per side (edge notify), rounds
-    alternated; `pgq enqueue --file` of them all, and the baseline's batch INSERT of the same
-    file from a process of its own (`baseline_file`); 5x as many in one `enqueue_payloads`.
-    Jobs/s per side (median) and its ratio to the baseline's batch INSERT (in this process, on
-    an open connection), to PgQueuer's batch enqueue and to `baseline_file` (a process each:
-    equal resources for `pgq enqueue --file`)."""
+    alternated; `pgq enqueue --file` of them all, and the baseline's batch INSERT and
+    PgQueuer's batch enqueue of the same file, each from a process of its own (`baseline_file`,
+    `pgqueuer_file`); 5x as many in one `enqueue_payloads`. Jobs/s per side (median) and its
+    ratio to the baseline's batch INSERT and to PgQueuer's batch enqueue (in this process, on
+    an open connection), and to `baseline_file` and `pgqueuer_file` (a process each: equal
+    resources for `pgq enqueue --file`)."""
     from . import pgqueuer_side
 
     pgq_ident = sql.Identifier(q.schema)
@@ -431,6 +432,11 @@ def _batches(
             }  # fmt: skip
             subprocess.run(command, env=baseline_env, check=True, capture_output=True)
 
+        def peer_file() -> None:
+            command = [sys.executable, "-m", "pgq_bench.pgqueuer_file", str(lines), peer_schema]
+            peer_env = {**os.environ, "PEER_CONNECT": json.dumps(pgqueuer_side.connect_params(dsn))}
+            subprocess.run(command, env=peer_env, check=True, capture_output=True)
+
         def peer_batch() -> float:
             return asyncio.run(
                 pgqueuer_side.enqueue_batches(dsn, peer_schema, peer_payloads, BATCH_SIZE)
@@ -447,6 +453,7 @@ def _batches(
             "pgq_enqueue_many": (pgq_many, batch_jobs),
             "pgq_enqueue_copy": (pgq_copy, batch_jobs),
             "baseline_file": (baseline_file, batch_jobs),
+            "pgqueuer_file": (peer_file, batch_jobs),
             "pgq_enqueue_file": (pgq_file, batch_jobs),
             "pgq_copy_bulk": (pgq_bulk, len(bulk)),
         }
@@ -479,6 +486,7 @@ def _batches(
                 "ratio_to_pgqueuer": rate / medians["pgqueuer_batch"],
                 # a process on each side: start, imports, connection and the file's reading
                 "ratio_to_baseline_file": rate / medians["baseline_file"],
+                "ratio_to_pgqueuer_file": rate / medians["pgqueuer_file"],
                 "steal_percent": steal[side],
             }
             for side, rate in medians.items()
@@ -518,7 +526,7 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
         f"enqueue_payloads), median of {params['rounds']} round(s)"
     )
     for column in ("side", "jobs/s", "x baseline batch", "x PgQueuer", "x baseline file",
-                   "steal %"):  # fmt: skip
+                   "x PgQueuer file", "steal %"):  # fmt: skip
         table.add_column(column, justify="left" if column == "side" else "right")
     for side, s in batches["sides"].items():
         table.add_row(
@@ -527,6 +535,7 @@ def print_producers(result: dict[str, Any], console: Console) -> None:
             f"{s['ratio_to_baseline_batch']:.2f}x",
             f"{s['ratio_to_pgqueuer']:.2f}x",
             f"{s['ratio_to_baseline_file']:.2f}x" if side.endswith("_file") else "-",
+            f"{s['ratio_to_pgqueuer_file']:.2f}x" if side.endswith("_file") else "-",
             " / ".join("-" if x is None else f"{x:.0f}" for x in s["steal_percent"]),
         )
     console.print(table)

@@ -79,6 +79,42 @@ def test_the_baseline_file_process_enqueues_each_line_with_the_batch_insert(
     assert rows == [("filed", t) for t in texts]  # jsonb writes these back as they are
 
 
+def test_the_pgqueuer_file_process_enqueues_each_line_with_its_batch_enqueue(
+    dsn: str, tmp_path: Path
+) -> None:
+    """`pgqueuer_file` (PgQueuer's side of `pgq enqueue --file`) writes one job per non-blank
+    line, in batches, each line's bytes as its payload, and imports neither psycopg nor pgq."""
+    pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
+    import asyncio
+
+    from pgq_bench import pgqueuer_side
+
+    lines = tmp_path / "jobs.jsonl"
+    texts = [f'{{"n": {n}}}' for n in range(2500)]
+    lines.write_text("\n".join(texts[:7]) + "\n\n  \n" + "\n".join(texts[7:]) + "\n")
+    with throwaway_schema(dsn, "bench_peer", pgq=False) as schema:
+        asyncio.run(pgqueuer_side.install_and_fill(dsn, schema, []))
+        code = (
+            "import runpy, sys\n"
+            "runpy.run_module('pgq_bench.pgqueuer_file', run_name='__main__')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pgq_core', 'psycopg')))\n"
+        )
+        env = {"PEER_CONNECT": json.dumps(pgqueuer_side.connect_params(dsn))}
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(lines), schema],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]", "PgQueuer's process loads no psycopg and no pgq"
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT entrypoint, payload FROM {} ORDER BY id").format(
+                    sql.Identifier(schema, "pgqueuer")
+                )
+            ).fetchall()
+    assert rows == [("bench", t.encode()) for t in texts]
+
+
 @pytest.mark.slow
 def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     before = _bench_schemas(dsn)
@@ -108,11 +144,12 @@ def test_producers_tiny_has_every_side_and_notify_counts(dsn: str) -> None:
     batches = data["batches"]["sides"]
     assert set(batches) == {
         "baseline_batch", "pgqueuer_batch", "pgq_enqueue_many", "pgq_enqueue_copy",
-        "baseline_file", "pgq_enqueue_file", "pgq_copy_bulk",
+        "baseline_file", "pgqueuer_file", "pgq_enqueue_file", "pgq_copy_bulk",
     }  # fmt: skip
     assert all(b["rate"] > 0 for b in batches.values())
     assert batches["baseline_batch"]["ratio_to_baseline_batch"] == 1
     assert batches["baseline_file"]["ratio_to_baseline_file"] == 1
+    assert batches["pgqueuer_file"]["ratio_to_pgqueuer_file"] == 1
     assert _bench_schemas(dsn) == before, "throwaway schemas are dropped"
 
 
