@@ -534,6 +534,26 @@ def test_a_jobspec_is_made_as_dataclass_makes_it() -> None:
         JobSpec("q", 1, bogus=2)  # type: ignore[call-arg]
 
 
+def test_a_jobspec_init_resolves_its_annotations_as_dataclass_does() -> None:
+    """JobSpec's generated __init__ belongs to JobSpec's module, as dataclass's own does: its
+    string annotations resolve there (`typing.get_type_hints`, `inspect.signature(...,
+    eval_str=True)`, which frameworks use to read a constructor). Made in a namespace of its
+    own, it had no module and raised NameError for 'Any'."""
+    import inspect
+    import typing
+
+    from pgq_core.ops import spec as spec_module
+
+    init = JobSpec.__init__
+    assert init.__module__ == spec_module.__name__
+    hints = typing.get_type_hints(init)
+    assert hints["run_at"] == datetime | None and hints["payload"] is Any
+    assert hints["return"] is type(None)
+    signature = inspect.signature(JobSpec, eval_str=True)
+    assert signature.parameters["priority"].annotation is int
+    assert "_defaults" not in vars(spec_module), "nothing left in the module's namespace"
+
+
 def due_specs(queue_name: str = "b") -> list[JobSpec]:
     return [
         JobSpec(queue_name, {"n": 1}),

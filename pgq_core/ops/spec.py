@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,8 +34,10 @@ def _filled_at_once(cls: type[_T]) -> type[_T]:
     params = ", ".join(f"{n}=_defaults[{n!r}]" if n in defaults else n for n in names)
     fill = ", ".join(f"{n}={n}" for n in names)
     source = f"def __init__(self, {params}):\n self.__dict__.update({fill})\n self.__post_init__()"
+    # made in the class's module, as dataclass makes its own: its string annotations resolve
+    # there (typing.get_type_hints), and it is that module's; the defaults come from `scope`
     scope: dict[str, Any] = {"_defaults": defaults}
-    exec(source, scope)
+    exec(source, vars(sys.modules[cls.__module__]), scope)
     init = scope["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__, init.__annotations__ = cls.__init__.__doc__, cls.__init__.__annotations__
