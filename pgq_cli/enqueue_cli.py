@@ -110,6 +110,11 @@ _DECODER = json.JSONDecoder(
 )
 
 
+#: JSON's whitespace, all jsonb skips after a value (str.rstrip() would strip a form feed or
+#: a no-break space too, which jsonb refuses: `--file` sends COPY each line as written).
+_JSON_WHITESPACE = " \t\n\r"
+
+
 def parse_payload(text: str, *, decoded: bool = False) -> Any:
     """One JSON value as jsonb accepts it, its numbers with a fraction or an exponent as
     Decimal (their exact digits); ValueError with a one-line reason otherwise.
@@ -122,7 +127,7 @@ def parse_payload(text: str, *, decoded: bool = False) -> Any:
     if problem:
         raise ValueError(problem)
     try:
-        value = _DECODER.decode(text.rstrip())
+        value = _DECODER.decode(text.rstrip(_JSON_WHITESPACE))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at column {exc.colno}") from None
     except RecursionError:

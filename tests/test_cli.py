@@ -3,6 +3,7 @@ database, and every bad input, which must be one `pgq: error:` line and a non-ze
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -19,7 +20,7 @@ from psycopg import sql
 from support import ENV, Pgq, error_line, ok
 
 from pgq_cli.cli import main
-from pgq_core import Queue
+from pgq_core import Queue, ops
 from pgq_core.migrate import migrations
 
 LEASE = timedelta(seconds=30)
@@ -313,6 +314,29 @@ def test_enqueue_bad_line_names_it_and_enqueues_nothing(
         said = error_line(pgq("enqueue", "mail", "--file", "-", input=text), 2, "stdin: line 4")
         assert why in said and "nothing was enqueued" in said, said
     assert count_jobs(conn, schema) == 0
+
+
+@pytest.mark.parametrize("may_copy", [True, False])
+def test_enqueue_file_refuses_a_line_ending_in_what_json_calls_no_whitespace(
+    pgq: Pgq, conn: Any, schema: str, may_copy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON's whitespace is a space, tab, LF or CR: a line ending in any other (a form feed,
+    a no-break space) is refused by jsonb, on the COPY path, and now by Python's reading too,
+    which names it, on either path. Python stripped any Unicode whitespace: a role that may
+    not COPY enqueued the file, and one that may failed with the server's error, unnamed
+    ("invalid input syntax for type json", exit 1)."""
+    if not may_copy:
+        real = ops.may_copy
+        monkeypatch.setattr(
+            ops, "may_copy", lambda s: dataclasses.replace(real(s), read=lambda rows: False)
+        )
+    for tail in ("\x0c", "\x0b", "\x1c", "\u00a0", "\u2003"):
+        text = f'{{"n": 0}}\n{{"n": 1}}{tail}\r\n{{"n": 2}}\n'
+        said = error_line(pgq("enqueue", "mail", "--file", "-", input=text), 2, "stdin: line 2")
+        assert "not valid JSON" in said and "nothing was enqueued" in said, said
+    assert count_jobs(conn, schema) == 0
+    ok(pgq("enqueue", "mail", "--file", "-", input='{"n": 1} \t\r\n\f\n'))
+    assert count_jobs(conn, schema) == 1, "trailing JSON whitespace, and a blank line, are fine"
 
 
 def test_enqueue_file_lines_are_stored_as_written(
