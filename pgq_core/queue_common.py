@@ -6,6 +6,7 @@ queue holds any of it twice (`queue_async` is written once; `queue_sync` is gene
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import getpass
 import json
@@ -152,25 +153,58 @@ def health_of(
 class TaskTurn:
     """The queue's own connection for one caller at a time while one holds it: a transaction
     the queue opens there is held from BEGIN to its end, so no other task's statement runs
-    inside it (and commits or rolls back with it). Re-entered by the task holding it."""
+    inside it (and commits or rolls back with it). Re-entered by the task holding it. Tasks
+    on several event loops (each in a thread of its own) take turns too: the turn is handed,
+    first come first served, to the next waiting task and woken on its own loop (an
+    asyncio.Lock released from another loop's thread wakes nobody)."""
 
     def __init__(self) -> None:
-        self._lock = asyncio.Lock()
+        self._lock = threading.Lock()  # guards what follows; never held across an await
         self._holder: asyncio.Task[Any] | None = None
         self._depth = 0
+        self._waiting: collections.deque[tuple[asyncio.Task[Any] | None, TaskWake]] = (
+            collections.deque()
+        )
 
     async def __aenter__(self) -> None:
         task = asyncio.current_task()
-        if self._holder is not task or task is None:
-            await self._lock.acquire()
-            self._holder = task
-        self._depth += 1
+        with self._lock:
+            if self._depth and task is not None and self._holder is task:
+                self._depth += 1
+                return
+            if not self._depth and not self._waiting:
+                self._holder, self._depth = task, 1
+                return
+            entry = (task, TaskWake())
+            self._waiting.append(entry)
+        try:
+            await entry[1].wait()  # handed the turn: holder and depth set by the releaser
+        except BaseException:
+            with self._lock:
+                handed = entry not in self._waiting
+                if not handed:
+                    self._waiting.remove(entry)
+                nxt = self._handed_on() if handed else None
+            if nxt is not None:
+                nxt.set()
+            raise
 
     async def __aexit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if not self._depth:
-            self._holder = None
-            self._lock.release()
+        with self._lock:
+            self._depth -= 1
+            nxt = None if self._depth else self._handed_on()
+        if nxt is not None:
+            nxt.set()
+
+    def _handed_on(self) -> TaskWake | None:
+        """The turn given to the first waiting task (its wake-up, to set once unlocked), or
+        freed; under `_lock`."""
+        if self._waiting:
+            task, wake = self._waiting.popleft()
+            self._holder, self._depth = task, 1
+            return wake
+        self._holder, self._depth = None, 0
+        return None
 
 
 class TaskWake:

@@ -23,7 +23,16 @@ from pgproxy import PgProxy
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgq_core import AsyncQueue, PgqError, Queue, Tasks, Unstorable, listen_statement, ops
+from pgq_core import (
+    AsyncQueue,
+    JobSpec,
+    PgqError,
+    Queue,
+    Tasks,
+    Unstorable,
+    listen_statement,
+    ops,
+)
 from pgq_core.defaults import SHARED_ROUND_BYTES, SHARED_ROUND_JOBS
 from pgq_core.ops import Op
 
@@ -689,3 +698,38 @@ async def test_close_from_another_task_fails_the_tasks_waiting(dsn: str, schema:
             await aqueue.enqueue("q", {"after": "close"})
         written = [r[2] for r in job_rows(reader, schema)]
     assert written in ([], [{"n": 0}]), "only the round in flight may have committed"
+
+
+def test_an_async_queue_shared_by_event_loops_in_threads_takes_turns(
+    dsn: str, schema: str
+) -> None:
+    """Tasks on different event loops (each in a thread of its own) taking turns on one
+    AsyncQueue's connection: one waiting for the turn that a task on another loop holds wakes
+    when that one ends (an asyncio.Lock released from another loop's thread woke nobody)."""
+    aqueue = asyncio.run(AsyncQueue.connect(dsn, schema))
+    outcomes: dict[int, Any] = {}
+
+    def call(n: int) -> None:
+        try:
+            outcomes[n] = asyncio.run(aqueue.enqueue_many([JobSpec("q", {"n": n})] * 2))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=call, args=(n,), daemon=True) for n in range(3)]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as reader:
+            with jobs_held(dsn, schema) as holder:
+                threads[0].start()
+                until(lambda: blocked_backends(reader, schema) != [], "the first call to wait")
+                threads[1].start()
+                threads[2].start()
+                time.sleep(0.3)  # both wait for the turn the first one holds
+                holder.commit()
+                for t in threads:
+                    t.join(30)
+                    assert not t.is_alive(), "a caller on another loop never got its turn"
+            written = job_rows(reader, schema)
+    finally:
+        asyncio.run(aqueue.close())
+    assert sorted(i for ids in outcomes.values() for i in ids) == [r[0] for r in written], outcomes
+    assert len(written) == 6
