@@ -370,14 +370,20 @@ class AsyncQueue:
         return notifier.mark(queue, self)
 
     async def _drive(self, flow: Flow[T], conn: psycopg.AsyncConnection[Any] | None) -> T:
-        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""
+        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours). Only the
+        flow's own StopIteration ends it: one raised by an op's read is an error."""
         try:
             op = next(flow)
-            while True:
-                op = flow.send(await self.run(op, conn))
         except StopIteration as stop:
-            result: T = stop.value
-            return result
+            done: T = stop.value
+            return done
+        while True:
+            answer = await self.run(op, conn)
+            try:
+                op = flow.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
 
     async def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.AsyncConnection[Any] | None = None

@@ -365,14 +365,20 @@ class Queue:
         return notifier.mark(queue, self)
 
     def _drive(self, flow: Flow[T], conn: psycopg.Connection[Any] | None) -> T:
-        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours)."""
+        """Run a flow of ops (see `ops.enqueue_flow`), each on `conn` (or ours). Only the
+        flow's own StopIteration ends it: one raised by an op's read is an error."""
         try:
             op = next(flow)
-            while True:
-                op = flow.send(self.run(op, conn))
         except StopIteration as stop:
-            result: T = stop.value
-            return result
+            done: T = stop.value
+            return done
+        while True:
+            answer = self.run(op, conn)
+            try:
+                op = flow.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
 
     def enqueue_many(
         self, specs: Iterable[JobSpec], conn: psycopg.Connection[Any] | None = None

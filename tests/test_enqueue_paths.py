@@ -639,3 +639,43 @@ async def test_async_batch_due_now_writes_and_notifies(aqueue: AsyncQueue, dsn: 
     assert ids == sorted(ids) and len(ids) == 4
     detailed = await aqueue.enqueue_many_detailed(due_specs("ab"))
     assert all(e.inserted for e in detailed) and detailed[0].id > ids[-1]
+
+
+def test_an_enqueue_a_trigger_skipped_a_row_of_says_so(queue: Queue) -> None:
+    """An application's BEFORE INSERT trigger on jobs that returns NULL skips a row: the
+    statement answers fewer rows than jobs, and which id is whose is unknown, so every enqueue
+    path raises PgqError saying so. `enqueue_many` returned fewer ids than specs (for a batch
+    of two queues, ids matched to the wrong specs), a keyed batch raised TypeError (the read's
+    StopIteration ended the flow with None) and one job IndexError."""
+    s = sql.Identifier(queue.schema)
+    queue.conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {s}.skip_some() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.payload ? 'skip' THEN RETURN NULL; END IF; RETURN NEW; END $$"
+        ).format(s=s)
+    )
+    queue.conn.execute(
+        sql.SQL(
+            "CREATE TRIGGER skip_some BEFORE INSERT ON {s}.jobs FOR EACH ROW"
+            " EXECUTE FUNCTION {s}.skip_some()"
+        ).format(s=s)
+    )
+    skipped = [JobSpec("q", {"a": 1}), JobSpec("q", {"skip": 1}), JobSpec("q", {"c": 1})]
+    batches = {
+        "due now": skipped,
+        "two queues": [*skipped, JobSpec("r", {})],
+        "a unique key": [*skipped, JobSpec("q", {}, unique_key="k")],
+    }
+    said = "trigger on jobs skipped some"
+    for what, batch in batches.items():
+        with pytest.raises(PgqError, match=said):
+            queue.enqueue_many(batch)
+            pytest.fail(what)
+        with pytest.raises(PgqError, match=said), queue.transaction():
+            queue.enqueue_many_detailed(batch)
+    with pytest.raises(PgqError, match=said):
+        queue.enqueue("q", {"skip": 1})
+    with pytest.raises(PgqError, match=said), queue.transaction() as conn:
+        queue.enqueue("q", {"skip": 1}, conn=conn)
+    ids = queue.enqueue_many([JobSpec("q", {"n": 1}), JobSpec("q", {"n": 2})])
+    assert [r[2] for r in rows(queue, ids)] == [{"n": 1}, {"n": 2}], "no row skipped: as ever"

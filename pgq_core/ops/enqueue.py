@@ -49,13 +49,26 @@ def enqueue_one(spec: JobSpec) -> Op[int]:
             "backoff_cap": spec.backoff_cap,
             "trace": trace_context(),
         },
-        lambda rows: int(rows[0][0]),
+        lambda rows: int(_one_row_each(rows, 1)[0][0]),
     )
+
+
+def _one_row_each(rows: Rows, jobs: int) -> Rows:
+    """`rows`, when the statement answered one row per job it was sent: else PgqError (a
+    trigger on jobs skipped some, a BEFORE INSERT trigger returning NULL: pgq has none, an
+    application may), since which id is whose is then unknown."""
+    if len(rows) != jobs:
+        raise PgqError(
+            f"an enqueue of {jobs} job(s) inserted {len(rows)}: a trigger on jobs skipped some"
+            " (a BEFORE INSERT trigger returning NULL?), so which id is whose is unknown; the"
+            " rows it did insert stand or fall with the statement's transaction"
+        )
+    return rows
 
 
 def _id_and_wake(rows: Rows) -> tuple[int, str | None]:
     """(the new id, the queue to notify after the commit, if the statement left it to us)."""
-    row = rows[0]
+    row = _one_row_each(rows, 1)[0]
     return int(row[0]), (str(row[1]) if len(row) > 1 and row[1] is not None else None)
 
 
@@ -166,6 +179,7 @@ def enqueue_batch(specs: Sequence[JobSpec]) -> Op[tuple[list[int], str | None]] 
         check_spec(spec, named)
 
     def read(rows: Rows) -> tuple[list[int], str | None]:
+        _one_row_each(rows, len(specs))
         return sorted(row[0] for row in rows), (queue if rows and rows[0][1] else None)
 
     return Op("enqueue_batch_then_notify", _once_if_shared(job_arrays(specs)), read)
@@ -176,7 +190,12 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
     unique key). A key is sent once: later specs with a key already in the batch are
     duplicates of the first (same outcome, not inserted)."""
     if all(spec.unique_key is None for spec in specs):
-        return Op("enqueue_plain", _once_if_shared(job_arrays(specs)), _inserted)
+        jobs = len(specs)
+        return Op(
+            "enqueue_plain",
+            _once_if_shared(job_arrays(specs)),
+            lambda rows: _inserted(_one_row_each(rows, jobs)),
+        )
     first: dict[str, int] = {}
     sent: list[JobSpec] = []
     source: list[int] = []  # for each spec, the index in `sent` of the spec that stands for it
@@ -193,7 +212,9 @@ def enqueue_round(specs: Sequence[JobSpec]) -> Op[Round]:
         sent.append(spec)
 
     def read(rows: Rows) -> Round:
-        plain = iter(sorted(int(r[0]) for r in rows if r[1] and r[2] is None))
+        new_plain = [r for r in rows if r[1] and r[2] is None]
+        _one_row_each(new_plain, sum(spec.unique_key is None for spec in sent))
+        plain = iter(sorted(int(r[0]) for r in new_plain))
         keyed = {str(r[2]): (None if r[0] is None else int(r[0]), bool(r[1])) for r in rows if r[2]}
         outcomes: list[Enqueued | None] = []
         for spec in sent:
