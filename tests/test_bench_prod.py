@@ -47,6 +47,23 @@ def test_the_bench_runs_pgq_from_bytecode_as_an_installed_pgq_does(tmp_path: Pat
     assert stale == []
 
 
+def run_file_side(module: str, args: list[str], env: dict[str, str]) -> list[str]:
+    """Run a bench side's file process (`python -m module args`, with `env`); the modules of
+    pgq_core and psycopg it loaded."""
+    code = (
+        "import runpy, sys\n"
+        f"runpy.run_module({module!r}, run_name='__main__')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pgq_core', 'psycopg')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.strip().replace("'", '"'))
+    return loaded
+
+
 def test_the_baseline_file_process_enqueues_each_line_with_the_batch_insert(
     dsn: str, tmp_path: Path
 ) -> None:
@@ -57,19 +74,11 @@ def test_the_baseline_file_process_enqueues_each_line_with_the_batch_insert(
     lines.write_text("\n".join(texts[:7]) + "\n\n  \n" + "\n".join(texts[7:]) + "\n")
     with throwaway_schema(dsn, "bench_file", pgq=False) as schema:
         setup_baseline(dsn, schema)
-        code = (
-            "import runpy, sys\n"
-            "runpy.run_module('pgq_bench.baseline_file', run_name='__main__')\n"
-            "print(sorted(m for m in sys.modules if m.startswith('pgq_core')))\n"
-        )
         env = {"BASELINE_DSN": dsn, "BASELINE_SCHEMA": schema,
                "BASELINE_STATEMENT": BASELINE_ENQUEUE_BATCH}  # fmt: skip
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(lines), "filed"],
-            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "[]", "the baseline's process loads no pgq code"
+        loaded = run_file_side("pgq_bench.baseline_file", [str(lines), "filed"], env)
+        assert "psycopg" in loaded, "it is psycopg's"
+        assert [m for m in loaded if m.startswith("pgq_core")] == [], "it loads no pgq code"
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(
                 sql.SQL("SELECT queue, payload::text FROM {}.jobs ORDER BY id").format(
@@ -94,18 +103,9 @@ def test_the_pgqueuer_file_process_enqueues_each_line_with_its_batch_enqueue(
     lines.write_text("\n".join(texts[:7]) + "\n\n  \n" + "\n".join(texts[7:]) + "\n")
     with throwaway_schema(dsn, "bench_peer", pgq=False) as schema:
         asyncio.run(pgqueuer_side.install_and_fill(dsn, schema, []))
-        code = (
-            "import runpy, sys\n"
-            "runpy.run_module('pgq_bench.pgqueuer_file', run_name='__main__')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pgq_core', 'psycopg')))\n"
-        )
         env = {"PEER_CONNECT": json.dumps(pgqueuer_side.connect_params(dsn))}
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(lines), schema],
-            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "[]", "PgQueuer's process loads no psycopg and no pgq"
+        loaded = run_file_side("pgq_bench.pgqueuer_file", [str(lines), schema], env)
+        assert loaded == [], "PgQueuer's process loads no psycopg and no pgq"
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(
                 sql.SQL("SELECT entrypoint, payload FROM {} ORDER BY id").format(
