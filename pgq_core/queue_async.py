@@ -462,7 +462,7 @@ class AsyncQueue:
                 )
                 if ids is None:  # row-level security: COPY would refuse the role
                     return await self._insert_instead(specs, target)
-                await self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target)
+                await self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target, len(ids))
         return ids
 
     async def enqueue_payloads(
@@ -544,7 +544,7 @@ class AsyncQueue:
                     specs = ops.copy_as_specs(template, list(payloads))
                     return await self._insert_instead(specs, target)
                 await self._copy_in(
-                    ops.payload_copy_text(template, texts, ids, delays, run_ats), target
+                    ops.payload_copy_text(template, texts, ids, delays, run_ats), target, len(ids)
                 )
         return ids
 
@@ -558,17 +558,25 @@ class AsyncQueue:
             ids.extend(e.id for e in await self._drive(ops.enqueue_flow(chunk), target))
         return ids
 
-    async def _copy_in(self, blocks: Iterable[str], target: psycopg.AsyncConnection[Any]) -> None:
-        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`; a refusal is said as
-        `run` says it (text the database cannot hold: `Unstorable`, as for any enqueue)."""
+    async def _copy_in(
+        self, blocks: Iterable[str], target: psycopg.AsyncConnection[Any], jobs: int
+    ) -> None:
+        """`blocks` of COPY text of `jobs` jobs into jobs (`enqueue_copy`), on `target`, inside
+        the caller's block; a refusal is said as `run` says it (text the database cannot hold:
+        `Unstorable`, as for any enqueue), and a row a trigger skipped as `ops.rows_skipped`
+        (the ids were taken for every job: the block is undone)."""
         copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
         try:
-            async with target.cursor() as cur, cur.copy(copy_in) as copy:
-                for block in blocks:
-                    await copy.write(block)
+            async with target.cursor() as cur:
+                async with cur.copy(copy_in) as copy:
+                    for block in blocks:
+                        await copy.write(block)
+                copied = cur.rowcount
         except psycopg.Error as exc:
             await self._refused(exc, target)
             raise
+        if copied != jobs:
+            raise ops.rows_skipped(jobs, copied)
 
     # lease holders
     async def claim(

@@ -457,7 +457,7 @@ class Queue:
                 )
                 if ids is None:  # row-level security: COPY would refuse the role
                     return self._insert_instead(specs, target)
-                self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target)
+                self._copy_in(ops.copy_text(specs, ids, delays, run_ats), target, len(ids))
         return ids
 
     def enqueue_payloads(
@@ -539,7 +539,7 @@ class Queue:
                     specs = ops.copy_as_specs(template, list(payloads))
                     return self._insert_instead(specs, target)
                 self._copy_in(
-                    ops.payload_copy_text(template, texts, ids, delays, run_ats), target
+                    ops.payload_copy_text(template, texts, ids, delays, run_ats), target, len(ids)
                 )
         return ids
 
@@ -553,17 +553,25 @@ class Queue:
             ids.extend(e.id for e in self._drive(ops.enqueue_flow(chunk), target))
         return ids
 
-    def _copy_in(self, blocks: Iterable[str], target: psycopg.Connection[Any]) -> None:
-        """`blocks` of COPY text into jobs (`enqueue_copy`), on `target`; a refusal is said as
-        `run` says it (text the database cannot hold: `Unstorable`, as for any enqueue)."""
+    def _copy_in(
+        self, blocks: Iterable[str], target: psycopg.Connection[Any], jobs: int
+    ) -> None:
+        """`blocks` of COPY text of `jobs` jobs into jobs (`enqueue_copy`), on `target`, inside
+        the caller's block; a refusal is said as `run` says it (text the database cannot hold:
+        `Unstorable`, as for any enqueue), and a row a trigger skipped as `ops.rows_skipped`
+        (the ids were taken for every job: the block is undone)."""
         copy_in = statement(ops.ENQUEUE_COPY.name, self.schema)
         try:
-            with target.cursor() as cur, cur.copy(copy_in) as copy:
-                for block in blocks:
-                    copy.write(block)
+            with target.cursor() as cur:
+                with cur.copy(copy_in) as copy:
+                    for block in blocks:
+                        copy.write(block)
+                copied = cur.rowcount
         except psycopg.Error as exc:
             self._refused(exc, target)
             raise
+        if copied != jobs:
+            raise ops.rows_skipped(jobs, copied)
 
     # lease holders
     def claim(

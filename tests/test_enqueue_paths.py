@@ -677,5 +677,21 @@ def test_an_enqueue_a_trigger_skipped_a_row_of_says_so(queue: Queue) -> None:
         queue.enqueue("q", {"skip": 1})
     with pytest.raises(PgqError, match=said), queue.transaction() as conn:
         queue.enqueue("q", {"skip": 1}, conn=conn)
+    # the bulk path took an id for every job before its COPY: nothing of it stays
+    count = sql.SQL("SELECT count(*) FROM {s}.jobs").format(s=s)
+    before = queue.conn.execute(count).fetchone()
+    with pytest.raises(PgqError, match=said):
+        queue.enqueue_copy(skipped)
+    with pytest.raises(PgqError, match=said):
+        queue.enqueue_payloads("q", [{"a": 1}, {"skip": 1}])
+    with pytest.raises(PgqError, match=said):
+        queue.enqueue_payload_texts("q", ['{"skip": 1}'])
+    with queue.transaction() as conn:
+        with pytest.raises(PgqError, match=said):
+            queue.enqueue_copy(skipped, conn=conn)
+        queue.enqueue("q", {"kept": 1}, conn=conn)  # the caller's transaction goes on
+    after = queue.conn.execute(count).fetchone()
+    assert before is not None and after == (before[0] + 1,)
     ids = queue.enqueue_many([JobSpec("q", {"n": 1}), JobSpec("q", {"n": 2})])
     assert [r[2] for r in rows(queue, ids)] == [{"n": 1}, {"n": 2}], "no row skipped: as ever"
+    assert len(queue.enqueue_copy([JobSpec("q", {"n": 3})])) == 1

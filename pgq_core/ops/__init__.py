@@ -91,6 +91,7 @@ from .enqueue import (
     may_need_rounds,
     notify_committed,
     notify_queues,
+    rows_skipped,
     unique_holders,
 )
 from .health import (
@@ -365,6 +366,7 @@ __all__ = [
     "results_of",
     "resume",
     "retries_waiting",
+    "rows_skipped",
     "run_schedule",
     "schedule",
     "schedules",

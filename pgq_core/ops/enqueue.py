@@ -58,12 +58,17 @@ def _one_row_each(rows: Rows, jobs: int) -> Rows:
     trigger on jobs skipped some, a BEFORE INSERT trigger returning NULL: pgq has none, an
     application may), since which id is whose is then unknown."""
     if len(rows) != jobs:
-        raise PgqError(
-            f"an enqueue of {jobs} job(s) inserted {len(rows)}: a trigger on jobs skipped some"
-            " (a BEFORE INSERT trigger returning NULL?), so which id is whose is unknown; the"
-            " rows it did insert stand or fall with the statement's transaction"
-        )
+        raise rows_skipped(jobs, len(rows))
     return rows
+
+
+def rows_skipped(jobs: int, inserted: int) -> PgqError:
+    """What an enqueue of `jobs` raises that inserted fewer (`_one_row_each`; COPY too)."""
+    return PgqError(
+        f"an enqueue of {jobs} job(s) inserted {inserted}: a trigger on jobs skipped some"
+        " (a BEFORE INSERT trigger returning NULL?), so which id is whose is unknown; the"
+        " rows it did insert stand or fall with the statement's transaction"
+    )
 
 
 def _id_and_wake(rows: Rows) -> tuple[int, str | None]:
