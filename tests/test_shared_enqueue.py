@@ -12,7 +12,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +74,21 @@ def job_rows(conn: psycopg.Connection[Any], schema: str) -> list[tuple[int, int,
         (int(r[0]), int(r[1]), r[2])
         for r in conn.execute(query.format(sql.Identifier(schema))).fetchall()
     ]
+
+
+def on_loops_of_their_own(
+    call: Callable[[int], Coroutine[Any, Any, Any]], n: int, outcomes: dict[int, Any]
+) -> list[threading.Thread]:
+    """`n` threads, not started, each running `call(i)` in an event loop of its own, its
+    result (or what it raised) in `outcomes[i]`."""
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = asyncio.run(call(i))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcomes[i] = exc
+
+    return [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
 
 
 class Callers:
@@ -533,24 +548,14 @@ def test_an_async_queue_shared_by_event_loops_in_threads_wakes_each_caller(
     and that caller wakes (an asyncio.Event set from another loop's thread woke nobody)."""
     aqueue = asyncio.run(AsyncQueue.connect(dsn, schema))
     outcomes: dict[int, Any] = {}
-
-    def call(n: int) -> None:
-        try:
-            outcomes[n] = asyncio.run(aqueue.enqueue("q", {"n": n}))
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
-            outcomes[n] = exc
-
-    def start(n: int) -> threading.Thread:
-        thread = threading.Thread(target=call, args=(n,), daemon=True)
-        thread.start()
-        return thread
-
+    threads = on_loops_of_their_own(lambda n: aqueue.enqueue("q", {"n": n}), 3, outcomes)
     try:
         with psycopg.connect(dsn, autocommit=True) as reader:
             with jobs_held(dsn, schema) as holder:
-                threads = [start(0)]
+                threads[0].start()
                 until(lambda: blocked_backends(reader, schema) != [], "the first round to wait")
-                threads += [start(1), start(2)]
+                threads[1].start()
+                threads[2].start()
                 until(lambda: waiting(aqueue) == 2, "2 jobs waiting")
                 holder.commit()
                 for t in threads:
@@ -708,14 +713,9 @@ def test_an_async_queue_shared_by_event_loops_in_threads_takes_turns(
     when that one ends (an asyncio.Lock released from another loop's thread woke nobody)."""
     aqueue = asyncio.run(AsyncQueue.connect(dsn, schema))
     outcomes: dict[int, Any] = {}
-
-    def call(n: int) -> None:
-        try:
-            outcomes[n] = asyncio.run(aqueue.enqueue_many([JobSpec("q", {"n": n})] * 2))
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
-            outcomes[n] = exc
-
-    threads = [threading.Thread(target=call, args=(n,), daemon=True) for n in range(3)]
+    threads = on_loops_of_their_own(
+        lambda n: aqueue.enqueue_many([JobSpec("q", {"n": n})] * 2), 3, outcomes
+    )
     try:
         with psycopg.connect(dsn, autocommit=True) as reader:
             with jobs_held(dsn, schema) as holder:
@@ -723,7 +723,7 @@ def test_an_async_queue_shared_by_event_loops_in_threads_takes_turns(
                 until(lambda: blocked_backends(reader, schema) != [], "the first call to wait")
                 threads[1].start()
                 threads[2].start()
-                time.sleep(0.3)  # both wait for the turn the first one holds
+                until(lambda: len(aqueue._turn._waiting) == 2, "2 calls waiting for the turn")
                 holder.commit()
                 for t in threads:
                     t.join(30)
