@@ -184,8 +184,8 @@ def enqueue_batch(specs: Sequence[JobSpec]) -> Op[tuple[list[int], str | None]] 
         check_spec(spec, named)
 
     def read(rows: Rows) -> tuple[list[int], str | None]:
-        _one_row_each(rows, len(specs))
-        return sorted(row[0] for row in rows), (queue if rows and rows[0][1] else None)
+        _one_row_each(rows, len(specs))  # so at least one: specs is not empty
+        return sorted(row[0] for row in rows), (queue if rows[0][1] else None)
 
     return Op("enqueue_batch_then_notify", _once_if_shared(job_arrays(specs)), read)
 

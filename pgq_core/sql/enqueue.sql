@@ -71,7 +71,10 @@ RETURNING j.id, {wake_queue} AS wake;
 -- 1,000 jobs), and decides the queue's NOTIFY itself, once (`wake`: uncorrelated, so an
 -- InitPlan, over the statement's snapshot, which holds none of its own rows): under `always`,
 -- or under `edge` when the queue had no due ready job. The producer sends it once this has
--- committed. run_at is the column's default, now(). Rows: (id, wake), `wake` the same on each.
+-- committed. run_at is the column's default, now(). Its input is `enqueue_plain`'s without the
+-- queue, run_at and delay arrays it never fills: sharing that INSERT cost 4.25 ms against
+-- 4.15 of server time per 1,000 jobs (EXPLAIN ANALYZE, medians of 25). Rows: (id, wake),
+-- `wake` the same on each.
 WITH input AS (
   SELECT * FROM ROWS FROM (
     pg_catalog.jsonb_array_elements(%(payloads)s::jsonb),
